@@ -1,0 +1,330 @@
+//! AutoRoute's Syncing phase: the Service, VirtualService and Gateway that route ingress
+//! traffic to every selected Deployment, then `Ready`.
+
+use autoroute_types::{routable_deployments, AutoRoute, AutoRouteStatus, RoutableDeployment};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{json, Value};
+use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
+
+const ISTIO_API_VERSION: &str = "networking.istio.io/v1alpha3";
+
+/// Builds the outputs for the routable Deployments (see [`routable_deployments`]):
+/// per Deployment a Service and a VirtualService `<deployment>.<route>`, plus one
+/// Gateway `<route>` for hosts `*.<route>` on the Istio ingress gateway.
+#[derive(Default)]
+pub struct Syncing;
+
+impl PhaseWorker for Syncing {
+    type Resource = AutoRoute;
+
+    fn sync(
+        &self,
+        ctx: &Context,
+        route: AutoRoute,
+        inputs: &Inputs,
+    ) -> Result<Outcome, WorkerError> {
+        let deployments: Vec<Deployment> = inputs.list("deployments")?;
+        let route_name = route
+            .metadata
+            .name
+            .as_deref()
+            .ok_or_else(|| WorkerError::fatal("the AutoRoute has no metadata.name"))?;
+        let namespace = route.metadata.namespace.as_deref();
+
+        let routable = routable_deployments(&route, &deployments).map_err(|err| {
+            WorkerError::fatal(format!("spec.deploymentSelector is invalid: {err}"))
+        })?;
+        ctx.info(
+            "selected deployments",
+            &[
+                ("route", &route_name),
+                ("seen", &deployments.len()),
+                ("routable", &routable.len()),
+            ],
+        );
+
+        let mut outcome = Outcome::next("Ready").output(&gateway(route_name, namespace))?;
+        for deployment in &routable {
+            let hostname = format!("{}.{route_name}", deployment.name);
+            ctx.info(
+                "routing deployment",
+                &[
+                    ("deployment", &deployment.name),
+                    ("hostname", &hostname),
+                    ("port", &deployment.port),
+                ],
+            );
+            outcome = outcome
+                .output(&service(deployment, namespace))?
+                .output(&virtual_service(
+                    deployment, &hostname, route_name, namespace,
+                ))?;
+        }
+
+        let status = AutoRouteStatus {
+            synced_deployments: routable.iter().map(|d| d.name.to_owned()).collect(),
+            ..AutoRouteStatus::default()
+        };
+        ctx.info(
+            "ensuring the gateway, services and virtual services",
+            &[
+                ("gateway", &route_name),
+                ("services", &routable.len()),
+                ("virtualServices", &routable.len()),
+            ],
+        );
+        Ok(outcome.status(status))
+    }
+}
+
+wasmpilot_guest::export!(phase = Syncing);
+
+/// A Service named after the Deployment, port `http`, selecting the Deployment's pods.
+fn service(deployment: &RoutableDeployment<'_>, namespace: Option<&str>) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(deployment.name.to_owned()),
+            namespace: namespace.map(str::to_owned),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            ports: Some(vec![ServicePort {
+                name: Some("http".to_owned()),
+                port: deployment.port,
+                ..ServicePort::default()
+            }]),
+            selector: Some(deployment.pod_labels.clone()),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// Routes host `<deployment>.<route>` on the route's Gateway to the Deployment's Service.
+fn virtual_service(
+    deployment: &RoutableDeployment<'_>,
+    hostname: &str,
+    route_name: &str,
+    namespace: Option<&str>,
+) -> Value {
+    json!({
+        "apiVersion": ISTIO_API_VERSION,
+        "kind": "VirtualService",
+        "metadata": { "name": hostname, "namespace": namespace },
+        "spec": {
+            "hosts": [hostname],
+            "gateways": [route_name],
+            "http": [{
+                "match": [{ "uri": { "prefix": "/" } }],
+                "route": [{
+                    "destination": {
+                        "host": deployment.name,
+                        "port": { "number": deployment.port },
+                    },
+                }],
+            }],
+        },
+    })
+}
+
+/// One Gateway per route on the default Istio ingress gateway, for hosts `*.<route>`.
+fn gateway(route_name: &str, namespace: Option<&str>) -> Value {
+    json!({
+        "apiVersion": ISTIO_API_VERSION,
+        "kind": "Gateway",
+        "metadata": { "name": route_name, "namespace": namespace },
+        "spec": {
+            "selector": { "istio": "ingressgateway" },
+            "servers": [{
+                "port": { "number": 80, "name": "http", "protocol": "HTTP" },
+                "hosts": [format!("*.{route_name}")],
+            }],
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmpilot_guest::testing::{objects_from_yaml, SyncReport, SyncTest};
+
+    fn fixtures(yaml: &str) -> Vec<Value> {
+        objects_from_yaml(yaml).unwrap()
+    }
+
+    fn routes() -> Vec<Value> {
+        fixtures(include_str!("../../testdata/routes.yaml"))
+    }
+
+    fn deployments() -> Vec<Value> {
+        fixtures(include_str!("../../testdata/deployments.yaml"))
+    }
+
+    fn run(route: &Value, deployments: &[Value]) -> SyncReport {
+        SyncTest::new(route)
+            .phase("Syncing")
+            .input("deployments", deployments)
+            .run(&Syncing)
+            .unwrap()
+    }
+
+    fn names(objects: Vec<&Value>) -> Vec<&str> {
+        objects
+            .iter()
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect()
+    }
+
+    #[test]
+    fn routes_every_matching_deployment_with_a_port() {
+        let report = run(&routes()[0], &deployments());
+        assert_eq!(report.next_phase, "Ready");
+        assert_eq!(
+            report.status,
+            Some(json!({ "syncedDeployments": ["api", "canary", "web"] }))
+        );
+        assert_eq!(
+            names(report.outputs_of_kind("Service")),
+            ["api", "canary", "web"]
+        );
+        assert_eq!(
+            names(report.outputs_of_kind("VirtualService")),
+            ["api.example", "canary.example", "web.example"]
+        );
+        assert_eq!(names(report.outputs_of_kind("Gateway")), ["example"]);
+        assert_eq!(report.outputs.len(), 7);
+        assert!(report
+            .outputs
+            .iter()
+            .all(|o| o["metadata"]["namespace"] == "default"));
+        assert_eq!(report.requeue_after, None);
+    }
+
+    #[test]
+    fn service_uses_the_first_port_and_the_pod_selector() {
+        let report = run(&routes()[0], &deployments());
+        let services: Vec<Service> = report.typed_outputs("Service");
+        let api = services
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some("api"))
+            .unwrap();
+        let spec = api.spec.as_ref().unwrap();
+        let port = &spec.ports.as_ref().unwrap()[0];
+        assert_eq!((port.name.as_deref(), port.port), (Some("http"), 9090));
+        assert_eq!(
+            spec.selector,
+            Some([("app".to_owned(), "api".to_owned())].into())
+        );
+        let web = report.output("Service", "web").unwrap();
+        assert_eq!(web["apiVersion"], "v1");
+        assert_eq!(web["spec"]["ports"][0]["port"], 8080);
+    }
+
+    #[test]
+    fn virtual_service_and_gateway_shapes() {
+        let report = run(&routes()[0], &deployments());
+        let vs = report.output("VirtualService", "web.example").unwrap();
+        assert_eq!(vs["apiVersion"], "networking.istio.io/v1alpha3");
+        assert_eq!(
+            vs["spec"],
+            json!({
+                "hosts": ["web.example"],
+                "gateways": ["example"],
+                "http": [{
+                    "match": [{ "uri": { "prefix": "/" } }],
+                    "route": [{ "destination": { "host": "web", "port": { "number": 8080 } } }],
+                }],
+            })
+        );
+        let gw = report.output("Gateway", "example").unwrap();
+        assert_eq!(
+            gw["spec"],
+            json!({
+                "selector": { "istio": "ingressgateway" },
+                "servers": [{
+                    "port": { "number": 80, "name": "http", "protocol": "HTTP" },
+                    "hosts": ["*.example"],
+                }],
+            })
+        );
+    }
+
+    #[test]
+    fn match_expressions_narrow_the_selection() {
+        let report = run(&routes()[1], &deployments());
+        assert_eq!(
+            report.status,
+            Some(json!({ "syncedDeployments": ["api", "web"] }))
+        );
+        assert_eq!(
+            names(report.outputs_of_kind("VirtualService")),
+            ["api.stable", "web.stable"]
+        );
+    }
+
+    #[test]
+    fn no_deployments_still_makes_the_gateway() {
+        let report = run(&routes()[0], &[]);
+        assert_eq!(report.status, Some(json!({ "syncedDeployments": [] })));
+        assert_eq!(names(report.outputs_of_kind("Gateway")), ["example"]);
+        assert_eq!(report.outputs.len(), 1);
+    }
+
+    #[test]
+    fn logs_what_it_routes() {
+        let report = run(&routes()[0], &deployments());
+        let routed: Vec<&str> = report
+            .logs
+            .iter()
+            .filter(|r| r.message == "routing deployment")
+            .filter_map(|r| r.field("hostname"))
+            .collect();
+        assert_eq!(routed, ["api.example", "canary.example", "web.example"]);
+        assert!(report.logged("selected deployments"));
+    }
+
+    #[test]
+    fn invalid_selector_is_fatal() {
+        let failed = SyncTest::new(&routes()[2])
+            .input("deployments", deployments())
+            .run(&Syncing)
+            .unwrap_err();
+        assert!(failed.error.is_fatal());
+        let message = failed.error.message();
+        assert!(
+            message.starts_with("spec.deploymentSelector is invalid"),
+            "{message}"
+        );
+        assert!(message.contains("unknown operator \"Equals\""), "{message}");
+    }
+
+    #[test]
+    fn undeclared_input_is_fatal() {
+        let failed = SyncTest::new(&routes()[0]).run(&Syncing).unwrap_err();
+        assert!(failed
+            .error
+            .message()
+            .contains("unknown input `deployments`"));
+    }
+
+    #[test]
+    fn a_deployment_that_does_not_parse_is_fatal() {
+        let failed = SyncTest::new(&routes()[0])
+            .input_json(
+                "deployments",
+                [r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"bad","namespace":"default"},"spec":{"replicas":"many"}}"#.to_owned()],
+            )
+            .run(&Syncing)
+            .unwrap_err();
+        assert!(failed.error.is_fatal());
+        assert!(
+            failed
+                .error
+                .message()
+                .contains("apps/v1 Deployment default/bad"),
+            "{failed}"
+        );
+    }
+}
