@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what building and testing wasmpilot needs on a Debian machine: the wasm32-wasip2
+# Rust target and kubectl. The local cluster's own packages are installed by cluster.sh.
+set -euo pipefail
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo not found: install Rust with rustup (https://rustup.rs) first" >&2
+  exit 1
+fi
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  echo "setup: adding the wasm32-wasip2 Rust target"
+  rustup target add wasm32-wasip2
+fi
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "setup: installing kubectl (Debian package kubernetes-client)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client
+fi

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every check and test: format, clippy, guest components for wasm32-wasip2, unit tests,
+# sandbox tests with real components, and end-to-end tests on a real kube-apiserver.
+# Uses $KUBECONFIG when WASMPILOT_USE_KUBECONFIG=1, else starts deploy/local/cluster.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/wasmpilot/target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "setup"
+deploy/local/setup.sh
+
+step "rustfmt"
+cargo fmt --all -- --check
+
+step "guest components (wasm32-wasip2, release)"
+GUESTS=(-p autoroute-initializing -p autoroute-syncing -p autoroute-ready -p wasmpilot-test-scripted)
+cargo build --release --target wasm32-wasip2 "${GUESTS[@]}"
+
+step "clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cluster"
+started_cluster=0
+if [ "${WASMPILOT_USE_KUBECONFIG:-0}" != 1 ]; then
+  if ! deploy/local/cluster.sh status >/dev/null 2>&1; then started_cluster=1; fi
+  deploy/local/cluster.sh up
+  eval "$(deploy/local/cluster.sh env)"
+fi
+cleanup() { if [ "$started_cluster" = 1 ]; then deploy/local/cluster.sh down || true; fi; }
+trap cleanup EXIT
+
+step "tests (unit, sandbox, end-to-end)"
+cargo test --workspace --no-fail-fast

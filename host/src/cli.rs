@@ -1,0 +1,124 @@
+//! Command line: `run` (the controller), `deploy` (ship an operator), `run-phase` (one phase
+//! offline from files) and `crd` (print the WasmOperator CRD).
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use kube::CustomResourceExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmpilot::crd::WasmOperator;
+use wasmpilot::manager::Manager;
+use wasmpilot::modules::ModuleCache;
+use wasmpilot::sandbox::{Sandbox, SandboxLimits};
+
+#[derive(Parser)]
+#[command(name = "wasmpilot", version, about = "Kubernetes operators whose logic runs as sandboxed Wasm components")]
+pub struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info,wasmpilot=debug`.
+    #[arg(long, env = "WASMPILOT_LOG", default_value = "info", global = true)]
+    pub log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the controller: load every WasmOperator and reconcile its resources.
+    Run(RunArgs),
+    /// Build an operator directory's components and apply its modules, CRDs and WasmOperator.
+    Deploy {
+        /// The operator directory (holds operator.yaml, crds/ and the worker crates).
+        dir: PathBuf,
+        /// Use the components already built in the target directory.
+        #[arg(long)]
+        no_build: bool,
+        /// Namespace for the module ConfigMaps.
+        #[arg(long, default_value = wasmpilot::modules::DEFAULT_MODULE_NAMESPACE)]
+        module_namespace: String,
+    },
+    /// Run one phase of an operator offline, from files, and print the decision as YAML.
+    RunPhase {
+        /// The WasmOperator manifest.
+        #[arg(long)]
+        operator: PathBuf,
+        /// Directory where `file` module paths resolve.
+        #[arg(long)]
+        module_dir: PathBuf,
+        /// The top-level resource (YAML).
+        #[arg(long)]
+        resource: PathBuf,
+        /// Objects standing in for the cluster (multi-document YAML).
+        #[arg(long)]
+        objects: Option<PathBuf>,
+        /// Phase to run (default: the resource's .status.phase, else the initial phase).
+        #[arg(long)]
+        phase: Option<String>,
+        /// Clock handed to the worker, RFC 3339 (default: now).
+        #[arg(long)]
+        now: Option<String>,
+    },
+    /// Print the WasmOperator CustomResourceDefinition (YAML).
+    Crd,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Allow `file` modules, resolved relative to this directory (development only).
+    #[arg(long, env = "WASMPILOT_MODULE_DIR")]
+    module_dir: Option<PathBuf>,
+    /// Wall-clock deadline for one worker call.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    deadline: Duration,
+    /// Linear memory limit for one worker call, in MiB.
+    #[arg(long, default_value_t = 64)]
+    memory_limit_mib: usize,
+    /// Worker calls that may run at the same time (each on a blocking thread).
+    #[arg(long, default_value_t = 4)]
+    max_concurrent_workers: usize,
+}
+
+pub fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+}
+
+impl Cli {
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Run(args) => run(args).await,
+            Command::Deploy { dir, no_build, module_namespace } => {
+                let client = kube::Client::try_default().await.context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+                let opts = wasmpilot::deploy::DeployOptions { dir, no_build, module_namespace };
+                wasmpilot::deploy::deploy(client, &opts).await.map(|_| ())
+            }
+            Command::RunPhase { operator, module_dir, resource, objects, phase, now } => {
+                let run = wasmpilot::offline::OfflineRun { operator, module_dir, resource, objects, phase, now };
+                let outcome = wasmpilot::offline::run_phase(&run, SandboxLimits::default()).await?;
+                print!("{}", serde_yaml::to_string(&outcome)?);
+                Ok(())
+            }
+            Command::Crd => {
+                print!("{}", serde_yaml::to_string(&WasmOperator::crd())?);
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await.context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    let limits = SandboxLimits {
+        deadline: args.deadline,
+        memory_bytes: args.memory_limit_mib << 20,
+        concurrency: args.max_concurrent_workers,
+        ..SandboxLimits::default()
+    };
+    let sandbox = Sandbox::new(limits)?;
+    let modules = Arc::new(ModuleCache::new(sandbox, Some(client.clone()), args.module_dir));
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    };
+    Manager::new(client, modules).run(shutdown).await
+}

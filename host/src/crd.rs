@@ -1,0 +1,169 @@
+//! The `WasmOperator` custom resource: one operator's phase table and modules.
+//! Its Rust types are the source of `deploy/crds/wasmoperator.yaml` (see `wasmpilot crd`).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Declares an operator: the top-level resource it manages, the phases that resource
+/// moves through, and the Wasm component that decides each phase.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[kube(
+    group = "wasmpilot.io",
+    version = "v1alpha1",
+    kind = "WasmOperator",
+    shortname = "wop",
+    status = "WasmOperatorStatus",
+    printcolumn = r#"{"name":"Resource","type":"string","jsonPath":".spec.resource.kind"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmOperatorSpec {
+    /// The top-level custom resource this operator reconciles.
+    pub resource: KindRef,
+    /// The phases the resource moves through. Exactly one must be `initial`.
+    #[schemars(length(min = 1))]
+    pub phases: Vec<PhaseSpec>,
+    /// Runs when a resource is deleted; the host holds the finalizer `wasmpilot.io/<operator>` until it reports done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finalizer: Option<FinalizerSpec>,
+    /// How often every resource is reconciled even when nothing changed (e.g. `30s`, `5m`). Default 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync_interval: Option<String>,
+}
+
+/// An apiVersion + kind pair, e.g. `apps/v1` `Deployment`.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct KindRef {
+    /// `group/version`, or `v1` for the core group.
+    pub api_version: String,
+    pub kind: String,
+}
+
+/// One phase: the component that decides it and what it reads and writes.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseSpec {
+    /// The value of `.status.phase` while the resource is in this phase, e.g. `Syncing`.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The phase a new resource (empty `.status.phase`) starts in.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub initial: bool,
+    /// A final phase runs no worker; a spec change (new generation) restarts the resource at the initial phase.
+    #[serde(default, rename = "final", skip_serializing_if = "std::ops::Not::not")]
+    pub is_final: bool,
+    /// The component run in this phase. Required unless the phase is final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<ModuleRef>,
+    /// Objects handed to the worker, read from the host's watch caches in the resource's namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<InputSpec>,
+    /// Kinds the worker may return as outputs; the host watches them and applies them owned by the resource.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<KindRef>,
+}
+
+/// A named input: every object of a kind in the resource's namespace, optionally filtered by labels.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InputSpec {
+    /// The name the worker reads it by, e.g. `deployments`.
+    pub name: String,
+    pub api_version: String,
+    pub kind: String,
+    /// Only objects whose labels match all of these.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// The finalizer worker.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FinalizerSpec {
+    pub module: ModuleRef,
+}
+
+/// Where a component comes from. Exactly one source must be set.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleRef {
+    /// A key of a ConfigMap's `binaryData`, pinned by digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapModule>,
+    /// A file on the host's filesystem (development; relative paths resolve against `wasmpilot run --module-dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileModule>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapModule {
+    /// ConfigMap name.
+    pub name: String,
+    /// Namespace of the ConfigMap. Default: the host's namespace (`wasmpilot-system`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Key in `binaryData`.
+    pub key: String,
+    /// Hex sha256 of the component bytes; a module whose bytes differ is refused.
+    #[schemars(regex(pattern = r"^(sha256:)?[0-9a-f]{64}$"))]
+    pub sha256: String,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileModule {
+    pub path: String,
+    /// Optional pin: when set, a file whose bytes differ is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// What the host observed about the operator definition.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmOperatorStatus {
+    /// `Ready` (the controller runs) and `ModulesLoaded`, with messages naming the problem.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The digest (`sha256:…`) of the component active for each phase (and `finalizer`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub modules: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    /// `deploy/crds/wasmoperator.yaml` is generated from these types; regenerate with
+    /// `cargo run -p wasmpilot -- crd > deploy/crds/wasmoperator.yaml`.
+    #[test]
+    fn committed_crd_matches_generated() {
+        let generated = serde_yaml::to_string(&WasmOperator::crd()).unwrap();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds/wasmoperator.yaml");
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "deploy/crds/wasmoperator.yaml is stale: run `cargo run -p wasmpilot -- crd > deploy/crds/wasmoperator.yaml`"
+        );
+    }
+
+    #[test]
+    fn crd_is_cluster_scoped_with_status_and_readiness_column() {
+        let crd = serde_json::to_value(WasmOperator::crd()).unwrap();
+        assert_eq!(crd["spec"]["scope"], "Cluster");
+        let v = &crd["spec"]["versions"][0];
+        assert!(v["subresources"]["status"].is_object());
+        assert!(v["additionalPrinterColumns"].as_array().unwrap().iter().any(|c| c["name"] == "Ready"));
+    }
+}

@@ -1,0 +1,262 @@
+//! Validates a `WasmOperator` spec into an `OperatorDefinition` the host can run.
+//! Every error names the offending field, so it can go straight into a Condition message.
+
+use crate::crd::{InputSpec, KindRef, ModuleRef, WasmOperatorSpec};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+/// Default resync interval when the WasmOperator does not set one.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
+
+/// A definition problem, naming the field.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{field}: {problem}")]
+pub struct DefinitionError {
+    pub field: String,
+    pub problem: String,
+}
+
+fn invalid(field: impl Into<String>, problem: impl Into<String>) -> DefinitionError {
+    DefinitionError { field: field.into(), problem: problem.into() }
+}
+
+/// One validated phase.
+#[derive(Clone, Debug)]
+pub struct PhaseDefinition {
+    pub name: String,
+    pub is_final: bool,
+    /// `None` only for final phases.
+    pub module: Option<ModuleRef>,
+    pub inputs: Vec<InputSpec>,
+    pub outputs: Vec<KindRef>,
+}
+
+/// A WasmOperator that passed validation.
+#[derive(Clone, Debug)]
+pub struct OperatorDefinition {
+    pub name: String,
+    pub resource: KindRef,
+    pub phases: Vec<PhaseDefinition>,
+    pub initial_phase: String,
+    pub finalizer: Option<ModuleRef>,
+    pub resync: Duration,
+}
+
+impl OperatorDefinition {
+    pub fn validate(name: &str, spec: &WasmOperatorSpec) -> Result<Self, DefinitionError> {
+        check_kind(&spec.resource, "spec.resource")?;
+        if spec.phases.is_empty() {
+            return Err(invalid("spec.phases", "at least one phase is required"));
+        }
+        let mut seen = BTreeSet::new();
+        let mut phases = Vec::with_capacity(spec.phases.len());
+        for (i, p) in spec.phases.iter().enumerate() {
+            let field = format!("spec.phases[{i}]");
+            if p.name.trim().is_empty() {
+                return Err(invalid(format!("{field}.name"), "must not be empty"));
+            }
+            if !seen.insert(p.name.as_str()) {
+                return Err(invalid(format!("{field}.name"), format!("duplicate phase name {:?}", p.name)));
+            }
+            match (&p.module, p.is_final) {
+                (None, false) => {
+                    return Err(invalid(format!("{field}.module"), format!("phase {:?} is not final, so it needs a module", p.name)))
+                }
+                (Some(m), _) => check_module(m, &format!("{field}.module"))?,
+                (None, true) => {}
+            }
+            let mut input_names = BTreeSet::new();
+            for (j, input) in p.inputs.iter().enumerate() {
+                let f = format!("{field}.inputs[{j}]");
+                if input.name.trim().is_empty() {
+                    return Err(invalid(format!("{f}.name"), "must not be empty"));
+                }
+                if !input_names.insert(input.name.as_str()) {
+                    return Err(invalid(format!("{f}.name"), format!("duplicate input name {:?}", input.name)));
+                }
+                check_kind(&KindRef::new(&input.api_version, &input.kind), &f)?;
+            }
+            for (j, output) in p.outputs.iter().enumerate() {
+                check_kind(output, &format!("{field}.outputs[{j}]"))?;
+            }
+            phases.push(PhaseDefinition {
+                name: p.name.clone(),
+                is_final: p.is_final,
+                module: p.module.clone(),
+                inputs: p.inputs.clone(),
+                outputs: p.outputs.clone(),
+            });
+        }
+        let initial: Vec<_> = spec.phases.iter().filter(|p| p.initial).map(|p| p.name.clone()).collect();
+        let initial_phase = match initial.as_slice() {
+            [one] => one.clone(),
+            [] => return Err(invalid("spec.phases", "no phase is marked initial: exactly one must be")),
+            many => return Err(invalid("spec.phases", format!("{} phases are marked initial ({}): exactly one must be", many.len(), many.join(", ")))),
+        };
+        if let Some(f) = &spec.finalizer {
+            check_module(&f.module, "spec.finalizer.module")?;
+        }
+        let resync = match &spec.resync_interval {
+            None => DEFAULT_RESYNC,
+            Some(s) => parse_interval(s).map_err(|p| invalid("spec.resyncInterval", p))?,
+        };
+        Ok(OperatorDefinition {
+            name: name.to_string(),
+            resource: spec.resource.clone(),
+            phases,
+            initial_phase,
+            finalizer: spec.finalizer.as_ref().map(|f| f.module.clone()),
+            resync,
+        })
+    }
+
+    pub fn phase(&self, name: &str) -> Option<&PhaseDefinition> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+
+    /// Every kind the operator reads, keyed for watching: inputs of all phases.
+    pub fn input_kinds(&self) -> BTreeSet<KindRef> {
+        self.phases
+            .iter()
+            .flat_map(|p| p.inputs.iter().map(|i| KindRef::new(&i.api_version, &i.kind)))
+            .collect()
+    }
+
+    /// Every kind any phase may write.
+    pub fn output_kinds(&self) -> BTreeSet<KindRef> {
+        self.phases.iter().flat_map(|p| p.outputs.iter().cloned()).collect()
+    }
+
+    /// Modules to load, keyed by role: the phase name, or `finalizer`.
+    pub fn modules(&self) -> HashMap<String, ModuleRef> {
+        let mut m: HashMap<String, ModuleRef> =
+            self.phases.iter().filter_map(|p| p.module.clone().map(|m| (p.name.clone(), m))).collect();
+        if let Some(f) = &self.finalizer {
+            m.insert(FINALIZER_ROLE.to_string(), f.clone());
+        }
+        m
+    }
+}
+
+/// The role name the finalizer module is reported under.
+pub const FINALIZER_ROLE: &str = "finalizer";
+
+fn check_kind(k: &KindRef, field: &str) -> Result<(), DefinitionError> {
+    if k.api_version.trim().is_empty() {
+        return Err(invalid(format!("{field}.apiVersion"), "must not be empty"));
+    }
+    if k.api_version.split('/').count() > 2 || k.api_version.split('/').any(|s| s.is_empty()) {
+        return Err(invalid(format!("{field}.apiVersion"), format!("{:?} is not of the form group/version or v1", k.api_version)));
+    }
+    if k.kind.trim().is_empty() {
+        return Err(invalid(format!("{field}.kind"), "must not be empty"));
+    }
+    Ok(())
+}
+
+fn check_module(m: &ModuleRef, field: &str) -> Result<(), DefinitionError> {
+    match (&m.config_map, &m.file) {
+        (Some(_), Some(_)) => Err(invalid(field, "set exactly one of configMap or file, not both")),
+        (None, None) => Err(invalid(field, "set exactly one of configMap or file")),
+        (Some(cm), None) => {
+            if cm.name.is_empty() || cm.key.is_empty() {
+                return Err(invalid(format!("{field}.configMap"), "name and key are required"));
+            }
+            crate::modules::normalize_digest(&cm.sha256).map_err(|p| invalid(format!("{field}.configMap.sha256"), p))?;
+            Ok(())
+        }
+        (None, Some(f)) => {
+            if f.path.is_empty() {
+                return Err(invalid(format!("{field}.file.path"), "must not be empty"));
+            }
+            if let Some(d) = &f.sha256 {
+                crate::modules::normalize_digest(d).map_err(|p| invalid(format!("{field}.file.sha256"), p))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Parses `30s`, `5m`, `1h30m`; refuses zero and anything below one second.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| format!("{s:?} is not a duration like 30s or 5m ({e})"))?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s:?} is shorter than the minimum of 1s"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{FileModule, PhaseSpec};
+
+    fn module(path: &str) -> Option<ModuleRef> {
+        Some(ModuleRef { file: Some(FileModule { path: path.into(), sha256: None }), ..Default::default() })
+    }
+
+    fn phase(name: &str, initial: bool, is_final: bool) -> PhaseSpec {
+        PhaseSpec {
+            name: name.into(),
+            description: None,
+            initial,
+            is_final,
+            module: if is_final { None } else { module("x.wasm") },
+            inputs: vec![],
+            outputs: vec![],
+        }
+    }
+
+    fn spec(phases: Vec<PhaseSpec>) -> WasmOperatorSpec {
+        WasmOperatorSpec {
+            resource: KindRef::new("examples.io/v1", "AutoRoute"),
+            phases,
+            finalizer: None,
+            resync_interval: Some("30s".into()),
+        }
+    }
+
+    #[test]
+    fn valid_definition_has_initial_phase_and_resync() {
+        let d = OperatorDefinition::validate("a", &spec(vec![phase("Init", true, false), phase("Done", false, true)])).unwrap();
+        assert_eq!(d.initial_phase, "Init");
+        assert_eq!(d.resync, Duration::from_secs(30));
+        assert!(d.phase("Done").unwrap().is_final);
+        assert_eq!(d.modules().len(), 1);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = OperatorDefinition::validate("a", &spec(vec![phase("A", false, false)])).unwrap_err();
+        assert_eq!(e.field, "spec.phases");
+        assert!(e.problem.contains("no phase is marked initial"));
+
+        let e = OperatorDefinition::validate("a", &spec(vec![phase("A", true, false), phase("B", true, false)])).unwrap_err();
+        assert!(e.problem.contains("2 phases are marked initial (A, B)"), "{e}");
+
+        let e = OperatorDefinition::validate("a", &spec(vec![phase("A", true, false), phase("A", false, false)])).unwrap_err();
+        assert_eq!(e.field, "spec.phases[1].name");
+
+        let mut p = phase("A", true, false);
+        p.module = None;
+        let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
+        assert_eq!(e.field, "spec.phases[0].module");
+
+        let mut s = spec(vec![phase("A", true, false)]);
+        s.resync_interval = Some("soon".into());
+        let e = OperatorDefinition::validate("a", &s).unwrap_err();
+        assert_eq!(e.field, "spec.resyncInterval");
+
+        let mut p = phase("A", true, false);
+        p.outputs.push(KindRef::new("", "Service"));
+        let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
+        assert_eq!(e.field, "spec.phases[0].outputs[0].apiVersion");
+    }
+
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval("1m30s").unwrap(), Duration::from_secs(90));
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("100ms").is_err());
+    }
+}

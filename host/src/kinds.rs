@@ -1,0 +1,73 @@
+//! Resolves `apiVersion` + `kind` pairs to API resources through discovery.
+//! Kinds are looked up one group-version at a time (aggregated discovery is absent on older servers).
+
+use crate::crd::KindRef;
+use kube::core::GroupVersionKind;
+use kube::discovery::{self, ApiCapabilities, ApiResource, Scope};
+use kube::Client;
+
+/// A kind the API server serves, with what the host needs to talk to it.
+#[derive(Clone, Debug)]
+pub struct ResolvedKind {
+    pub kind: KindRef,
+    pub api: ApiResource,
+    pub namespaced: bool,
+}
+
+/// Discovery could not find a kind.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {api_version} {kind} is not served by the API server ({source})")]
+pub struct KindNotServed {
+    pub field: String,
+    pub api_version: String,
+    pub kind: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+impl KindRef {
+    /// Parses `apiVersion` into a group/version/kind.
+    pub fn gvk(&self) -> GroupVersionKind {
+        let (group, version) = match self.api_version.split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), self.api_version.clone()),
+        };
+        GroupVersionKind::gvk(&group, &version, &self.kind)
+    }
+
+    pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
+        KindRef { api_version: api_version.into(), kind: kind.into() }
+    }
+}
+
+impl std::fmt::Display for KindRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.api_version, self.kind)
+    }
+}
+
+/// Looks one kind up; `field` names where it was declared, for the error message.
+pub async fn resolve(client: &Client, kind: &KindRef, field: &str) -> Result<ResolvedKind, KindNotServed> {
+    let (api, caps): (ApiResource, ApiCapabilities) = discovery::pinned_kind(client, &kind.gvk())
+        .await
+        .map_err(|source| KindNotServed {
+            field: field.to_string(),
+            api_version: kind.api_version.clone(),
+            kind: kind.kind.clone(),
+            source,
+        })?;
+    Ok(ResolvedKind { kind: kind.clone(), api, namespaced: caps.scope == Scope::Namespaced })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_and_grouped_api_versions_parse() {
+        let core = KindRef::new("v1", "Service").gvk();
+        assert_eq!((core.group.as_str(), core.version.as_str()), ("", "v1"));
+        let apps = KindRef::new("apps/v1", "Deployment").gvk();
+        assert_eq!((apps.group.as_str(), apps.version.as_str(), apps.kind.as_str()), ("apps", "v1", "Deployment"));
+    }
+}

@@ -1,0 +1,43 @@
+//! wasmpilot: a Kubernetes operator host whose business logic runs as sandboxed Wasm components.
+//!
+//! The modules follow the data flow of one reconcile, in order:
+//!
+//! ```text
+//! WasmOperator ──manager──▶ definition (validated) + modules (fetched, verified, compiled once)
+//!      │
+//!      ▼
+//! watch (resource, inputs, outputs) → schedule (queue, backoff) → reconcile:
+//!     inputs (from the watch caches) → sandbox (the phase component, fresh instance)
+//!     → outputs (validated, server-side applied) → status (phase, status info, Conditions, Events)
+//! ```
+//!
+//! `offline` runs one phase from files through the same definition, inputs, sandbox and output
+//! checks, without a cluster; `deploy` builds an operator's components and ships them.
+
+pub mod crd;
+pub mod definition;
+pub mod modules;
+pub mod manager;
+pub mod watch;
+pub mod schedule;
+pub mod reconcile;
+pub mod inputs;
+pub mod sandbox;
+pub mod outputs;
+pub mod status;
+pub mod offline;
+pub mod deploy;
+pub mod kinds;
+
+/// The finalizer the host puts on resources of operators that declare a finalizer worker.
+pub fn finalizer_name(operator: &str) -> String {
+    format!("wasmpilot.io/{operator}")
+}
+
+/// The server-side apply field manager the host uses for one operator's outputs.
+pub fn field_manager(operator: &str) -> String {
+    format!("wasmpilot-{operator}")
+}
+
+/// Label put on every output object, naming the operator that applied it.
+pub const OPERATOR_LABEL: &str = "wasmpilot.io/operator";

@@ -1,0 +1,289 @@
+//! Watches `WasmOperator` objects and keeps one controller running per valid operator:
+//! validate → resolve kinds → load modules → start (or swap) its controller → report status.
+
+use crate::crd::{KindRef, WasmOperator, WasmOperatorSpec};
+use crate::definition::{OperatorDefinition, FINALIZER_ROLE};
+use crate::kinds::{self, ResolvedKind};
+use crate::modules::ModuleCache;
+use crate::reconcile::OperatorContext;
+use crate::schedule::Backoff;
+use crate::status;
+use crate::watch;
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Retry delay for operators whose kinds or modules are not available yet.
+const LOAD_RETRY: Duration = Duration::from_secs(10);
+
+/// Why an operator could not be (re)started; becomes the `Ready=False` message.
+#[derive(Debug, thiserror::Error)]
+enum LoadFailure {
+    #[error("invalid definition: {0}")]
+    Invalid(#[from] crate::definition::DefinitionError),
+    #[error("{0}")]
+    KindNotServed(#[from] kinds::KindNotServed),
+    #[error("module for {role}: {source}")]
+    Module { role: String, #[source] source: crate::modules::ModuleError },
+}
+
+impl LoadFailure {
+    fn reason(&self) -> &'static str {
+        match self {
+            LoadFailure::Invalid(_) => "InvalidDefinition",
+            LoadFailure::KindNotServed(_) => "KindNotServed",
+            LoadFailure::Module { .. } => "ModuleLoadFailed",
+        }
+    }
+
+    /// Invalid definitions wait for an edit; the rest may fix themselves (CRD installed, ConfigMap created).
+    fn retry(&self) -> bool {
+        !matches!(self, LoadFailure::Invalid(_))
+    }
+}
+
+struct Running {
+    spec: WasmOperatorSpec,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Owns the per-operator controllers of this host.
+pub struct Manager {
+    client: Client,
+    modules: Arc<ModuleCache>,
+    recorder: Recorder,
+    running: HashMap<String, Running>,
+    /// Specs that failed to load, so status-only updates don't retry them in a loop.
+    failed: HashMap<String, WasmOperatorSpec>,
+}
+
+impl Manager {
+    pub fn new(client: Client, modules: Arc<ModuleCache>) -> Self {
+        let reporter = Reporter { controller: "wasmpilot".into(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Manager { client, modules, recorder, running: HashMap::new(), failed: HashMap::new() }
+    }
+
+    /// Runs until `shutdown` resolves.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+        let api: Api<WasmOperator> = Api::all(self.client.clone());
+        let mut events = watcher::watcher(api.clone(), watcher::Config::default()).default_backoff().boxed();
+        let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<String>();
+        let mut listed: HashSet<String> = HashSet::new();
+        tokio::pin!(shutdown);
+        tracing::info!("watching WasmOperators");
+        loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(Event::Init)) => listed.clear(),
+                    Some(Ok(Event::InitApply(op))) => {
+                        listed.insert(op.name_any());
+                        self.ensure(op, false, &retry_tx).await;
+                    }
+                    Some(Ok(Event::InitDone)) => {
+                        let gone: Vec<String> = self.running.keys().filter(|n| !listed.contains(*n)).cloned().collect();
+                        for name in gone {
+                            self.stop(&name);
+                        }
+                    }
+                    Some(Ok(Event::Apply(op))) => self.ensure(op, false, &retry_tx).await,
+                    Some(Ok(Event::Delete(op))) => {
+                        let name = op.name_any();
+                        self.failed.remove(&name);
+                        self.stop(&name);
+                    }
+                    Some(Err(e)) => tracing::warn!(error = %e, "WasmOperator watch error (retrying)"),
+                    None => break,
+                },
+                Some(name) = retry_rx.recv() => {
+                    match api.get_opt(&name).await {
+                        Ok(Some(op)) => self.ensure(op, true, &retry_tx).await,
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(operator = %name, error = %e, "could not read WasmOperator; retrying");
+                            schedule_retry(&retry_tx, name);
+                        }
+                    }
+                }
+                _ = &mut shutdown => break,
+            }
+        }
+        let names: Vec<String> = self.running.keys().cloned().collect();
+        for name in names {
+            self.stop(&name);
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self, name: &str) {
+        if self.running.remove(name).is_some() {
+            tracing::info!(operator = %name, "stopping controller");
+        }
+    }
+
+    /// Makes the running controller match the object's spec; `retry` forces a new attempt.
+    async fn ensure(&mut self, op: WasmOperator, retry: bool, retry_tx: &mpsc::UnboundedSender<String>) {
+        let name = op.name_any();
+        if self.running.get(&name).is_some_and(|r| r.spec == op.spec) {
+            return;
+        }
+        if !retry && self.failed.get(&name).is_some_and(|s| *s == op.spec) {
+            return;
+        }
+        match self.load(&name, &op.spec).await {
+            Ok((ctx, inputs, digests)) => {
+                self.failed.remove(&name);
+                let (tx, rx) = oneshot::channel::<()>();
+                let swapped = self.running.contains_key(&name);
+                // Dropping the previous Running signals its graceful shutdown: its in-flight
+                // reconciles finish on the old modules, new ones start on the new controller.
+                self.running.insert(name.clone(), Running { spec: op.spec.clone(), shutdown: Some(tx) });
+                tokio::spawn(watch::run(ctx, inputs, async move {
+                    let _ = rx.await;
+                }));
+                let message = format!(
+                    "{} controller for {} {} with {} module(s)",
+                    if swapped { "swapped to a new" } else { "running a" },
+                    op.spec.resource.api_version,
+                    op.spec.resource.kind,
+                    digests.len()
+                );
+                tracing::info!(operator = %name, "{message}");
+                self.report(&op, None, &message, digests).await;
+            }
+            Err(failure) => {
+                let still = if self.running.contains_key(&name) { "; the previous definition keeps running" } else { "" };
+                let message = format!("{failure}{still}");
+                tracing::warn!(operator = %name, reason = failure.reason(), "{message}");
+                self.failed.insert(name.clone(), op.spec.clone());
+                self.report(&op, Some(failure.reason()), &message, BTreeMap::new()).await;
+                let reference = op.object_ref(&());
+                status::publish_event(&self.recorder, &reference, true, failure.reason(), "Load", message).await;
+                if failure.retry() {
+                    schedule_retry(retry_tx, name);
+                }
+            }
+        }
+    }
+
+    async fn load(
+        &self,
+        name: &str,
+        spec: &WasmOperatorSpec,
+    ) -> Result<(Arc<OperatorContext>, watch::InputWatches, BTreeMap<String, String>), LoadFailure> {
+        let definition = OperatorDefinition::validate(name, spec)?;
+        let resource = kinds::resolve(&self.client, &definition.resource, "spec.resource").await?;
+        let mut resolved: HashMap<KindRef, ResolvedKind> = HashMap::new();
+        for (i, p) in spec.phases.iter().enumerate() {
+            for (j, input) in p.inputs.iter().enumerate() {
+                let k = KindRef::new(&input.api_version, &input.kind);
+                if !resolved.contains_key(&k) {
+                    let r = kinds::resolve(&self.client, &k, &format!("spec.phases[{i}].inputs[{j}]")).await?;
+                    resolved.insert(k, r);
+                }
+            }
+            for (j, k) in p.outputs.iter().enumerate() {
+                if !resolved.contains_key(k) {
+                    let r = kinds::resolve(&self.client, k, &format!("spec.phases[{i}].outputs[{j}]")).await?;
+                    resolved.insert(k.clone(), r);
+                }
+            }
+        }
+        let mut workers = HashMap::new();
+        let mut digests = BTreeMap::new();
+        for p in &definition.phases {
+            if let Some(m) = &p.module {
+                let module =
+                    self.modules.phase(m).await.map_err(|source| LoadFailure::Module { role: format!("phase {}", p.name), source })?;
+                digests.insert(p.name.clone(), module.digest.clone());
+                workers.insert(p.name.clone(), module);
+            }
+        }
+        let finalizer = match &definition.finalizer {
+            Some(m) => {
+                let module = self.modules.finalizer(m).await.map_err(|source| LoadFailure::Module { role: FINALIZER_ROLE.into(), source })?;
+                digests.insert(FINALIZER_ROLE.into(), module.digest.clone());
+                Some(module)
+            }
+            None => None,
+        };
+        let input_kinds: Vec<ResolvedKind> = definition.input_kinds().iter().filter_map(|k| resolved.get(k).cloned()).collect();
+        let (caches, watches) = watch::input_caches(&input_kinds);
+        let namespaced = resolved.iter().map(|(k, r)| (k.clone(), r.namespaced)).collect();
+        let ctx = OperatorContext {
+            definition,
+            client: self.client.clone(),
+            resource,
+            workers,
+            finalizer,
+            kinds: resolved,
+            namespaced,
+            inputs: caches,
+            sandbox: self.modules.sandbox().clone(),
+            recorder: self.recorder.clone(),
+            backoff: Backoff::default(),
+        };
+        Ok((Arc::new(ctx), watches, digests))
+    }
+
+    /// Writes Ready and ModulesLoaded conditions, active digests and observedGeneration.
+    async fn report(&self, op: &WasmOperator, failure: Option<&str>, message: &str, digests: BTreeMap<String, String>) {
+        let now = crate::reconcile::now_rfc3339();
+        let current = op.status.as_ref().map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
+        let ready = status::ConditionUpdate {
+            type_: "Ready",
+            status: failure.is_none(),
+            reason: failure.unwrap_or("ControllerRunning").into(),
+            message: message.into(),
+        };
+        let modules_ok = !matches!(failure, Some("ModuleLoadFailed") | Some("InvalidDefinition") | Some("KindNotServed"));
+        let modules = status::ConditionUpdate {
+            type_: "ModulesLoaded",
+            status: modules_ok,
+            reason: if modules_ok { "Loaded".into() } else { failure.unwrap_or("NotLoaded").into() },
+            message: if modules_ok { format!("{} module(s) verified and compiled", digests.len()) } else { "modules were not loaded: see the Ready condition".into() },
+        };
+        let mut patch = status::StatusUpdate { observed_generation: op.metadata.generation, condition: Some(ready), ..Default::default() };
+        let mut body = status::status_patch(current.as_ref(), &patch, &now).unwrap_or_else(|| json!({}));
+        let mut merged = current.clone().unwrap_or_else(|| json!({}));
+        json_patch::merge(&mut merged, &body);
+        patch.condition = Some(modules);
+        if let Some(more) = status::status_patch(Some(&merged), &patch, &now) {
+            json_patch::merge(&mut body, &more);
+        }
+        if failure.is_none() {
+            body["modules"] = json!(digests);
+        }
+        if body.as_object().is_some_and(|m| m.is_empty()) {
+            return;
+        }
+        let api: Api<WasmOperator> = Api::all(self.client.clone());
+        if let Err(e) = api.patch_status(&op.name_any(), &PatchParams::default(), &Patch::Merge(&json!({ "status": body }))).await {
+            tracing::warn!(operator = %op.name_any(), error = %e, "could not update WasmOperator status");
+        }
+    }
+}
+
+fn schedule_retry(tx: &mpsc::UnboundedSender<String>, name: String) {
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(LOAD_RETRY).await;
+        let _ = tx.send(name);
+    });
+}

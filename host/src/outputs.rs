@@ -1,0 +1,256 @@
+//! Checks a worker's outputs against the phase declaration (all or nothing), then server-side
+//! applies them with the operator's field manager and a controller ownerReference to the resource.
+
+use crate::crd::KindRef;
+use crate::definition::PhaseDefinition;
+use crate::kinds::ResolvedKind;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::collections::{BTreeSet, HashMap};
+
+/// One output that passed the checks, ready to apply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckedOutput {
+    pub kind: KindRef,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub object: Value,
+}
+
+impl CheckedOutput {
+    pub fn describe(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{} {ns}/{}", self.kind.kind, self.name),
+            None => format!("{} {}", self.kind.kind, self.name),
+        }
+    }
+}
+
+/// Why a worker's outputs were refused. Nothing of that result is applied.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("output #{index} is not a JSON object: {problem}")]
+    NotAnObject { index: usize, problem: String },
+    #[error("output #{index} has no {field}")]
+    MissingField { index: usize, field: &'static str },
+    #[error("output #{index} ({kind} {name}): {kind} is not a declared output of phase {phase} (declared: {declared})")]
+    UndeclaredKind { index: usize, kind: String, name: String, phase: String, declared: String },
+    #[error("output #{index} ({kind} {name}): namespace {namespace:?} differs from the resource's namespace {expected:?}")]
+    WrongNamespace { index: usize, kind: String, name: String, namespace: String, expected: String },
+    #[error("output #{index} ({kind} {name}): cluster-scoped outputs of a namespaced resource are not allowed")]
+    ClusterScoped { index: usize, kind: String, name: String },
+    #[error("output #{index}: {name:?} is not a valid object name (lowercase alphanumerics, '-' and '.', at most 253)")]
+    InvalidName { index: usize, name: String },
+    #[error("output #{index} ({kind} {name}) sets ownerReferences; the host sets them")]
+    OwnerReferences { index: usize, kind: String, name: String },
+    #[error("output #{index} ({kind} {name}) is returned twice")]
+    Duplicate { index: usize, kind: String, name: String },
+    #[error("could not apply {object}: {source}")]
+    ApplyFailed { object: String, #[source] source: kube::Error },
+}
+
+impl OutputError {
+    /// The API server refused the object itself (invalid), as opposed to a transient failure.
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            OutputError::ApplyFailed { source: kube::Error::Api(s), .. } => {
+                (400..500).contains(&s.code) && s.code != 409 && s.code != 429
+            }
+            OutputError::ApplyFailed { .. } => false,
+            _ => true,
+        }
+    }
+}
+
+/// The resource the outputs will be owned by.
+pub struct Owner<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub namespace: Option<&'a str>,
+}
+
+/// Checks every output; `namespaced` says which kinds are namespaced (unknown kinds are assumed so).
+pub fn check(
+    phase: &PhaseDefinition,
+    owner: &Owner<'_>,
+    namespaced: &HashMap<KindRef, bool>,
+    outputs: &[String],
+) -> Result<Vec<CheckedOutput>, OutputError> {
+    let mut seen = BTreeSet::new();
+    let mut checked = Vec::with_capacity(outputs.len());
+    for (index, raw) in outputs.iter().enumerate() {
+        let mut object: Value =
+            serde_json::from_str(raw).map_err(|e| OutputError::NotAnObject { index, problem: e.to_string() })?;
+        if !object.is_object() {
+            return Err(OutputError::NotAnObject { index, problem: "not an object".into() });
+        }
+        let api_version =
+            object["apiVersion"].as_str().ok_or(OutputError::MissingField { index, field: "apiVersion" })?.to_string();
+        let kind_name = object["kind"].as_str().ok_or(OutputError::MissingField { index, field: "kind" })?.to_string();
+        let name =
+            object["metadata"]["name"].as_str().ok_or(OutputError::MissingField { index, field: "metadata.name" })?.to_string();
+        let kind = KindRef::new(&api_version, &kind_name);
+        if !phase.outputs.contains(&kind) {
+            return Err(OutputError::UndeclaredKind {
+                index,
+                kind: format!("{api_version} {kind_name}"),
+                name,
+                phase: phase.name.clone(),
+                declared: phase.outputs.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
+            });
+        }
+        if !valid_name(&name) {
+            return Err(OutputError::InvalidName { index, name });
+        }
+        if object["metadata"].get("ownerReferences").is_some_and(|o| !o.is_null()) {
+            return Err(OutputError::OwnerReferences { index, kind: kind_name, name });
+        }
+        let is_namespaced = namespaced.get(&kind).copied().unwrap_or(true);
+        let namespace = match (is_namespaced, owner.namespace) {
+            (true, Some(expected)) => {
+                match object["metadata"]["namespace"].as_str() {
+                    Some(ns) if ns != expected => {
+                        return Err(OutputError::WrongNamespace {
+                            index,
+                            kind: kind_name,
+                            name,
+                            namespace: ns.to_string(),
+                            expected: expected.to_string(),
+                        })
+                    }
+                    _ => {}
+                }
+                object["metadata"]["namespace"] = json!(expected);
+                Some(expected.to_string())
+            }
+            (true, None) => object["metadata"]["namespace"].as_str().map(str::to_string),
+            (false, Some(_)) => return Err(OutputError::ClusterScoped { index, kind: kind_name, name }),
+            (false, None) => None,
+        };
+        if !seen.insert((kind.clone(), namespace.clone(), name.clone())) {
+            return Err(OutputError::Duplicate { index, kind: kind_name, name });
+        }
+        object["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": owner.api_version,
+            "kind": owner.kind,
+            "name": owner.name,
+            "uid": owner.uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }]);
+        checked.push(CheckedOutput { kind, name, namespace, object });
+    }
+    Ok(checked)
+}
+
+/// RFC 1123 subdomain, the rule for most object names.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// Server-side applies checked outputs, labelled with the operator, forcing ownership of their fields.
+pub async fn apply_outputs(
+    client: &Client,
+    operator: &str,
+    kinds: &HashMap<KindRef, ResolvedKind>,
+    outputs: Vec<CheckedOutput>,
+) -> Result<usize, OutputError> {
+    let params = PatchParams::apply(&crate::field_manager(operator)).force();
+    let count = outputs.len();
+    for mut out in outputs {
+        let Some(resolved) = kinds.get(&out.kind) else {
+            return Err(OutputError::UndeclaredKind {
+                index: 0,
+                kind: out.kind.to_string(),
+                name: out.name,
+                phase: String::new(),
+                declared: "(not resolved)".into(),
+            });
+        };
+        out.object["metadata"]["labels"][crate::OPERATOR_LABEL] = json!(operator);
+        let api: Api<DynamicObject> = match &out.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.api),
+            None => Api::all_with(client.clone(), &resolved.api),
+        };
+        api.patch(&out.name, &params, &Patch::Apply(&out.object))
+            .await
+            .map_err(|source| OutputError::ApplyFailed { object: out.describe(), source })?;
+        tracing::debug!(object = %out.describe(), "applied output");
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase() -> PhaseDefinition {
+        PhaseDefinition {
+            name: "Syncing".into(),
+            is_final: false,
+            module: None,
+            inputs: vec![],
+            outputs: vec![KindRef::new("v1", "Service"), KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole")],
+        }
+    }
+
+    fn owner() -> Owner<'static> {
+        Owner { api_version: "examples.io/v1", kind: "AutoRoute", name: "r", uid: "u-1", namespace: Some("ns") }
+    }
+
+    fn svc(extra: Value) -> String {
+        let mut v = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}});
+        if let (Some(m), Some(e)) = (v["metadata"].as_object_mut(), extra.as_object()) {
+            m.extend(e.clone());
+        }
+        v.to_string()
+    }
+
+    fn namespaced() -> HashMap<KindRef, bool> {
+        HashMap::from([
+            (KindRef::new("v1", "Service"), true),
+            (KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole"), false),
+        ])
+    }
+
+    #[test]
+    fn accepted_outputs_get_namespace_and_controller_owner() {
+        let out = check(&phase(), &owner(), &namespaced(), &[svc(json!({}))]).unwrap();
+        assert_eq!(out[0].namespace.as_deref(), Some("ns"));
+        let refs = &out[0].object["metadata"]["ownerReferences"][0];
+        assert_eq!(refs["uid"], "u-1");
+        assert_eq!(refs["controller"], true);
+    }
+
+    #[test]
+    fn every_rule_refuses() {
+        let n = namespaced();
+        let p = phase();
+        let o = owner();
+        let err = |outs: &[String]| check(&p, &o, &n, outs).unwrap_err();
+        assert!(matches!(err(&["[1]".into()]), OutputError::NotAnObject { .. }));
+        assert!(matches!(err(&["{not json".into()]), OutputError::NotAnObject { .. }));
+        assert!(matches!(err(&[json!({"kind": "Service", "metadata": {"name": "a"}}).to_string()]), OutputError::MissingField { field: "apiVersion", .. }));
+        assert!(matches!(
+            err(&[json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"}}).to_string()]),
+            OutputError::UndeclaredKind { .. }
+        ));
+        assert!(matches!(err(&[svc(json!({"namespace": "kube-system"}))]), OutputError::WrongNamespace { .. }));
+        assert!(matches!(err(&[svc(json!({"name": "Bad_Name"}))]), OutputError::InvalidName { .. }));
+        assert!(matches!(err(&[svc(json!({"ownerReferences": [{"uid": "x"}]}))]), OutputError::OwnerReferences { .. }));
+        assert!(matches!(err(&[svc(json!({})), svc(json!({}))]), OutputError::Duplicate { .. }));
+        assert!(matches!(
+            err(&[json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "a"}}).to_string()]),
+            OutputError::ClusterScoped { .. }
+        ));
+        let msg = err(&[svc(json!({})), json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"}}).to_string()]).to_string();
+        assert!(msg.contains("apps/v1 Deployment is not a declared output of phase Syncing"), "{msg}");
+    }
+}

@@ -1,0 +1,426 @@
+//! One reconcile of one resource, top to bottom: current phase → inputs → sandbox → outputs →
+//! status. Errors end as a Condition and an Event on the resource, then backoff or resync.
+
+use crate::crd::KindRef;
+use crate::definition::{OperatorDefinition, PhaseDefinition};
+use crate::inputs::{self, ObjectSource};
+use crate::kinds::ResolvedKind;
+use crate::outputs::{self, OutputError, Owner};
+use crate::sandbox::{FinalizeRequest, FinalizerModule, PhaseModule, RunError, Sandbox, SyncRequest};
+use crate::schedule::Backoff;
+use crate::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::Instrument;
+
+/// How long a reconcile waits for the input caches' first list before retrying.
+const INPUTS_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything one operator's reconciles share; built by the manager when the operator loads.
+pub struct OperatorContext {
+    pub definition: OperatorDefinition,
+    pub client: Client,
+    pub resource: ResolvedKind,
+    /// Phase name → its component.
+    pub workers: HashMap<String, PhaseModule>,
+    pub finalizer: Option<FinalizerModule>,
+    /// Input and output kinds, resolved.
+    pub kinds: HashMap<KindRef, ResolvedKind>,
+    pub namespaced: HashMap<KindRef, bool>,
+    pub inputs: InputCaches,
+    pub sandbox: Arc<Sandbox>,
+    pub recorder: Recorder,
+    pub backoff: Backoff,
+}
+
+/// The watch caches of every input kind.
+#[derive(Clone, Default)]
+pub struct InputCaches(pub HashMap<KindRef, Store<DynamicObject>>);
+
+impl ObjectSource for InputCaches {
+    fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>> {
+        self.0.get(kind).map(|s| s.state()).unwrap_or_default()
+    }
+}
+
+/// Why a reconcile did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("phase {phase:?} is not declared by operator {operator} (declared: {declared})")]
+    UnknownPhase { phase: String, operator: String, declared: String },
+    #[error("worker for phase {phase} returned next phase {next:?}, which is not declared (declared: {declared})")]
+    UnknownNextPhase { phase: String, next: String, declared: String },
+    #[error("worker for phase {phase} returned status info that is not a JSON object: {problem}")]
+    BadStatusInfo { phase: String, problem: String },
+    #[error("worker for phase {phase} ({digest}): {source}")]
+    Worker { phase: String, digest: String, #[source] source: RunError },
+    #[error("finalizer worker ({digest}): {source}")]
+    FinalizerWorker { digest: String, #[source] source: RunError },
+    #[error("finalizer worker not done yet; running again in {0:?}")]
+    FinalizerPending(Duration),
+    #[error("outputs of phase {phase} refused, nothing was applied: {source}")]
+    Outputs { phase: String, #[source] source: OutputError },
+    #[error("input cache for {0} has not synced yet")]
+    InputsNotSynced(String),
+    #[error("status of the resource changed while the worker ran; deciding again")]
+    StatusConflict,
+    #[error("{action}: {source}")]
+    Api { action: &'static str, #[source] source: kube::Error },
+    #[error("finalizer handling: {0}")]
+    Finalizer(String),
+}
+
+impl ReconcileError {
+    /// Fatal errors are reported and not retried until something changes (or the resync interval).
+    fn is_fatal(&self) -> bool {
+        match self {
+            ReconcileError::UnknownPhase { .. }
+            | ReconcileError::UnknownNextPhase { .. }
+            | ReconcileError::BadStatusInfo { .. } => true,
+            ReconcileError::Worker { source, .. } | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
+            ReconcileError::Outputs { source, .. } => source.is_fatal(),
+            _ => false,
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::UnknownPhase { .. } => "UnknownPhase",
+            ReconcileError::UnknownNextPhase { .. } => "UnknownNextPhase",
+            ReconcileError::BadStatusInfo { .. } => "BadStatusInfo",
+            ReconcileError::Worker { source, .. } | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
+            ReconcileError::FinalizerPending(_) => "FinalizerPending",
+            ReconcileError::Outputs { source: OutputError::ApplyFailed { .. }, .. } => "ApplyFailed",
+            ReconcileError::Outputs { .. } => "OutputRefused",
+            ReconcileError::InputsNotSynced(_) => "InputsNotSynced",
+            ReconcileError::StatusConflict => "StatusConflict",
+            ReconcileError::Api { .. } => "ApiError",
+            ReconcileError::Finalizer(_) => "FinalizerError",
+        }
+    }
+
+    /// Worth a Condition and an Event (the rest are routine and only logged).
+    fn is_reportable(&self) -> bool {
+        !matches!(self, ReconcileError::StatusConflict | ReconcileError::FinalizerPending(_) | ReconcileError::InputsNotSynced(_))
+    }
+}
+
+impl OperatorContext {
+    fn api_for(&self, namespace: Option<&str>) -> Api<DynamicObject> {
+        match (self.resource.namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &self.resource.api),
+            _ => Api::all_with(self.client.clone(), &self.resource.api),
+        }
+    }
+
+    fn key(obj: &DynamicObject) -> String {
+        format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+    }
+}
+
+/// The reconcile entry point given to the controller.
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<OperatorContext>) -> Result<Action, ReconcileError> {
+    let span = tracing::info_span!(
+        "reconcile",
+        operator = %ctx.definition.name,
+        resource = %OperatorContext::key(&obj),
+        phase = tracing::field::Empty,
+    );
+    async move {
+        let api = ctx.api_for(obj.namespace().as_deref());
+        let result = if ctx.finalizer.is_some() {
+            let name = crate::finalizer_name(&ctx.definition.name);
+            finalizer(&api, &name, obj.clone(), |event| async {
+                match event {
+                    FinalizerEvent::Apply(o) => run_phase(&ctx, &api, o).await,
+                    FinalizerEvent::Cleanup(o) => run_finalizer(&ctx, &api, o).await,
+                }
+            })
+            .await
+            .map_err(|e| match e {
+                kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+                other => ReconcileError::Finalizer(other.to_string()),
+            })
+        } else if obj.meta().deletion_timestamp.is_some() {
+            Ok(Action::await_change())
+        } else {
+            run_phase(&ctx, &api, obj.clone()).await
+        };
+        match result {
+            Ok(action) => {
+                ctx.backoff.reset(&OperatorContext::key(&obj));
+                Ok(action)
+            }
+            Err(e) => report_error(&ctx, &api, &obj, e).await,
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// The controller's error policy: the worker's own delay for a pending finalizer, else backoff.
+pub fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<OperatorContext>) -> Action {
+    match err {
+        ReconcileError::FinalizerPending(after) => Action::requeue(*after),
+        _ => {
+            let delay = ctx.backoff.next_delay(&OperatorContext::key(&obj));
+            tracing::debug!(resource = %OperatorContext::key(&obj), ?delay, "retrying after backoff");
+            Action::requeue(delay)
+        }
+    }
+}
+
+async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<DynamicObject>) -> Result<Action, ReconcileError> {
+    let def = &ctx.definition;
+    let status = obj.data.get("status");
+    let current = status
+        .and_then(|s| s.get("phase"))
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .unwrap_or(&def.initial_phase)
+        .to_string();
+    tracing::Span::current().record("phase", current.as_str());
+    let phase = def.phase(&current).ok_or_else(|| ReconcileError::UnknownPhase {
+        phase: current.clone(),
+        operator: def.name.clone(),
+        declared: declared_phases(def),
+    })?;
+    let generation = obj.metadata.generation;
+    let observed = status.and_then(|s| s.get("observedGeneration")).and_then(Value::as_i64);
+
+    if phase.is_final {
+        if generation.is_some() && observed != generation {
+            tracing::info!(from = %current, to = %def.initial_phase, "spec changed after a final phase: starting again");
+            let update = StatusUpdate {
+                phase: Some(def.initial_phase.clone()),
+                condition: Some(ConditionUpdate {
+                    type_: SYNCED,
+                    status: true,
+                    reason: "SpecChanged".into(),
+                    message: format!("generation {} changed after final phase {current}; restarting at {}", generation.unwrap_or(0), def.initial_phase),
+                }),
+                ..Default::default()
+            };
+            write_status(api, &obj, &update, true).await?;
+        }
+        return Ok(Action::await_change());
+    }
+
+    let module = ctx.workers.get(&current).ok_or_else(|| ReconcileError::UnknownPhase {
+        phase: current.clone(),
+        operator: def.name.clone(),
+        declared: declared_phases(def),
+    })?;
+    wait_for_inputs(ctx, phase).await?;
+    let request = SyncRequest {
+        operator: def.name.clone(),
+        phase: current.clone(),
+        resource: inputs::to_worker_json(&obj, &def.resource),
+        inputs: inputs::gather(phase, obj.namespace().as_deref(), &ctx.inputs),
+        now: now_rfc3339(),
+    };
+    let started = std::time::Instant::now();
+    let result = ctx.sandbox.run_sync(module, request).await.map_err(|source| ReconcileError::Worker {
+        phase: current.clone(),
+        digest: module.digest.clone(),
+        source,
+    })?;
+    tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, next = %result.next_phase, outputs = result.outputs.len(), "worker decided");
+
+    if def.phase(&result.next_phase).is_none() {
+        return Err(ReconcileError::UnknownNextPhase { phase: current, next: result.next_phase, declared: declared_phases(def) });
+    }
+    let status_info = parse_status_info(&current, result.status_info.as_deref())?;
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let name = obj.name_any();
+    let namespace = obj.namespace();
+    let owner = Owner {
+        api_version: &def.resource.api_version,
+        kind: &def.resource.kind,
+        name: &name,
+        uid: &uid,
+        namespace: namespace.as_deref(),
+    };
+    let checked = outputs::check(phase, &owner, &ctx.namespaced, &result.outputs)
+        .map_err(|source| ReconcileError::Outputs { phase: current.clone(), source })?;
+    let applied = outputs::apply_outputs(&ctx.client, &def.name, &ctx.kinds, checked)
+        .await
+        .map_err(|source| ReconcileError::Outputs { phase: current.clone(), source })?;
+
+    let next = result.next_phase;
+    let update = StatusUpdate {
+        phase: Some(next.clone()),
+        status_info,
+        observed_generation: generation,
+        module_digest: Some(module.digest.clone()),
+        condition: Some(ConditionUpdate {
+            type_: SYNCED,
+            status: true,
+            reason: "PhaseCompleted".into(),
+            message: format!("phase {current} completed; now in phase {next}"),
+        }),
+    };
+    let wrote = write_status(api, &obj, &update, true).await?;
+    if next != current {
+        tracing::info!(from = %current, to = %next, outputs = applied, "phase changed");
+        let reference = obj.object_ref(&ctx.resource.api);
+        status::publish_event(&ctx.recorder, &reference, false, "PhaseChanged", "Reconcile", format!("{current} → {next} ({applied} outputs applied, module {})", short(&module.digest))).await;
+    } else if wrote {
+        tracing::debug!(phase = %current, "status updated");
+    }
+    Ok(match result.requeue_after_ms {
+        Some(ms) => Action::requeue(Duration::from_millis(ms)),
+        None => Action::requeue(def.resync),
+    })
+}
+
+async fn run_finalizer(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<DynamicObject>) -> Result<Action, ReconcileError> {
+    let Some(module) = &ctx.finalizer else {
+        return Ok(Action::await_change());
+    };
+    tracing::Span::current().record("phase", "finalizer");
+    let request = FinalizeRequest {
+        operator: ctx.definition.name.clone(),
+        resource: inputs::to_worker_json(&obj, &ctx.definition.resource),
+        now: now_rfc3339(),
+    };
+    let result = ctx
+        .sandbox
+        .run_finalize(module, request)
+        .await
+        .map_err(|source| ReconcileError::FinalizerWorker { digest: module.digest.clone(), source })?;
+    let status_info = parse_status_info("finalizer", result.status_info.as_deref())?;
+    if status_info.is_some() {
+        let update = StatusUpdate { status_info, ..Default::default() };
+        write_status(api, &obj, &update, false).await?;
+    }
+    if result.done {
+        tracing::info!("finalizer worker done; releasing the resource");
+        let reference = obj.object_ref(&ctx.resource.api);
+        status::publish_event(&ctx.recorder, &reference, false, "Finalized", "Finalize", format!("finalizer worker done (module {})", short(&module.digest))).await;
+        Ok(Action::await_change())
+    } else {
+        Err(ReconcileError::FinalizerPending(Duration::from_millis(result.requeue_after_ms.unwrap_or(5_000))))
+    }
+}
+
+/// Reports an error on the resource; fatal ones wait for a change, the rest go to backoff.
+async fn report_error(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: &DynamicObject, err: ReconcileError) -> Result<Action, ReconcileError> {
+    let fatal = err.is_fatal();
+    if err.is_reportable() {
+        tracing::warn!(error = %err, fatal, "reconcile failed");
+        let update = StatusUpdate {
+            condition: Some(ConditionUpdate { type_: SYNCED, status: false, reason: err.reason().into(), message: err.to_string() }),
+            ..Default::default()
+        };
+        // Only a still-existing object can carry a condition; a failure here is logged.
+        if obj.meta().deletion_timestamp.is_none() || ctx.finalizer.is_some() {
+            if let Err(e) = write_status(api, obj, &update, false).await {
+                tracing::warn!(error = %e, "could not record the failure in the status");
+            }
+        }
+        let reference = obj.object_ref(&ctx.resource.api);
+        status::publish_event(&ctx.recorder, &reference, true, err.reason(), "Reconcile", err.to_string()).await;
+    } else {
+        tracing::debug!(error = %err, "reconcile deferred");
+    }
+    if fatal {
+        Ok(Action::requeue(ctx.definition.resync))
+    } else {
+        Err(err)
+    }
+}
+
+/// Writes a status update if it changes anything; returns whether it wrote.
+async fn write_status(api: &Api<DynamicObject>, obj: &DynamicObject, update: &StatusUpdate, conditional: bool) -> Result<bool, ReconcileError> {
+    let Some(patch) = status::status_patch(obj.data.get("status"), update, &now_rfc3339()) else {
+        return Ok(false);
+    };
+    let rv = if conditional { obj.metadata.resource_version.as_deref() } else { None };
+    match status::patch_status(api, &obj.name_any(), rv, patch).await {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(ReconcileError::StatusConflict),
+        Err(source) => Err(ReconcileError::Api { action: "patching the status", source }),
+    }
+}
+
+async fn wait_for_inputs(ctx: &OperatorContext, phase: &PhaseDefinition) -> Result<(), ReconcileError> {
+    for input in &phase.inputs {
+        let kind = KindRef::new(&input.api_version, &input.kind);
+        if let Some(store) = ctx.inputs.0.get(&kind) {
+            match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, store.wait_until_ready()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(ReconcileError::InputsNotSynced(kind.to_string())),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn parse_status_info(phase: &str, raw: Option<&str>) -> Result<Option<Map<String, Value>>, ReconcileError> {
+    let Some(raw) = raw else { return Ok(None) };
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(m)) => Ok(Some(m)),
+        Ok(Value::Null) => Ok(None),
+        Ok(other) => Err(ReconcileError::BadStatusInfo { phase: phase.into(), problem: format!("got {}", kind_of(&other)) }),
+        Err(e) => Err(ReconcileError::BadStatusInfo { phase: phase.into(), problem: e.to_string() }),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        _ => "something else",
+    }
+}
+
+fn declared_phases(def: &OperatorDefinition) -> String {
+    def.phases.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// `sha256:0123456789ab` — enough to tell modules apart in messages.
+fn short(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
+}
+
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now().round(jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_else(|_| jiff::Timestamp::now().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_info_must_be_an_object() {
+        assert!(parse_status_info("P", None).unwrap().is_none());
+        assert!(parse_status_info("P", Some("null")).unwrap().is_none());
+        assert_eq!(parse_status_info("P", Some(r#"{"a":1}"#)).unwrap().unwrap()["a"], 1);
+        let e = parse_status_info("P", Some("[1]")).unwrap_err();
+        assert!(e.to_string().contains("not a JSON object: got an array"), "{e}");
+        assert!(e.is_fatal());
+    }
+
+    #[test]
+    fn worker_errors_keep_their_retry_class() {
+        let retry = ReconcileError::Worker { phase: "S".into(), digest: "d".into(), source: RunError::Retryable("later".into()) };
+        assert!(!retry.is_fatal());
+        let fatal = ReconcileError::Worker { phase: "S".into(), digest: "d".into(), source: RunError::Fatal("never".into()) };
+        assert!(fatal.is_fatal());
+        assert_eq!(fatal.reason(), "WorkerFatalError");
+        let deadline = ReconcileError::Worker { phase: "Syncing".into(), digest: "d".into(), source: RunError::DeadlineExceeded(Duration::from_secs(2)) };
+        assert_eq!(deadline.to_string(), "worker for phase Syncing (d): the worker exceeded its 2s deadline");
+        assert!(!deadline.is_fatal());
+    }
+}

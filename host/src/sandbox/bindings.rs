@@ -1,0 +1,25 @@
+//! The host side of `wit/operator.wit`: the only place bindings are generated.
+//! The finalizer world reuses the phase world's `types` and `log` so one `HostState` serves both.
+
+pub mod phase {
+    wasmtime::component::bindgen!({
+        world: "phase",
+        path: "../wit",
+    });
+}
+
+pub mod finalizer {
+    wasmtime::component::bindgen!({
+        world: "finalizer",
+        path: "../wit",
+        with: {
+            "wasmpilot:operator/types": super::phase::wasmpilot::operator::types,
+            "wasmpilot:operator/log": super::phase::wasmpilot::operator::log,
+        },
+    });
+}
+
+pub use phase::wasmpilot::operator::log::{Field as LogField, Level as LogLevel};
+pub use phase::wasmpilot::operator::types::{
+    FinalizeRequest, FinalizeResult, NamedObjects, SyncRequest, SyncResult, WorkerError,
+};

@@ -1,0 +1,324 @@
+//! Runs phase and finalizer components: compiled once per digest, instantiated fresh per call.
+//! Every call is bounded: a wall-clock deadline (epoch interruption), a memory cap, log and output
+//! budgets, and a semaphore so Wasm runs on blocking threads without stalling the async runtime.
+
+pub mod bindings;
+mod state;
+
+use bindings::finalizer::FinalizerPre;
+use bindings::phase::PhasePre;
+pub use bindings::{FinalizeRequest, FinalizeResult, NamedObjects, SyncRequest, SyncResult, WorkerError};
+pub use state::RunLimits;
+use state::HostState;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Store, Trap};
+
+/// How often the epoch ticks; deadlines are rounded up to this.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Limits for every worker call, set on the host (`wasmpilot run` flags).
+#[derive(Clone, Debug)]
+pub struct SandboxLimits {
+    pub deadline: Duration,
+    pub memory_bytes: usize,
+    pub max_outputs: usize,
+    pub max_output_bytes: usize,
+    pub log_lines: usize,
+    pub log_bytes: usize,
+    pub stdio_bytes: usize,
+    pub concurrency: usize,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits {
+            deadline: Duration::from_secs(2),
+            memory_bytes: 64 << 20,
+            max_outputs: 1000,
+            max_output_bytes: 8 << 20,
+            log_lines: 200,
+            log_bytes: 64 << 10,
+            stdio_bytes: 16 << 10,
+            concurrency: 4,
+        }
+    }
+}
+
+/// Why a worker call produced no usable decision.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the worker returned a retryable error: {0}")]
+    Retryable(String),
+    #[error("the worker returned a fatal error: {0}")]
+    Fatal(String),
+    #[error("the worker exceeded its {0:?} deadline")]
+    DeadlineExceeded(Duration),
+    #[error("the worker exceeded its memory limit of {} MiB{}", .limit >> 20, stderr_suffix(.stderr))]
+    MemoryLimit { limit: usize, stderr: String },
+    #[error("the worker trapped: {message}{}", stderr_suffix(.stderr))]
+    Trap { message: String, stderr: String },
+    #[error("the request is {size} bytes, more than half the worker's memory limit of {} MiB", .limit >> 20)]
+    RequestTooLarge { size: usize, limit: usize },
+    #[error("the worker returned {count} outputs, more than the limit of {limit}")]
+    TooManyOutputs { count: usize, limit: usize },
+    #[error("the worker returned {size} bytes of outputs, more than the limit of {limit}")]
+    OutputsTooLarge { size: usize, limit: usize },
+    #[error("could not instantiate the component: {0}")]
+    Instantiate(String),
+    #[error("the sandbox is shutting down")]
+    ShuttingDown,
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.trim().is_empty() {
+        String::new()
+    } else {
+        format!(" (guest stderr: {})", stderr.trim())
+    }
+}
+
+impl RunError {
+    /// Fatal errors are not retried with backoff: the same inputs would give the same answer.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, RunError::Fatal(_))
+    }
+
+    /// A short CamelCase reason for Conditions and Events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RunError::Retryable(_) => "WorkerRetryableError",
+            RunError::Fatal(_) => "WorkerFatalError",
+            RunError::DeadlineExceeded(_) => "WorkerDeadlineExceeded",
+            RunError::MemoryLimit { .. } => "WorkerMemoryLimitExceeded",
+            RunError::Trap { .. } => "WorkerTrapped",
+            RunError::RequestTooLarge { .. } => "RequestTooLarge",
+            RunError::TooManyOutputs { .. } | RunError::OutputsTooLarge { .. } => "OutputLimitExceeded",
+            RunError::Instantiate(_) => "InstantiateFailed",
+            RunError::ShuttingDown => "ShuttingDown",
+        }
+    }
+}
+
+/// A component could not be compiled or does not export what its role needs.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("not a valid Wasm component: {0}")]
+    Compile(String),
+    #[error("the component does not fit the `{world}` world of wasmpilot:operator@0.1.0: {message}")]
+    WrongWorld { world: &'static str, message: String },
+}
+
+/// A phase component ready to be instantiated per call.
+#[derive(Clone)]
+pub struct PhaseModule {
+    pub digest: String,
+    pre: PhasePre<HostState>,
+}
+
+/// A finalizer component ready to be instantiated per call.
+#[derive(Clone)]
+pub struct FinalizerModule {
+    pub digest: String,
+    pre: FinalizerPre<HostState>,
+}
+
+/// The Wasm engine, linker, epoch ticker and run limits shared by all operators.
+pub struct Sandbox {
+    engine: Engine,
+    linker: Linker<HostState>,
+    limits: SandboxLimits,
+    permits: Arc<Semaphore>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Sandbox {
+    pub fn new(limits: SandboxLimits) -> anyhow::Result<Arc<Self>> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
+        bindings::phase::wasmpilot::operator::log::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s: &mut HostState| s,
+        )
+        .map_err(anyhow::Error::from)?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let stop = ticker_stop.clone();
+        let ticking = engine.clone();
+        std::thread::Builder::new().name("wasmpilot-epoch".into()).spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                ticking.increment_epoch();
+            }
+        })?;
+        let permits = Arc::new(Semaphore::new(limits.concurrency.max(1)));
+        Ok(Arc::new(Sandbox { engine, linker, limits, permits, ticker_stop }))
+    }
+
+    pub fn limits(&self) -> &SandboxLimits {
+        &self.limits
+    }
+
+    /// Compiles component bytes to native code (CPU-heavy: call from a blocking thread).
+    pub fn compile(&self, bytes: &[u8]) -> Result<Component, LoadError> {
+        Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))
+    }
+
+    /// Links a compiled component as a phase worker; fails if it lacks the `phase-worker` export.
+    pub fn phase_module(&self, digest: &str, component: &Component) -> Result<PhaseModule, LoadError> {
+        let wrong = |e: wasmtime::Error| LoadError::WrongWorld { world: "phase", message: format!("{e:#}") };
+        let pre = self.linker.instantiate_pre(component).map_err(wrong)?;
+        let pre = PhasePre::new(pre).map_err(wrong)?;
+        Ok(PhaseModule { digest: digest.to_string(), pre })
+    }
+
+    /// Links a compiled component as a finalizer worker.
+    pub fn finalizer_module(&self, digest: &str, component: &Component) -> Result<FinalizerModule, LoadError> {
+        let wrong = |e: wasmtime::Error| LoadError::WrongWorld { world: "finalizer", message: format!("{e:#}") };
+        let pre = self.linker.instantiate_pre(component).map_err(wrong)?;
+        let pre = FinalizerPre::new(pre).map_err(wrong)?;
+        Ok(FinalizerModule { digest: digest.to_string(), pre })
+    }
+
+    /// Runs `sync` in a fresh instance, on a blocking thread, within the limits.
+    pub async fn run_sync(&self, module: &PhaseModule, request: SyncRequest) -> Result<SyncResult, RunError> {
+        let size = request.resource.len()
+            + request.inputs.iter().flat_map(|i| i.objects.iter()).map(String::len).sum::<usize>();
+        self.check_request_size(size)?;
+        let pre = module.pre.clone();
+        let result = self
+            .run_blocking(move |store| {
+                let instance = pre.instantiate(&mut *store).map_err(|e| instantiate_error(store, e))?;
+                instance.wasmpilot_operator_phase_worker().call_sync(&mut *store, &request).map_err(|e| classify(store, e))
+            })
+            .await?;
+        let result = result.map_err(worker_error)?;
+        self.check_outputs(&result.outputs)?;
+        Ok(result)
+    }
+
+    /// Runs `finalize` in a fresh instance, on a blocking thread, within the limits.
+    pub async fn run_finalize(&self, module: &FinalizerModule, request: FinalizeRequest) -> Result<FinalizeResult, RunError> {
+        self.check_request_size(request.resource.len())?;
+        let pre = module.pre.clone();
+        let result = self
+            .run_blocking(move |store| {
+                let instance = pre.instantiate(&mut *store).map_err(|e| instantiate_error(store, e))?;
+                instance.wasmpilot_operator_finalizer_worker().call_finalize(&mut *store, &request).map_err(|e| classify(store, e))
+            })
+            .await?;
+        result.map_err(worker_error)
+    }
+
+    fn check_request_size(&self, size: usize) -> Result<(), RunError> {
+        // Input is copied into linear memory and parsed there; beyond half the limit the call
+        // would trap inside the guest allocator with no message.
+        if size > self.limits.memory_bytes / 2 {
+            return Err(RunError::RequestTooLarge { size, limit: self.limits.memory_bytes });
+        }
+        Ok(())
+    }
+
+    fn check_outputs(&self, outputs: &[String]) -> Result<(), RunError> {
+        if outputs.len() > self.limits.max_outputs {
+            return Err(RunError::TooManyOutputs { count: outputs.len(), limit: self.limits.max_outputs });
+        }
+        let size: usize = outputs.iter().map(String::len).sum();
+        if size > self.limits.max_output_bytes {
+            return Err(RunError::OutputsTooLarge { size, limit: self.limits.max_output_bytes });
+        }
+        Ok(())
+    }
+
+    async fn run_blocking<R: Send + 'static>(
+        &self,
+        call: impl FnOnce(&mut Store<HostState>) -> Result<R, RunError> + Send + 'static,
+    ) -> Result<R, RunError> {
+        let _permit = self.permits.clone().acquire_owned().await.map_err(|_| RunError::ShuttingDown)?;
+        let engine = self.engine.clone();
+        let limits = self.limits.clone();
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            span.in_scope(|| {
+                let run_limits = RunLimits {
+                    deadline: limits.deadline,
+                    memory_bytes: limits.memory_bytes,
+                    log_lines: limits.log_lines,
+                    log_bytes: limits.log_bytes,
+                    stdio_bytes: limits.stdio_bytes,
+                };
+                let mut store = Store::new(&engine, HostState::new(&run_limits));
+                store.limiter(|s| &mut s.limiter);
+                let ticks = limits.deadline.as_millis().div_ceil(EPOCH_TICK.as_millis()).max(1);
+                store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
+                store.epoch_deadline_trap();
+                let started = std::time::Instant::now();
+                let out = call(&mut store);
+                forward_stdio(&store);
+                let dropped = store.data().dropped_log_lines();
+                if dropped > 0 {
+                    tracing::warn!(dropped, "worker log lines dropped: over the per-call budget");
+                }
+                tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "worker call finished");
+                out
+            })
+        })
+        .await
+        .map_err(|e| RunError::Trap { message: format!("worker thread failed: {e}"), stderr: String::new() })?
+    }
+}
+
+fn worker_error(e: WorkerError) -> RunError {
+    match e {
+        WorkerError::Retryable(m) => RunError::Retryable(m),
+        WorkerError::Fatal(m) => RunError::Fatal(m),
+    }
+}
+
+fn stderr_of(store: &Store<HostState>) -> String {
+    String::from_utf8_lossy(&store.data().stderr.contents()).into_owned()
+}
+
+fn instantiate_error(store: &Store<HostState>, e: wasmtime::Error) -> RunError {
+    match classify(store, e) {
+        RunError::Trap { message, .. } => RunError::Instantiate(message),
+        other => other,
+    }
+}
+
+/// Turns a wasmtime error from a call into the precise reason the call failed.
+fn classify(store: &Store<HostState>, e: wasmtime::Error) -> RunError {
+    let stderr = stderr_of(store);
+    if let Some(trap) = e.downcast_ref::<Trap>() {
+        if *trap == Trap::Interrupt {
+            return RunError::DeadlineExceeded(store.data().deadline);
+        }
+    }
+    if store.data().limiter.exceeded {
+        return RunError::MemoryLimit { limit: store.data().limiter.max_bytes, stderr };
+    }
+    RunError::Trap { message: format!("{e:#}").lines().next().unwrap_or("trap").to_string(), stderr }
+}
+
+/// Sends what the guest printed to the host log, bounded by the pipes' capacity.
+fn forward_stdio(store: &Store<HostState>) {
+    for (stream, pipe) in [("stdout", &store.data().stdout), ("stderr", &store.data().stderr)] {
+        let bytes = pipe.contents();
+        if !bytes.is_empty() {
+            tracing::info!(target: "wasmpilot::guest", stream, "{}", String::from_utf8_lossy(&bytes).trim_end());
+        }
+    }
+}
+

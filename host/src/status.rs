@@ -1,0 +1,192 @@
+//! Writes what a reconcile decided: the status patch (phase, merged status info, observedGeneration,
+//! Conditions, deciding module digest) through the status subresource, and Kubernetes Events.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::Api;
+use serde_json::{json, Map, Value};
+
+/// The condition the host maintains on every resource.
+pub const SYNCED: &str = "Synced";
+
+/// A condition to set (upserted by type).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConditionUpdate {
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Everything the host writes into `.status` after one reconcile.
+#[derive(Clone, Debug, Default)]
+pub struct StatusUpdate {
+    pub phase: Option<String>,
+    /// Merged into `.status` with JSON merge patch semantics (null deletes a key).
+    pub status_info: Option<Map<String, Value>>,
+    pub observed_generation: Option<i64>,
+    pub module_digest: Option<String>,
+    pub condition: Option<ConditionUpdate>,
+}
+
+/// Keys the host owns in `.status`; a worker's status info cannot set them.
+pub const HOST_KEYS: [&str; 4] = ["phase", "observedGeneration", "conditions", "moduleDigest"];
+
+/// Builds the merge patch for `.status`, or `None` when it would change nothing.
+pub fn status_patch(current: Option<&Value>, update: &StatusUpdate, now: &str) -> Option<Value> {
+    let empty = Value::Object(Map::new());
+    let current = current.filter(|v| v.is_object()).unwrap_or(&empty);
+    let mut patch = Map::new();
+    if let Some(info) = &update.status_info {
+        for (k, v) in info {
+            if !HOST_KEYS.contains(&k.as_str()) {
+                patch.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(p) = &update.phase {
+        patch.insert("phase".into(), json!(p));
+    }
+    if let Some(g) = update.observed_generation {
+        patch.insert("observedGeneration".into(), json!(g));
+    }
+    if let Some(d) = &update.module_digest {
+        patch.insert("moduleDigest".into(), json!(d));
+    }
+    if let Some(c) = &update.condition {
+        patch.insert("conditions".into(), upsert_condition(current.get("conditions"), c, update.observed_generation, now));
+    }
+    let patch = Value::Object(patch);
+    let mut merged = current.clone();
+    json_patch::merge(&mut merged, &patch);
+    if &merged == current {
+        None
+    } else {
+        Some(patch)
+    }
+}
+
+/// Replaces the condition of the same type, keeping lastTransitionTime when the status is unchanged.
+fn upsert_condition(existing: Option<&Value>, c: &ConditionUpdate, generation: Option<i64>, now: &str) -> Value {
+    let status = if c.status { "True" } else { "False" };
+    let mut list: Vec<Value> = existing.and_then(Value::as_array).cloned().unwrap_or_default();
+    let previous = list.iter().position(|x| x["type"] == c.type_);
+    let transition = match previous.map(|i| &list[i]) {
+        Some(p) if p["status"] == status => p["lastTransitionTime"].clone(),
+        _ => json!(now),
+    };
+    let mut cond = json!({
+        "type": c.type_,
+        "status": status,
+        "reason": c.reason,
+        "message": c.message,
+        "lastTransitionTime": transition,
+    });
+    if let Some(g) = generation {
+        cond["observedGeneration"] = json!(g);
+    }
+    match previous {
+        Some(i) => list[i] = cond,
+        None => list.push(cond),
+    }
+    Value::Array(list)
+}
+
+/// Applies a status patch, conditional on the resourceVersion the decision was based on, so a
+/// decision made from a stale object is never written (the API server answers 409 instead).
+pub async fn patch_status(
+    api: &Api<DynamicObject>,
+    name: &str,
+    resource_version: Option<&str>,
+    status: Value,
+) -> Result<(), kube::Error> {
+    let mut body = json!({ "status": status });
+    if let Some(rv) = resource_version {
+        body["metadata"] = json!({ "resourceVersion": rv });
+    }
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body)).await.map(|_| ())
+}
+
+/// Publishes an Event; failures are logged, never fatal to the reconcile.
+pub async fn publish_event(recorder: &Recorder, reference: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
+    let event = Event {
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: reason.to_string(),
+        note: Some(truncate(note, 1000)),
+        action: action.to_string(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, reference).await {
+        tracing::warn!(error = %e, reason, "could not publish event");
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synced(ok: bool, msg: &str) -> ConditionUpdate {
+        ConditionUpdate { type_: SYNCED, status: ok, reason: "R".into(), message: msg.into() }
+    }
+
+    #[test]
+    fn status_info_merges_and_host_keys_win() {
+        let current = json!({"phase": "Syncing", "keep": 1, "drop": 2});
+        let info = json!({"phase": "Hacked", "drop": null, "syncedDeployments": ["a"]});
+        let update = StatusUpdate {
+            phase: Some("Ready".into()),
+            status_info: info.as_object().cloned(),
+            observed_generation: Some(3),
+            module_digest: Some("sha256:x".into()),
+            condition: Some(synced(true, "ok")),
+        };
+        let patch = status_patch(Some(&current), &update, "2026-01-01T00:00:00Z").unwrap();
+        assert_eq!(patch["phase"], "Ready");
+        assert_eq!(patch["drop"], Value::Null);
+        assert_eq!(patch["syncedDeployments"], json!(["a"]));
+        assert_eq!(patch["conditions"][0]["status"], "True");
+        assert_eq!(patch["conditions"][0]["observedGeneration"], 3);
+        let mut merged = current.clone();
+        json_patch::merge(&mut merged, &patch);
+        assert_eq!(merged["keep"], 1);
+        assert!(merged.get("drop").is_none());
+    }
+
+    #[test]
+    fn unchanged_status_writes_nothing_and_transition_time_is_kept() {
+        let update = StatusUpdate { phase: Some("Ready".into()), condition: Some(synced(true, "ok")), ..Default::default() };
+        let first = status_patch(None, &update, "t1").unwrap();
+        let mut current = json!({});
+        json_patch::merge(&mut current, &first);
+        assert!(status_patch(Some(&current), &update, "t2").is_none());
+
+        let changed = StatusUpdate { condition: Some(synced(true, "other message")), ..update.clone() };
+        let second = status_patch(Some(&current), &changed, "t3").unwrap();
+        assert_eq!(second["conditions"][0]["lastTransitionTime"], "t1");
+
+        let failed = StatusUpdate { condition: Some(synced(false, "boom")), ..update };
+        let third = status_patch(Some(&current), &failed, "t4").unwrap();
+        assert_eq!(third["conditions"][0]["lastTransitionTime"], "t4");
+        assert_eq!(third["conditions"][0]["status"], "False");
+    }
+
+    #[test]
+    fn long_notes_are_truncated_on_a_char_boundary() {
+        let s = truncate("é".repeat(600), 1001);
+        assert!(s.len() <= 1004);
+        assert!(s.ends_with('…'));
+    }
+}

@@ -1,0 +1,32 @@
+//! Shared helpers for the host's integration tests: where the built guest components are.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// `<target>/wasm32-wasip2/release`, found from this test binary's location
+/// (`<target>/debug/deps/<test>`), or `WASMPILOT_WASM_DIR`.
+pub fn wasm_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("WASMPILOT_WASM_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let target = exe.ancestors().nth(3).expect("test binary lives in <target>/<profile>/deps");
+    target.join("wasm32-wasip2").join("release")
+}
+
+/// The bytes of a built component, e.g. `wasmpilot_test_scripted.wasm`.
+pub fn component(file: &str) -> Vec<u8> {
+    let path = wasm_dir().join(file);
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}. Build the guest components first: scripts/test.sh does, or \
+             cargo build --release --target wasm32-wasip2 -p wasmpilot-test-scripted -p autoroute-initializing -p autoroute-syncing -p autoroute-ready",
+            path.display()
+        )
+    })
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+}
+pub mod cluster;

@@ -1,0 +1,253 @@
+//! End to end on a real kube-apiserver (KUBECONFIG; `scripts/test.sh` starts the local one):
+//! `wasmpilot deploy examples/autoroute`, the host as a process, and the behaviour users rely on —
+//! AutoRoute to Ready with exactly the right outputs, input changes, worker errors as Conditions
+//! and Events while other resources reconcile, hostile workers contained, finalizers, GC.
+
+mod common;
+
+use anyhow::{ensure, Context};
+use common::cluster::*;
+use kube::Client;
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+const AR: (&str, &str) = ("examples.io/v1", "AutoRoute");
+const SC: (&str, &str) = ("test.wasmpilot.io/v1", "Scripted");
+const VS: (&str, &str) = ("networking.istio.io/v1alpha3", "VirtualService");
+const GW: (&str, &str) = ("networking.istio.io/v1alpha3", "Gateway");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operators_on_a_real_cluster() {
+    let client = client().await;
+    let root = common::repo_root();
+
+    // Ship AutoRoute exactly as a user does (components were built by the test command).
+    let status = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+        .args(["deploy", "--no-build", "examples/autoroute"])
+        .current_dir(&root)
+        .status()
+        .expect("running wasmpilot deploy");
+    assert!(status.success(), "wasmpilot deploy examples/autoroute failed");
+    apply_file(&client, &root.join("host/tests/manifests/scripted.yaml"), None).await.expect("scripted operator");
+
+    let wasm_dir = common::wasm_dir();
+    let mut host = Host::start(
+        &["--deadline", "500ms", "--memory-limit-mib", "32", "--module-dir", wasm_dir.to_str().expect("utf-8 path")],
+        "wasmpilot-e2e",
+    );
+    for op in ["autoroute", "scripted"] {
+        wait_condition(&client, ("wasmpilot.io/v1alpha1", "WasmOperator"), None, op, ("Ready", "True", "ControllerRunning"), T)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    let (a, b, c) = tokio::join!(autoroute(&client), scripted(&client), broken_operator(&client));
+    let results = [("autoroute", a), ("scripted", b), ("broken operator", c)];
+    let alive = host.is_alive();
+    for (name, r) in &results {
+        if let Err(e) = r {
+            eprintln!("scenario {name} failed: {e:#}");
+        }
+    }
+    assert!(alive, "the host process died");
+    assert!(results.iter().all(|(_, r)| r.is_ok()), "a scenario failed (see above)");
+}
+
+fn deployment(name: &str, labels: Value, port: Option<i32>) -> String {
+    let ports = port.map(|p| json!([{"containerPort": p}])).unwrap_or(json!([]));
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "nginx", "ports": ports}]}
+            }
+        }
+    })
+    .to_string()
+}
+
+fn autoroute_yaml(name: &str, selector: Value) -> String {
+    json!({"apiVersion": "examples.io/v1", "kind": "AutoRoute", "metadata": {"name": name}, "spec": {"deploymentSelector": selector}}).to_string()
+}
+
+async fn wait_synced(client: &Client, ns: &str, name: &str, want: &[&str]) -> anyhow::Result<Value> {
+    wait_for(&format!("AutoRoute {name} Ready with {want:?}"), T, || async {
+        let Some(o) = get(client, AR.0, AR.1, Some(ns), name).await? else { return Ok(None) };
+        let ok = o["status"]["phase"] == "Ready" && str_list(&o["status"]["syncedDeployments"]) == want;
+        Ok(ok.then_some(o))
+    })
+    .await
+}
+
+async fn autoroute(client: &Client) -> anyhow::Result<()> {
+    let ns = create_namespace(client, "e2e-autoroute").await?;
+    let ns = ns.as_str();
+    let demo = json!({"part-of": "demo"});
+    for (name, labels, port) in [("a", demo.clone(), Some(8080)), ("b", demo.clone(), Some(9090)), ("c", json!({"part-of": "other"}), Some(80)), ("d", demo.clone(), None)] {
+        apply_yaml(client, &deployment(name, labels, port), Some(ns)).await?;
+    }
+    apply_yaml(client, &autoroute_yaml("r1", json!({"matchLabels": {"part-of": "demo"}})), Some(ns)).await?;
+    let r1 = wait_synced(client, ns, "r1", &["a", "b"]).await.context("first sync")?;
+    let uid = r1["metadata"]["uid"].clone();
+
+    // Exactly the seed tutorial's outputs, owned by the AutoRoute.
+    for (dep, port) in [("a", 8080), ("b", 9090)] {
+        let svc = must(get(client, "v1", "Service", Some(ns), dep).await?, "Service")?;
+        ensure!(svc["spec"]["ports"][0]["port"] == port, "Service {dep} port: {}", svc["spec"]["ports"]);
+        ensure!(svc["spec"]["ports"][0]["name"] == "http");
+        ensure!(svc["spec"]["selector"] == json!({"app": dep}), "Service {dep} selector {}", svc["spec"]["selector"]);
+        let owner = &svc["metadata"]["ownerReferences"][0];
+        ensure!(owner["uid"] == uid && owner["controller"] == true, "Service {dep} owner {owner}");
+        let vs = must(get(client, VS.0, VS.1, Some(ns), &format!("{dep}.r1")).await?, "VirtualService")?;
+        ensure!(vs["spec"]["hosts"] == json!([format!("{dep}.r1")]) && vs["spec"]["gateways"] == json!(["r1"]), "VirtualService {dep}: {}", vs["spec"]);
+        ensure!(vs["spec"]["http"][0]["match"][0]["uri"]["prefix"] == "/");
+        ensure!(vs["spec"]["http"][0]["route"][0]["destination"] == json!({"host": dep, "port": {"number": port}}), "{}", vs["spec"]);
+    }
+    for absent in ["c", "d"] {
+        ensure!(get(client, "v1", "Service", Some(ns), absent).await?.is_none(), "Service {absent} must not exist");
+    }
+    let gw = must(get(client, GW.0, GW.1, Some(ns), "r1").await?, "Gateway")?;
+    ensure!(gw["spec"]["selector"] == json!({"istio": "ingressgateway"}), "{}", gw["spec"]);
+    ensure!(gw["spec"]["servers"][0]["hosts"] == json!(["*.r1"]) && gw["spec"]["servers"][0]["port"]["number"] == 80, "{}", gw["spec"]);
+    let synced = must(condition(&r1, "Synced").cloned(), "Synced condition")?;
+    ensure!(synced["status"] == "True", "{synced}");
+    ensure!(r1["status"]["observedGeneration"] == r1["metadata"]["generation"]);
+    ensure!(r1["status"]["moduleDigest"].as_str().is_some_and(|d| d.starts_with("sha256:")));
+
+    // An input change: a new matching deployment → Syncing → Ready with it included.
+    apply_yaml(client, &deployment("e", demo.clone(), Some(7070)), Some(ns)).await?;
+    wait_synced(client, ns, "r1", &["a", "b", "e"]).await.context("resync after a new deployment")?;
+    must(get(client, "v1", "Service", Some(ns), "e").await?, "Service e")?;
+
+    // A worker error lands on that resource only; another resource reconciles meanwhile.
+    apply_yaml(client, &autoroute_yaml("r2", json!({"matchExpressions": [{"key": "part-of", "operator": "Bogus", "values": ["x"]}]})), Some(ns)).await?;
+    apply_yaml(client, &deployment("f", json!({"part-of": "other-app"}), Some(5000)), Some(ns)).await?;
+    apply_yaml(client, &autoroute_yaml("r3", json!({"matchLabels": {"part-of": "other-app"}})), Some(ns)).await?;
+    let r2 = wait_condition(client, AR, Some(ns), "r2", ("Synced", "False", "WorkerFatalError"), T).await?;
+    let msg = must(condition(&r2, "Synced").and_then(|c| c["message"].as_str()), "message")?;
+    ensure!(msg.contains("Bogus") && msg.contains("Syncing"), "condition message names the problem: {msg}");
+    wait_event(client, ns, "r2", "WorkerFatalError", T).await?;
+    wait_synced(client, ns, "r3", &["f"]).await.context("r3 reconciles while r2 fails")?;
+
+    // Deleting the AutoRoute garbage-collects its outputs (and only its outputs).
+    delete(client, AR.0, AR.1, Some(ns), "r1").await?;
+    wait_for("r1's outputs garbage-collected", Duration::from_secs(90), || async {
+        for dep in ["a", "b", "e"] {
+            if get(client, "v1", "Service", Some(ns), dep).await?.is_some() || get(client, VS.0, VS.1, Some(ns), &format!("{dep}.r1")).await?.is_some() {
+                return Ok(None);
+            }
+        }
+        Ok(get(client, GW.0, GW.1, Some(ns), "r1").await?.is_none().then_some(()))
+    })
+    .await?;
+    must(get(client, "v1", "Service", Some(ns), "f").await?, "r3's Service f survives")?;
+    Ok(())
+}
+
+fn scripted_yaml(name: &str, start: Value, finalize: Value) -> String {
+    json!({"apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted", "metadata": {"name": name},
+           "spec": {"phases": {"Start": start}, "finalize": finalize}})
+    .to_string()
+}
+
+async fn scripted(client: &Client) -> anyhow::Result<()> {
+    let ns = create_namespace(client, "e2e-scripted").await?;
+    let ns = ns.as_str();
+    // Hostile workers first, then a good one that must reconcile regardless.
+    let hostile = [
+        ("s-loop", json!({"mode": "loop"}), "WorkerDeadlineExceeded", "exceeded its 500ms deadline"),
+        ("s-alloc", json!({"mode": "alloc"}), "WorkerMemoryLimitExceeded", "memory limit of 32 MiB"),
+        ("s-panic", json!({"mode": "panic", "message": "boom-123"}), "WorkerTrapped", "boom-123"),
+        ("s-badphase", json!({"mode": "ok", "next": "Nowhere"}), "UnknownNextPhase", "Nowhere"),
+        (
+            "s-badout",
+            json!({"mode": "ok", "next": "Done", "outputs": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fine"}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "escape", "namespace": "kube-system"}}]}),
+            "OutputRefused",
+            "kube-system",
+        ),
+    ];
+    for (name, start, _, _) in &hostile {
+        apply_yaml(client, &scripted_yaml(name, start.clone(), json!({"mode": "done"})), Some(ns)).await?;
+    }
+    let good_cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good-out"}, "data": {"k": "v"}});
+    apply_yaml(client, &scripted_yaml("s-good", json!({"mode": "ok", "next": "Done", "outputs": [good_cm], "countInputs": true}), json!({"mode": "done"})), Some(ns)).await?;
+
+    for (name, _, reason, text) in &hostile {
+        let o = wait_condition(client, SC, Some(ns), name, ("Synced", "False", reason), T).await?;
+        let msg = must(condition(&o, "Synced").and_then(|c| c["message"].as_str()), "message")?;
+        ensure!(msg.contains(text), "{name}: message {msg:?} should mention {text:?}");
+        wait_event(client, ns, name, reason, T).await?;
+    }
+    // All or nothing: the refused result wrote neither of its two ConfigMaps.
+    ensure!(get(client, "v1", "ConfigMap", Some("kube-system"), "escape").await?.is_none(), "escaped into kube-system");
+    ensure!(get(client, "v1", "ConfigMap", Some(ns), "fine").await?.is_none(), "partial apply of a refused result");
+
+    let good = wait_for("s-good Done", T, || async {
+        let o = get(client, SC.0, SC.1, Some(ns), "s-good").await?;
+        Ok(o.filter(|o| o["status"]["phase"] == "Done"))
+    })
+    .await?;
+    ensure!(str_list(&good["metadata"]["finalizers"]) == ["wasmpilot.io/scripted"], "finalizer added: {}", good["metadata"]);
+    ensure!(good["status"]["inputCounts"]["configmaps"] == 0, "inputs scoped by labels: {}", good["status"]);
+    let cm = must(get(client, "v1", "ConfigMap", Some(ns), "good-out").await?, "output ConfigMap")?;
+    ensure!(cm["metadata"]["labels"]["wasmpilot.io/operator"] == "scripted");
+
+    // A labelled input appears → counted on the next run (after a spec change restarts the final phase).
+    apply_yaml(client, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"in-1","labels":{"scripted-input":"yes"}}}"#, Some(ns)).await?;
+    let patch = scripted_yaml("s-good", json!({"mode": "ok", "next": "Done", "outputs": [good_cm], "countInputs": true, "statusInfo": {"round": 2}}), json!({"mode": "done"}));
+    apply_yaml(client, &patch, Some(ns)).await?;
+    wait_for("s-good restarted from its final phase and Done again", T, || async {
+        let Some(o) = get(client, SC.0, SC.1, Some(ns), "s-good").await? else { return Ok(None) };
+        let ok = o["status"]["phase"] == "Done"
+            && o["status"]["round"] == 2
+            && o["status"]["observedGeneration"] == o["metadata"]["generation"]
+            && o["status"]["inputCounts"]["configmaps"] == 1;
+        Ok(ok.then_some(()))
+    })
+    .await?;
+
+    // Delete → the finalizer worker runs, then the host releases the object; outputs are collected.
+    delete(client, SC.0, SC.1, Some(ns), "s-good").await?;
+    wait_for("s-good deleted after its finalizer", T, || async { Ok(get(client, SC.0, SC.1, Some(ns), "s-good").await?.is_none().then_some(())) }).await?;
+    wait_event(client, ns, "s-good", "Finalized", T).await?;
+    wait_for("s-good's output collected", Duration::from_secs(90), || async {
+        Ok(get(client, "v1", "ConfigMap", Some(ns), "good-out").await?.is_none().then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+async fn broken_operator(client: &Client) -> anyhow::Result<()> {
+    let op = json!({
+        "apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "broken"},
+        "spec": {
+            "resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted"},
+            "phases": [{"name": "Start", "initial": true, "module": {"configMap": {"name": "does-not-exist", "key": "component.wasm.gz", "sha256": "0".repeat(64)}}}]
+        }
+    });
+    apply_yaml(client, &op.to_string(), None).await?;
+    let o = wait_condition(client, ("wasmpilot.io/v1alpha1", "WasmOperator"), None, "broken", ("Ready", "False", "ModuleLoadFailed"), T).await?;
+    let msg = must(condition(&o, "Ready").and_then(|c| c["message"].as_str()), "message")?;
+    ensure!(msg.contains("does-not-exist") && msg.contains("phase Start"), "message names the module: {msg}");
+
+    let invalid = json!({
+        "apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "invalid"},
+        "spec": {"resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted"},
+                 "phases": [{"name": "A", "module": {"file": {"path": "x.wasm"}}}]}
+    });
+    apply_yaml(client, &invalid.to_string(), None).await?;
+    let o = wait_condition(client, ("wasmpilot.io/v1alpha1", "WasmOperator"), None, "invalid", ("Ready", "False", "InvalidDefinition"), T).await?;
+    let msg = must(condition(&o, "Ready").and_then(|c| c["message"].as_str()), "message")?;
+    ensure!(msg.contains("spec.phases") && msg.contains("initial"), "message names the field: {msg}");
+    delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, "broken").await?;
+    delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, "invalid").await?;
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! A test-only worker whose behaviour is scripted by the resource: `spec.phases.<Phase>` says what
+//! the phase worker does (decide, fail, trap, loop, allocate without bound, …) and `spec.finalize`
+//! what the finalizer does. Used by the host's sandbox tests and end-to-end tests.
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use wasmpilot_guest::{Context, FinalizerWorker, Finalized, Inputs, Outcome, PhaseWorker, WorkerError};
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Script {
+    #[serde(default)]
+    phases: BTreeMap<String, Step>,
+    #[serde(default)]
+    finalize: Option<Step>,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase")]
+struct Step {
+    /// ok | fatal | retryable | loop | alloc | panic | print
+    #[serde(default)]
+    mode: String,
+    #[serde(default)]
+    next: Option<String>,
+    #[serde(default)]
+    outputs: Vec<Value>,
+    #[serde(default)]
+    status_info: Option<Value>,
+    #[serde(default)]
+    requeue_after_ms: Option<u64>,
+    #[serde(default)]
+    message: Option<String>,
+    /// For `ok`: also report how many objects each input held, as status info `inputCounts`.
+    #[serde(default)]
+    count_inputs: bool,
+}
+
+#[derive(Deserialize)]
+struct Resource {
+    #[serde(default)]
+    spec: Script,
+}
+
+/// What a misbehaving guest does instead of deciding.
+fn misbehave(step: &Step) -> Option<WorkerError> {
+    match step.mode.as_str() {
+        "fatal" => Some(WorkerError::fatal(step.message.clone().unwrap_or_else(|| "scripted fatal error".into()))),
+        "retryable" => Some(WorkerError::retryable(step.message.clone().unwrap_or_else(|| "scripted retryable error".into()))),
+        "loop" => {
+            let mut x: u64 = 0;
+            loop {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        }
+        "alloc" => {
+            let mut hog: Vec<Vec<u8>> = Vec::new();
+            loop {
+                hog.push(vec![1u8; 1 << 20]);
+                std::hint::black_box(&hog);
+            }
+        }
+        "panic" => panic!("{}", step.message.clone().unwrap_or_else(|| "scripted panic".into())),
+        "print" => {
+            for i in 0..10_000 {
+                println!("flooding stdout line {i}");
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+#[derive(Default)]
+pub struct Scripted;
+
+impl PhaseWorker for Scripted {
+    type Resource = Resource;
+
+    fn sync(&self, ctx: &Context, resource: Resource, inputs: &Inputs) -> Result<Outcome, WorkerError> {
+        let step = resource.spec.phases.get(ctx.phase()).cloned().unwrap_or_default();
+        ctx.info("scripted step", &[("phase", &ctx.phase()), ("mode", &step.mode)]);
+        if let Some(e) = misbehave(&step) {
+            return Err(e);
+        }
+        let next = step.next.clone().unwrap_or_else(|| ctx.phase().to_string());
+        let mut outcome = Outcome::next(next).outputs(step.outputs.iter())?;
+        let mut info = step.status_info.clone().unwrap_or(Value::Null);
+        if step.count_inputs {
+            let counts: BTreeMap<String, usize> =
+                inputs.names().map(|n| (n.to_string(), inputs.get_raw(n).map_or(0, <[String]>::len))).collect();
+            if !info.is_object() {
+                info = Value::Object(Default::default());
+            }
+            info["inputCounts"] = serde_json::to_value(counts).map_err(|e| WorkerError::fatal(e.to_string()))?;
+        }
+        if !info.is_null() {
+            outcome = outcome.status(info);
+        }
+        if let Some(ms) = step.requeue_after_ms {
+            outcome = outcome.requeue_after(Duration::from_millis(ms));
+        }
+        Ok(outcome)
+    }
+}
+
+impl FinalizerWorker for Scripted {
+    type Resource = Resource;
+
+    fn finalize(&self, ctx: &Context, resource: Resource) -> Result<Finalized, WorkerError> {
+        let step = resource.spec.finalize.clone().unwrap_or_default();
+        ctx.info("scripted finalizer", &[("mode", &step.mode)]);
+        if let Some(e) = misbehave(&step) {
+            return Err(e);
+        }
+        match step.mode.as_str() {
+            "pending" => Ok(Finalized::pending(Duration::from_millis(step.requeue_after_ms.unwrap_or(1000)))),
+            _ => Ok(Finalized::done().status(serde_json::json!({"finalizedAt": ctx.now().to_string()}))),
+        }
+    }
+}
+
+wasmpilot_guest::export!(phase = Scripted, finalizer = Scripted);
