@@ -105,6 +105,15 @@ pub trait FinalizerWorker {
 /// #   fn sync(&self, _: &Context, _: serde_json::Value, _: &Inputs) -> Result<Outcome, WorkerError> { Ok(Outcome::next("Ready")) } }
 /// wasmpilot_guest::export!(phase = Syncing);
 /// ```
+///
+/// A type that does not implement the role's trait is rejected at compile time
+/// ("`NotAWorker` is not a wasmpilot phase worker"), natively too:
+///
+/// ```compile_fail,E0277
+/// #[derive(Default)]
+/// struct NotAWorker;
+/// wasmpilot_guest::export!(phase = NotAWorker);
+/// ```
 #[macro_export]
 macro_rules! export {
     (phase = $phase:ty $(,)?) => {
