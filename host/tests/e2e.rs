@@ -31,6 +31,7 @@ async fn operators_on_a_real_cluster() {
         .expect("running wasmpilot deploy");
     assert!(status.success(), "wasmpilot deploy examples/autoroute failed");
     apply_file(&client, &root.join("host/tests/manifests/scripted.yaml"), None).await.expect("scripted operator");
+    cleanup_scripted(&client).await; // leftovers of an interrupted earlier run
 
     let wasm_dir = common::wasm_dir();
     let mut host = Host::start(
@@ -44,13 +45,15 @@ async fn operators_on_a_real_cluster() {
     }
 
     let (a, b, c) = tokio::join!(autoroute(&client), scripted(&client), broken_operator(&client));
-    let results = [("autoroute", a), ("scripted", b), ("broken operator", c)];
+    let d = reconfigure_and_remove(&client).await;
+    let results = [("autoroute", a), ("scripted", b), ("broken operator", c), ("reconfigure and remove", d)];
     let alive = host.is_alive();
     for (name, r) in &results {
         if let Err(e) = r {
             eprintln!("scenario {name} failed: {e:#}");
         }
     }
+    cleanup_scripted(&client).await;
     assert!(alive, "the host process died");
     assert!(results.iter().all(|(_, r)| r.is_ok()), "a scenario failed (see above)");
 }
@@ -250,4 +253,51 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
     delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, "broken").await?;
     delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, "invalid").await?;
     Ok(())
+}
+
+/// Changing a WasmOperator swaps its controller without a restart; deleting it stops it.
+async fn reconfigure_and_remove(client: &Client) -> anyhow::Result<()> {
+    let ns = create_namespace(client, "e2e-swap").await?;
+    let ns = ns.as_str();
+    let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
+    let patch = json!({"apiVersion": ops.0, "kind": ops.1, "metadata": {"name": "scripted"}, "spec": {"resyncInterval": "2m"}});
+    // A merge patch through apply would drop other fields; use a JSON merge patch instead.
+    let api = dynamic_api(client, ops.0, ops.1, None).await?;
+    api.patch("scripted", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await?;
+    wait_for("scripted controller swapped", T, || async {
+        let Some(o) = get(client, ops.0, ops.1, None, "scripted").await? else { return Ok(None) };
+        let ok = condition(&o, "Ready").is_some_and(|c| c["status"] == "True" && c["message"].as_str().is_some_and(|m| m.contains("swapped")))
+            && o["status"]["observedGeneration"] == o["metadata"]["generation"];
+        Ok(ok.then_some(()))
+    })
+    .await?;
+    apply_yaml(client, &scripted_yaml("after-swap", json!({"mode": "ok", "next": "Done"}), json!({"mode": "done"})), Some(ns)).await?;
+    wait_for("a resource reconciled by the swapped controller", T, || async {
+        Ok(get(client, SC.0, SC.1, Some(ns), "after-swap").await?.filter(|o| o["status"]["phase"] == "Done").map(|_| ()))
+    })
+    .await?;
+
+    delete(client, ops.0, ops.1, None, "scripted").await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    apply_yaml(client, &scripted_yaml("after-delete", json!({"mode": "ok", "next": "Done"}), json!({"mode": "done"})), Some(ns)).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let o = must(get(client, SC.0, SC.1, Some(ns), "after-delete").await?, "after-delete")?;
+    ensure!(o["status"].is_null() && o["metadata"]["finalizers"].is_null(), "a deleted operator still reconciled: {o}");
+    // Leave no finalizer behind on the earlier object: its operator is gone.
+    let api = dynamic_api(client, SC.0, SC.1, Some(ns)).await?;
+    api.patch("after-swap", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&json!({"metadata": {"finalizers": null}}))).await?;
+    Ok(())
+}
+
+/// Test objects of the Scripted kind carry finalizers and hostile scripts; remove them all so a
+/// later run's host does not inherit them.
+async fn cleanup_scripted(client: &Client) {
+    let Ok(api) = dynamic_api(client, SC.0, SC.1, None).await else { return };
+    let Ok(list) = api.list(&Default::default()).await else { return };
+    for o in list.items {
+        let (Some(ns), Some(name)) = (o.metadata.namespace.clone(), o.metadata.name.clone()) else { continue };
+        let Ok(napi) = dynamic_api(client, SC.0, SC.1, Some(&ns)).await else { continue };
+        let _ = napi.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&json!({"metadata": {"finalizers": null}}))).await;
+        let _ = napi.delete(&name, &Default::default()).await;
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod bindings;
 mod state;
+mod stdio;
 
 use bindings::finalizer::FinalizerPre;
 use bindings::phase::PhasePre;
@@ -309,7 +310,11 @@ fn classify(store: &Store<HostState>, e: wasmtime::Error) -> RunError {
     if store.data().limiter.exceeded {
         return RunError::MemoryLimit { limit: store.data().limiter.max_bytes, stderr };
     }
-    RunError::Trap { message: format!("{e:#}").lines().next().unwrap_or("trap").to_string(), stderr }
+    let message = match e.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{e:#}").lines().next().unwrap_or("trap").to_string(),
+    };
+    RunError::Trap { message, stderr }
 }
 
 /// Sends what the guest printed to the host log, bounded by the pipes' capacity.
@@ -317,7 +322,8 @@ fn forward_stdio(store: &Store<HostState>) {
     for (stream, pipe) in [("stdout", &store.data().stdout), ("stderr", &store.data().stderr)] {
         let bytes = pipe.contents();
         if !bytes.is_empty() {
-            tracing::info!(target: "wasmpilot::guest", stream, "{}", String::from_utf8_lossy(&bytes).trim_end());
+            let dropped = pipe.dropped();
+            tracing::info!(target: "wasmpilot::guest", stream, dropped_bytes = dropped, "{}", String::from_utf8_lossy(&bytes).trim_end());
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::bindings::{phase::wasmpilot::operator::log, LogField, LogLevel};
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use super::stdio::CappedOutput;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 /// Caps applied to one run.
@@ -23,15 +23,15 @@ pub struct HostState {
     table: ResourceTable,
     pub(super) limiter: MemoryLimiter,
     logs: LogSink,
-    pub(super) stdout: MemoryOutputPipe,
-    pub(super) stderr: MemoryOutputPipe,
+    pub(super) stdout: CappedOutput,
+    pub(super) stderr: CappedOutput,
     pub(super) deadline: std::time::Duration,
 }
 
 impl HostState {
     pub fn new(limits: &RunLimits) -> Self {
-        let stdout = MemoryOutputPipe::new(limits.stdio_bytes);
-        let stderr = MemoryOutputPipe::new(limits.stdio_bytes);
+        let stdout = CappedOutput::new(limits.stdio_bytes);
+        let stderr = CappedOutput::new(limits.stdio_bytes);
         // No preopened directories, no environment, no arguments, no network: WasiCtxBuilder
         // grants none of these unless asked, and the socket address check denies everything.
         let wasi = WasiCtxBuilder::new().stdout(stdout.clone()).stderr(stderr.clone()).build();

@@ -10,7 +10,7 @@ use wasmpilot_guest::{Context, FinalizerWorker, Finalized, Inputs, Outcome, Phas
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct Script {
+pub struct Script {
     #[serde(default)]
     phases: BTreeMap<String, Step>,
     #[serde(default)]
@@ -19,7 +19,7 @@ struct Script {
 
 #[derive(Deserialize, Default, Clone)]
 #[serde(rename_all = "camelCase")]
-struct Step {
+pub struct Step {
     /// ok | fatal | retryable | loop | alloc | panic | print
     #[serde(default)]
     mode: String,
@@ -39,7 +39,7 @@ struct Step {
 }
 
 #[derive(Deserialize)]
-struct Resource {
+pub struct Resource {
     #[serde(default)]
     spec: Script,
 }
