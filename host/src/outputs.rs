@@ -155,24 +155,27 @@ fn valid_name(name: &str) -> bool {
         && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
-/// Server-side applies checked outputs, labelled with the operator, forcing ownership of their fields.
+/// Server-side applies checked outputs, labelled with the operator, forcing ownership of their
+/// fields. On failure returns how many were applied before it (applying is idempotent: the
+/// next attempt applies them all again).
 pub async fn apply_outputs(
     client: &Client,
     operator: &str,
     kinds: &HashMap<KindRef, ResolvedKind>,
     outputs: Vec<CheckedOutput>,
-) -> Result<usize, OutputError> {
+) -> Result<usize, (usize, OutputError)> {
     let params = PatchParams::apply(&crate::field_manager(operator)).force();
     let count = outputs.len();
-    for mut out in outputs {
+    for (done, mut out) in outputs.into_iter().enumerate() {
         let Some(resolved) = kinds.get(&out.kind) else {
-            return Err(OutputError::UndeclaredKind {
-                index: 0,
+            // check() only passes declared kinds, and every declared kind was resolved at load.
+            return Err((done, OutputError::UndeclaredKind {
+                index: done,
                 kind: out.kind.to_string(),
                 name: out.name,
                 phase: String::new(),
-                declared: "(not resolved)".into(),
-            });
+                declared: "(kind not resolved)".into(),
+            }));
         };
         out.object["metadata"]["labels"][crate::OPERATOR_LABEL] = json!(operator);
         let api: Api<DynamicObject> = match &out.namespace {
@@ -181,7 +184,7 @@ pub async fn apply_outputs(
         };
         api.patch(&out.name, &params, &Patch::Apply(&out.object))
             .await
-            .map_err(|source| OutputError::ApplyFailed { object: out.describe(), source })?;
+            .map_err(|source| (done, OutputError::ApplyFailed { object: out.describe(), source }))?;
         tracing::debug!(object = %out.describe(), "applied output");
     }
     Ok(count)

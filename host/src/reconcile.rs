@@ -68,6 +68,8 @@ pub enum ReconcileError {
     FinalizerPending(Duration),
     #[error("outputs of phase {phase} refused, nothing was applied: {source}")]
     Outputs { phase: String, #[source] source: OutputError },
+    #[error("outputs of phase {phase} not all applied ({applied} of {total} done, retrying): {source}")]
+    Apply { phase: String, applied: usize, total: usize, #[source] source: OutputError },
     #[error("input cache for {0} has not synced yet")]
     InputsNotSynced(String),
     #[error("status of the resource changed while the worker ran; deciding again")]
@@ -86,7 +88,7 @@ impl ReconcileError {
             | ReconcileError::UnknownNextPhase { .. }
             | ReconcileError::BadStatusInfo { .. } => true,
             ReconcileError::Worker { source, .. } | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
-            ReconcileError::Outputs { source, .. } => source.is_fatal(),
+            ReconcileError::Outputs { source, .. } | ReconcileError::Apply { source, .. } => source.is_fatal(),
             _ => false,
         }
     }
@@ -98,7 +100,7 @@ impl ReconcileError {
             ReconcileError::BadStatusInfo { .. } => "BadStatusInfo",
             ReconcileError::Worker { source, .. } | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
             ReconcileError::FinalizerPending(_) => "FinalizerPending",
-            ReconcileError::Outputs { source: OutputError::ApplyFailed { .. }, .. } => "ApplyFailed",
+            ReconcileError::Apply { .. } => "ApplyFailed",
             ReconcileError::Outputs { .. } => "OutputRefused",
             ReconcileError::InputsNotSynced(_) => "InputsNotSynced",
             ReconcileError::StatusConflict => "StatusConflict",
@@ -251,9 +253,10 @@ async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<Dyn
     };
     let checked = outputs::check(phase, &owner, &ctx.namespaced, &result.outputs)
         .map_err(|source| ReconcileError::Outputs { phase: current.clone(), source })?;
+    let total = checked.len();
     let applied = outputs::apply_outputs(&ctx.client, &def.name, &ctx.kinds, checked)
         .await
-        .map_err(|source| ReconcileError::Outputs { phase: current.clone(), source })?;
+        .map_err(|(applied, source)| ReconcileError::Apply { phase: current.clone(), applied, total, source })?;
 
     let next = result.next_phase;
     let update = StatusUpdate {

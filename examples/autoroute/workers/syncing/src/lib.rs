@@ -93,6 +93,9 @@ fn service(deployment: &RoutableDeployment<'_>, namespace: Option<&str>) -> Serv
             ports: Some(vec![ServicePort {
                 name: Some("http".to_owned()),
                 port: deployment.port,
+                // Explicit: server-side apply on Kubernetes 1.20 rejects a port without it
+                // ("associative list with keys has an element that omits key field protocol").
+                protocol: Some("TCP".to_owned()),
                 ..ServicePort::default()
             }]),
             selector: Some(deployment.pod_labels.clone()),
