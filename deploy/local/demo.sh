@@ -11,6 +11,8 @@ say "Setup (rustup target, kubectl)"
 deploy/local/setup.sh
 
 say "Local Kubernetes (kube-apiserver + controller-manager + etcd on loopback)"
+started_cluster=0
+deploy/local/cluster.sh status >/dev/null 2>&1 || started_cluster=1
 deploy/local/cluster.sh up
 eval "$(deploy/local/cluster.sh env)"
 kubectl version 2>/dev/null | sed -n 's/^Server Version: /server: /p' || true
@@ -34,7 +36,7 @@ cleanup() {
   kubectl delete -f examples/autoroute/sample.yaml --ignore-not-found --wait=false >/dev/null 2>&1 || true
   kill "$HOST_PID" 2>/dev/null || true
   wait "$HOST_PID" 2>/dev/null || true
-  deploy/local/cluster.sh down
+  if [ "$started_cluster" = 1 ]; then deploy/local/cluster.sh down; fi
 }
 trap cleanup EXIT
 

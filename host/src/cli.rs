@@ -13,7 +13,11 @@ use wasmpilot::modules::ModuleCache;
 use wasmpilot::sandbox::{Sandbox, SandboxLimits};
 
 #[derive(Parser)]
-#[command(name = "wasmpilot", version, about = "Kubernetes operators whose logic runs as sandboxed Wasm components")]
+#[command(
+    name = "wasmpilot",
+    version,
+    about = "Kubernetes operators whose logic runs as sandboxed Wasm components"
+)]
 pub struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info,wasmpilot=debug`.
     #[arg(long, env = "WASMPILOT_LOG", default_value = "info", global = true)]
@@ -79,21 +83,50 @@ struct RunArgs {
 }
 
 pub fn init_tracing(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).init();
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 impl Cli {
     pub async fn run(self) -> anyhow::Result<()> {
         match self.command {
             Command::Run(args) => run(args).await,
-            Command::Deploy { dir, no_build, module_namespace } => {
-                let client = kube::Client::try_default().await.context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
-                let opts = wasmpilot::deploy::DeployOptions { dir, no_build, module_namespace };
+            Command::Deploy {
+                dir,
+                no_build,
+                module_namespace,
+            } => {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+                let opts = wasmpilot::deploy::DeployOptions {
+                    dir,
+                    no_build,
+                    module_namespace,
+                };
                 wasmpilot::deploy::deploy(client, &opts).await.map(|_| ())
             }
-            Command::RunPhase { operator, module_dir, resource, objects, phase, now } => {
-                let run = wasmpilot::offline::OfflineRun { operator, module_dir, resource, objects, phase, now };
+            Command::RunPhase {
+                operator,
+                module_dir,
+                resource,
+                objects,
+                phase,
+                now,
+            } => {
+                let run = wasmpilot::offline::OfflineRun {
+                    operator,
+                    module_dir,
+                    resource,
+                    objects,
+                    phase,
+                    now,
+                };
                 let outcome = wasmpilot::offline::run_phase(&run, SandboxLimits::default()).await?;
                 print!("{}", serde_yaml::to_string(&outcome)?);
                 Ok(())
@@ -107,7 +140,9 @@ impl Cli {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await.context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
     let limits = SandboxLimits {
         deadline: args.deadline,
         memory_bytes: args.memory_limit_mib << 20,
@@ -115,7 +150,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..SandboxLimits::default()
     };
     let sandbox = Sandbox::new(limits)?;
-    let modules = Arc::new(ModuleCache::new(sandbox, Some(client.clone()), args.module_dir));
+    let modules = Arc::new(ModuleCache::new(
+        sandbox,
+        Some(client.clone()),
+        args.module_dir,
+    ));
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");

@@ -37,7 +37,9 @@ pub struct WasmOperatorSpec {
 }
 
 /// An apiVersion + kind pair, e.g. `apps/v1` `Deployment`.
-#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct KindRef {
     /// `group/version`, or `v1` for the core group.
@@ -150,7 +152,10 @@ mod tests {
     #[test]
     fn committed_crd_matches_generated() {
         let generated = serde_yaml::to_string(&WasmOperator::crd()).unwrap();
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds/wasmoperator.yaml");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/crds/wasmoperator.yaml"
+        );
         let committed = std::fs::read_to_string(path).unwrap_or_default();
         assert!(
             committed == generated,
@@ -164,6 +169,10 @@ mod tests {
         assert_eq!(crd["spec"]["scope"], "Cluster");
         let v = &crd["spec"]["versions"][0];
         assert!(v["subresources"]["status"].is_object());
-        assert!(v["additionalPrinterColumns"].as_array().unwrap().iter().any(|c| c["name"] == "Ready"));
+        assert!(v["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "Ready"));
     }
 }

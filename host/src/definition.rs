@@ -17,7 +17,10 @@ pub struct DefinitionError {
 }
 
 fn invalid(field: impl Into<String>, problem: impl Into<String>) -> DefinitionError {
-    DefinitionError { field: field.into(), problem: problem.into() }
+    DefinitionError {
+        field: field.into(),
+        problem: problem.into(),
+    }
 }
 
 /// One validated phase.
@@ -56,11 +59,17 @@ impl OperatorDefinition {
                 return Err(invalid(format!("{field}.name"), "must not be empty"));
             }
             if !seen.insert(p.name.as_str()) {
-                return Err(invalid(format!("{field}.name"), format!("duplicate phase name {:?}", p.name)));
+                return Err(invalid(
+                    format!("{field}.name"),
+                    format!("duplicate phase name {:?}", p.name),
+                ));
             }
             match (&p.module, p.is_final) {
                 (None, false) => {
-                    return Err(invalid(format!("{field}.module"), format!("phase {:?} is not final, so it needs a module", p.name)))
+                    return Err(invalid(
+                        format!("{field}.module"),
+                        format!("phase {:?} is not final, so it needs a module", p.name),
+                    ))
                 }
                 (Some(m), _) => check_module(m, &format!("{field}.module"))?,
                 (None, true) => {}
@@ -72,7 +81,10 @@ impl OperatorDefinition {
                     return Err(invalid(format!("{f}.name"), "must not be empty"));
                 }
                 if !input_names.insert(input.name.as_str()) {
-                    return Err(invalid(format!("{f}.name"), format!("duplicate input name {:?}", input.name)));
+                    return Err(invalid(
+                        format!("{f}.name"),
+                        format!("duplicate input name {:?}", input.name),
+                    ));
                 }
                 check_kind(&KindRef::new(&input.api_version, &input.kind), &f)?;
             }
@@ -87,11 +99,30 @@ impl OperatorDefinition {
                 outputs: p.outputs.clone(),
             });
         }
-        let initial: Vec<_> = spec.phases.iter().filter(|p| p.initial).map(|p| p.name.clone()).collect();
+        let initial: Vec<_> = spec
+            .phases
+            .iter()
+            .filter(|p| p.initial)
+            .map(|p| p.name.clone())
+            .collect();
         let initial_phase = match initial.as_slice() {
             [one] => one.clone(),
-            [] => return Err(invalid("spec.phases", "no phase is marked initial: exactly one must be")),
-            many => return Err(invalid("spec.phases", format!("{} phases are marked initial ({}): exactly one must be", many.len(), many.join(", ")))),
+            [] => {
+                return Err(invalid(
+                    "spec.phases",
+                    "no phase is marked initial: exactly one must be",
+                ))
+            }
+            many => {
+                return Err(invalid(
+                    "spec.phases",
+                    format!(
+                        "{} phases are marked initial ({}): exactly one must be",
+                        many.len(),
+                        many.join(", ")
+                    ),
+                ))
+            }
         };
         if let Some(f) = &spec.finalizer {
             check_module(&f.module, "spec.finalizer.module")?;
@@ -118,19 +149,29 @@ impl OperatorDefinition {
     pub fn input_kinds(&self) -> BTreeSet<KindRef> {
         self.phases
             .iter()
-            .flat_map(|p| p.inputs.iter().map(|i| KindRef::new(&i.api_version, &i.kind)))
+            .flat_map(|p| {
+                p.inputs
+                    .iter()
+                    .map(|i| KindRef::new(&i.api_version, &i.kind))
+            })
             .collect()
     }
 
     /// Every kind any phase may write.
     pub fn output_kinds(&self) -> BTreeSet<KindRef> {
-        self.phases.iter().flat_map(|p| p.outputs.iter().cloned()).collect()
+        self.phases
+            .iter()
+            .flat_map(|p| p.outputs.iter().cloned())
+            .collect()
     }
 
     /// Modules to load, keyed by role: the phase name, or `finalizer`.
     pub fn modules(&self) -> HashMap<String, ModuleRef> {
-        let mut m: HashMap<String, ModuleRef> =
-            self.phases.iter().filter_map(|p| p.module.clone().map(|m| (p.name.clone(), m))).collect();
+        let mut m: HashMap<String, ModuleRef> = self
+            .phases
+            .iter()
+            .filter_map(|p| p.module.clone().map(|m| (p.name.clone(), m)))
+            .collect();
         if let Some(f) = &self.finalizer {
             m.insert(FINALIZER_ROLE.to_string(), f.clone());
         }
@@ -146,7 +187,10 @@ fn check_kind(k: &KindRef, field: &str) -> Result<(), DefinitionError> {
         return Err(invalid(format!("{field}.apiVersion"), "must not be empty"));
     }
     if k.api_version.split('/').count() > 2 || k.api_version.split('/').any(|s| s.is_empty()) {
-        return Err(invalid(format!("{field}.apiVersion"), format!("{:?} is not of the form group/version or v1", k.api_version)));
+        return Err(invalid(
+            format!("{field}.apiVersion"),
+            format!("{:?} is not of the form group/version or v1", k.api_version),
+        ));
     }
     if k.kind.trim().is_empty() {
         return Err(invalid(format!("{field}.kind"), "must not be empty"));
@@ -156,13 +200,20 @@ fn check_kind(k: &KindRef, field: &str) -> Result<(), DefinitionError> {
 
 fn check_module(m: &ModuleRef, field: &str) -> Result<(), DefinitionError> {
     match (&m.config_map, &m.file) {
-        (Some(_), Some(_)) => Err(invalid(field, "set exactly one of configMap or file, not both")),
+        (Some(_), Some(_)) => Err(invalid(
+            field,
+            "set exactly one of configMap or file, not both",
+        )),
         (None, None) => Err(invalid(field, "set exactly one of configMap or file")),
         (Some(cm), None) => {
             if cm.name.is_empty() || cm.key.is_empty() {
-                return Err(invalid(format!("{field}.configMap"), "name and key are required"));
+                return Err(invalid(
+                    format!("{field}.configMap"),
+                    "name and key are required",
+                ));
             }
-            crate::modules::normalize_digest(&cm.sha256).map_err(|p| invalid(format!("{field}.configMap.sha256"), p))?;
+            crate::modules::normalize_digest(&cm.sha256)
+                .map_err(|p| invalid(format!("{field}.configMap.sha256"), p))?;
             Ok(())
         }
         (None, Some(f)) => {
@@ -170,7 +221,8 @@ fn check_module(m: &ModuleRef, field: &str) -> Result<(), DefinitionError> {
                 return Err(invalid(format!("{field}.file.path"), "must not be empty"));
             }
             if let Some(d) = &f.sha256 {
-                crate::modules::normalize_digest(d).map_err(|p| invalid(format!("{field}.file.sha256"), p))?;
+                crate::modules::normalize_digest(d)
+                    .map_err(|p| invalid(format!("{field}.file.sha256"), p))?;
             }
             Ok(())
         }
@@ -179,7 +231,8 @@ fn check_module(m: &ModuleRef, field: &str) -> Result<(), DefinitionError> {
 
 /// Parses `30s`, `5m`, `1h30m`; refuses zero and anything below one second.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim()).map_err(|e| format!("{s:?} is not a duration like 30s or 5m ({e})"))?;
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration like 30s or 5m ({e})"))?;
     if d < Duration::from_secs(1) {
         return Err(format!("{s:?} is shorter than the minimum of 1s"));
     }
@@ -192,7 +245,13 @@ mod tests {
     use crate::crd::{FileModule, PhaseSpec};
 
     fn module(path: &str) -> Option<ModuleRef> {
-        Some(ModuleRef { file: Some(FileModule { path: path.into(), sha256: None }), ..Default::default() })
+        Some(ModuleRef {
+            file: Some(FileModule {
+                path: path.into(),
+                sha256: None,
+            }),
+            ..Default::default()
+        })
     }
 
     fn phase(name: &str, initial: bool, is_final: bool) -> PhaseSpec {
@@ -218,7 +277,11 @@ mod tests {
 
     #[test]
     fn valid_definition_has_initial_phase_and_resync() {
-        let d = OperatorDefinition::validate("a", &spec(vec![phase("Init", true, false), phase("Done", false, true)])).unwrap();
+        let d = OperatorDefinition::validate(
+            "a",
+            &spec(vec![phase("Init", true, false), phase("Done", false, true)]),
+        )
+        .unwrap();
         assert_eq!(d.initial_phase, "Init");
         assert_eq!(d.resync, Duration::from_secs(30));
         assert!(d.phase("Done").unwrap().is_final);
@@ -227,14 +290,26 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let e = OperatorDefinition::validate("a", &spec(vec![phase("A", false, false)])).unwrap_err();
+        let e =
+            OperatorDefinition::validate("a", &spec(vec![phase("A", false, false)])).unwrap_err();
         assert_eq!(e.field, "spec.phases");
         assert!(e.problem.contains("no phase is marked initial"));
 
-        let e = OperatorDefinition::validate("a", &spec(vec![phase("A", true, false), phase("B", true, false)])).unwrap_err();
-        assert!(e.problem.contains("2 phases are marked initial (A, B)"), "{e}");
+        let e = OperatorDefinition::validate(
+            "a",
+            &spec(vec![phase("A", true, false), phase("B", true, false)]),
+        )
+        .unwrap_err();
+        assert!(
+            e.problem.contains("2 phases are marked initial (A, B)"),
+            "{e}"
+        );
 
-        let e = OperatorDefinition::validate("a", &spec(vec![phase("A", true, false), phase("A", false, false)])).unwrap_err();
+        let e = OperatorDefinition::validate(
+            "a",
+            &spec(vec![phase("A", true, false), phase("A", false, false)]),
+        )
+        .unwrap_err();
         assert_eq!(e.field, "spec.phases[1].name");
 
         let mut p = phase("A", true, false);

@@ -31,25 +31,37 @@ pub struct DeployOptions {
 
 /// The operator directory's components, built: artifact file name → bytes.
 pub fn build_components(dir: &Path, build: bool) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
-    let dir = dir.canonicalize().with_context(|| format!("operator directory {}", dir.display()))?;
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("operator directory {}", dir.display()))?;
     let meta = Command::new("cargo")
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .current_dir(&dir)
         .output()
         .context("running cargo metadata (is cargo installed?)")?;
     if !meta.status.success() {
-        bail!("cargo metadata failed in {}: {}", dir.display(), String::from_utf8_lossy(&meta.stderr));
+        bail!(
+            "cargo metadata failed in {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&meta.stderr)
+        );
     }
     let meta: Value = serde_json::from_slice(&meta.stdout)?;
-    let target_dir = PathBuf::from(meta["target_directory"].as_str().ok_or_else(|| anyhow!("cargo metadata: no target_directory"))?);
+    let target_dir = PathBuf::from(
+        meta["target_directory"]
+            .as_str()
+            .ok_or_else(|| anyhow!("cargo metadata: no target_directory"))?,
+    );
     let mut packages = Vec::new();
     for p in meta["packages"].as_array().into_iter().flatten() {
         let manifest = Path::new(p["manifest_path"].as_str().unwrap_or_default());
-        let is_component = p["targets"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|t| t["crate_types"].as_array().into_iter().flatten().any(|c| c == "cdylib"));
+        let is_component = p["targets"].as_array().into_iter().flatten().any(|t| {
+            t["crate_types"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c == "cdylib")
+        });
         if is_component && manifest.starts_with(&dir) {
             packages.push(p["name"].as_str().unwrap_or_default().to_string());
         }
@@ -59,7 +71,8 @@ pub fn build_components(dir: &Path, build: bool) -> anyhow::Result<BTreeMap<Stri
     }
     if build {
         let mut cmd = Command::new("cargo");
-        cmd.args(["build", "--release", "--target", "wasm32-wasip2"]).current_dir(&dir);
+        cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
+            .current_dir(&dir);
         for p in &packages {
             cmd.args(["-p", p]);
         }
@@ -74,7 +87,8 @@ pub fn build_components(dir: &Path, build: bool) -> anyhow::Result<BTreeMap<Stri
     for p in &packages {
         let file = format!("{}.wasm", p.replace('-', "_"));
         let path = out_dir.join(&file);
-        let bytes = std::fs::read(&path).with_context(|| format!("reading built component {}", path.display()))?;
+        let bytes = std::fs::read(&path)
+            .with_context(|| format!("reading built component {}", path.display()))?;
         built.insert(file, bytes);
     }
     Ok(built)
@@ -82,40 +96,69 @@ pub fn build_components(dir: &Path, build: bool) -> anyhow::Result<BTreeMap<Stri
 
 pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<WasmOperator> {
     let manifest = opts.dir.join("operator.yaml");
-    let doc = read_documents(&manifest)?.into_iter().next().ok_or_else(|| anyhow!("{} is empty", manifest.display()))?;
-    let mut op: WasmOperator = serde_json::from_value(doc).with_context(|| format!("{} is not a WasmOperator", manifest.display()))?;
-    let op_name = op.metadata.name.clone().ok_or_else(|| anyhow!("{}: metadata.name is required", manifest.display()))?;
+    let doc = read_documents(&manifest)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("{} is empty", manifest.display()))?;
+    let mut op: WasmOperator = serde_json::from_value(doc)
+        .with_context(|| format!("{} is not a WasmOperator", manifest.display()))?;
+    let op_name = op
+        .metadata
+        .name
+        .clone()
+        .ok_or_else(|| anyhow!("{}: metadata.name is required", manifest.display()))?;
     let components = build_components(&opts.dir, !opts.no_build)?;
 
     apply_crd(&client, serde_json::to_value(WasmOperator::crd())?).await?;
     let crd_dir = opts.dir.join("crds");
     if crd_dir.is_dir() {
-        let mut files: Vec<_> = std::fs::read_dir(&crd_dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        let mut files: Vec<_> = std::fs::read_dir(&crd_dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
         files.sort();
-        for f in files.into_iter().filter(|f| f.extension().is_some_and(|e| e == "yaml" || e == "yml")) {
+        for f in files
+            .into_iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        {
             for doc in read_documents(&f)? {
-                apply_document(&client, doc, None).await.with_context(|| format!("applying {}", f.display()))?;
+                apply_document(&client, doc, None)
+                    .await
+                    .with_context(|| format!("applying {}", f.display()))?;
             }
         }
     }
     ensure_namespace(&client, &opts.module_namespace).await?;
 
-    let mut roles: Vec<(String, &mut ModuleRef)> =
-        op.spec.phases.iter_mut().filter_map(|p| p.module.as_mut().map(|m| (p.name.clone(), m))).collect();
+    let mut roles: Vec<(String, &mut ModuleRef)> = op
+        .spec
+        .phases
+        .iter_mut()
+        .filter_map(|p| p.module.as_mut().map(|m| (p.name.clone(), m)))
+        .collect();
     if let Some(f) = op.spec.finalizer.as_mut() {
         roles.push(("finalizer".into(), &mut f.module));
     }
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &opts.module_namespace);
     for (role, module) in roles {
-        let Some(file) = module.file.clone() else { continue };
+        let Some(file) = module.file.clone() else {
+            continue;
+        };
         let bytes = components.get(&file.path).ok_or_else(|| {
-            anyhow!("phase {role}: module file {} is not one of the built components ({})", file.path, components.keys().cloned().collect::<Vec<_>>().join(", "))
+            anyhow!(
+                "phase {role}: module file {} is not one of the built components ({})",
+                file.path,
+                components.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
         })?;
         let digest = digest_of(bytes);
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
         gz.write_all(bytes)?;
         let gz = gz.finish()?;
-        let cm_name = format!("{op_name}-{}", role.to_lowercase().replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+        let cm_name = format!(
+            "{op_name}-{}",
+            role.to_lowercase()
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+        );
         let cm = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -127,10 +170,24 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
             },
             "binaryData": {MODULE_KEY: ByteString(gz.clone())},
         });
-        maps.patch(&cm_name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&cm))
-            .await
-            .with_context(|| format!("storing module {} in ConfigMap {}/{cm_name}", file.path, opts.module_namespace))?;
-        println!("{role:<14} {:<32} {:>8} KiB ({:>6} KiB gz)  {digest}", file.path, bytes.len() / 1024, gz.len() / 1024);
+        maps.patch(
+            &cm_name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "storing module {} in ConfigMap {}/{cm_name}",
+                file.path, opts.module_namespace
+            )
+        })?;
+        println!(
+            "{role:<14} {:<32} {:>8} KiB ({:>6} KiB gz)  {digest}",
+            file.path,
+            bytes.len() / 1024,
+            gz.len() / 1024
+        );
         *module = ModuleRef {
             config_map: Some(ConfigMapModule {
                 name: cm_name,
@@ -149,23 +206,44 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
     if let Some(b) = body.as_object_mut() {
         b.remove("status");
     }
-    let applied = ops.patch(&op_name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.context("applying the WasmOperator")?;
-    println!("WasmOperator {op_name} applied (generation {})", applied.metadata.generation.unwrap_or(0));
+    let applied = ops
+        .patch(
+            &op_name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .context("applying the WasmOperator")?;
+    println!(
+        "WasmOperator {op_name} applied (generation {})",
+        applied.metadata.generation.unwrap_or(0)
+    );
     Ok(applied)
 }
 
 async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-    api.patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&ns)).await.with_context(|| format!("creating namespace {name}"))?;
+    api.patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&ns))
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
     Ok(())
 }
 
 /// Applies a CRD and waits until it is Established (its kind can be used right after).
 pub async fn apply_crd(client: &Client, crd: Value) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = crd["metadata"]["name"].as_str().ok_or_else(|| anyhow!("CRD without a name"))?.to_string();
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd)).await.with_context(|| format!("applying CRD {name}"))?;
+    let name = crd["metadata"]["name"]
+        .as_str()
+        .ok_or_else(|| anyhow!("CRD without a name"))?
+        .to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .with_context(|| format!("applying CRD {name}"))?;
     for _ in 0..100 {
         let current = api.get(&name).await?;
         let established = current
@@ -183,25 +261,47 @@ pub async fn apply_crd(client: &Client, crd: Value) -> anyhow::Result<()> {
 }
 
 /// Server-side applies any object; CRDs are waited for. `namespace` defaults namespaced objects.
-pub async fn apply_document(client: &Client, doc: Value, namespace: Option<&str>) -> anyhow::Result<DynamicObject> {
-    let api_version = doc["apiVersion"].as_str().ok_or_else(|| anyhow!("document without apiVersion"))?.to_string();
-    let kind = doc["kind"].as_str().ok_or_else(|| anyhow!("document without kind"))?.to_string();
+pub async fn apply_document(
+    client: &Client,
+    doc: Value,
+    namespace: Option<&str>,
+) -> anyhow::Result<DynamicObject> {
+    let api_version = doc["apiVersion"]
+        .as_str()
+        .ok_or_else(|| anyhow!("document without apiVersion"))?
+        .to_string();
+    let kind = doc["kind"]
+        .as_str()
+        .ok_or_else(|| anyhow!("document without kind"))?
+        .to_string();
     if kind == "CustomResourceDefinition" {
         apply_crd(client, doc.clone()).await?;
     }
     let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-    let (ar, caps) = kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, &kind))
-        .await
-        .with_context(|| format!("{api_version} {kind} is not served by the API server"))?;
-    let name = doc["metadata"]["name"].as_str().ok_or_else(|| anyhow!("{kind} without metadata.name"))?.to_string();
+    let (ar, caps) =
+        kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, &kind))
+            .await
+            .with_context(|| format!("{api_version} {kind} is not served by the API server"))?;
+    let name = doc["metadata"]["name"]
+        .as_str()
+        .ok_or_else(|| anyhow!("{kind} without metadata.name"))?
+        .to_string();
     let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
-        let ns = doc["metadata"]["namespace"].as_str().or(namespace).unwrap_or("default").to_string();
+        let ns = doc["metadata"]["namespace"]
+            .as_str()
+            .or(namespace)
+            .unwrap_or("default")
+            .to_string();
         Api::namespaced_with(client.clone(), &ns, &ar)
     } else {
         Api::all_with(client.clone(), &ar)
     };
     let obj = api
-        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&doc))
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&doc),
+        )
         .await
         .with_context(|| format!("applying {kind} {name}"))?;
     tracing::debug!(kind, name = %obj.name_any(), "applied");

@@ -14,16 +14,29 @@ pub trait ObjectSource {
 }
 
 /// The inputs of `phase` for a resource in `namespace` (`None`: a cluster-scoped resource sees all).
-pub fn gather(phase: &PhaseDefinition, namespace: Option<&str>, source: &impl ObjectSource) -> Vec<NamedObjects> {
+pub fn gather(
+    phase: &PhaseDefinition,
+    namespace: Option<&str>,
+    source: &impl ObjectSource,
+) -> Vec<NamedObjects> {
     phase
         .inputs
         .iter()
         .map(|input| {
             let kind = KindRef::new(&input.api_version, &input.kind);
-            let mut selected: Vec<Arc<DynamicObject>> =
-                source.objects(&kind).into_iter().filter(|o| visible(o, input, namespace)).collect();
-            selected.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
-            NamedObjects { name: input.name.clone(), objects: selected.iter().map(|o| to_worker_json(o, &kind)).collect() }
+            let mut selected: Vec<Arc<DynamicObject>> = source
+                .objects(&kind)
+                .into_iter()
+                .filter(|o| visible(o, input, namespace))
+                .collect();
+            selected.sort_by(|a, b| {
+                (&a.metadata.namespace, &a.metadata.name)
+                    .cmp(&(&b.metadata.namespace, &b.metadata.name))
+            });
+            NamedObjects {
+                name: input.name.clone(),
+                objects: selected.iter().map(|o| to_worker_json(o, &kind)).collect(),
+            }
         })
         .collect()
 }
@@ -35,7 +48,10 @@ fn visible(o: &DynamicObject, input: &InputSpec, namespace: Option<&str>) -> boo
         }
     }
     let labels = o.metadata.labels.as_ref();
-    input.match_labels.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+    input
+        .match_labels
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
 /// Serializes an object the way workers see it: apiVersion and kind set (list items lack them),
@@ -44,7 +60,10 @@ pub fn to_worker_json(o: &DynamicObject, kind: &KindRef) -> String {
     let mut o = o.clone();
     o.metadata.managed_fields = None;
     if o.types.is_none() {
-        o.types = Some(TypeMeta { api_version: kind.api_version.clone(), kind: kind.kind.clone() });
+        o.types = Some(TypeMeta {
+            api_version: kind.api_version.clone(),
+            kind: kind.kind.clone(),
+        });
     }
     // Serializing a DynamicObject (a map of JSON values) cannot fail.
     serde_json::to_string(&o).unwrap_or_else(|_| "{}".to_string())
@@ -68,7 +87,12 @@ mod tests {
             "spec": {"replicas": 1}
         }))
         .unwrap();
-        o.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        o.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
         Arc::new(o)
     }
 
@@ -95,8 +119,15 @@ mod tests {
         let got = gather(&phase, Some("b"), &source);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].name, "deployments");
-        let objs: Vec<serde_json::Value> = got[0].objects.iter().map(|s| serde_json::from_str(s).unwrap()).collect();
-        let names: Vec<_> = objs.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
+        let objs: Vec<serde_json::Value> = got[0]
+            .objects
+            .iter()
+            .map(|s| serde_json::from_str(s).unwrap())
+            .collect();
+        let names: Vec<_> = objs
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["a", "z"]);
         assert_eq!(objs[0]["kind"], "Deployment");
         assert_eq!(objs[0]["apiVersion"], "apps/v1");

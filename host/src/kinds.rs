@@ -36,7 +36,10 @@ impl KindRef {
     }
 
     pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
-        KindRef { api_version: api_version.into(), kind: kind.into() }
+        KindRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        }
     }
 }
 
@@ -47,7 +50,11 @@ impl std::fmt::Display for KindRef {
 }
 
 /// Looks one kind up; `field` names where it was declared, for the error message.
-pub async fn resolve(client: &Client, kind: &KindRef, field: &str) -> Result<ResolvedKind, KindNotServed> {
+pub async fn resolve(
+    client: &Client,
+    kind: &KindRef,
+    field: &str,
+) -> Result<ResolvedKind, KindNotServed> {
     let (api, caps): (ApiResource, ApiCapabilities) = discovery::pinned_kind(client, &kind.gvk())
         .await
         .map_err(|source| KindNotServed {
@@ -56,7 +63,11 @@ pub async fn resolve(client: &Client, kind: &KindRef, field: &str) -> Result<Res
             kind: kind.kind.clone(),
             source,
         })?;
-    Ok(ResolvedKind { kind: kind.clone(), api, namespaced: caps.scope == Scope::Namespaced })
+    Ok(ResolvedKind {
+        kind: kind.clone(),
+        api,
+        namespaced: caps.scope == Scope::Namespaced,
+    })
 }
 
 #[cfg(test)]
@@ -68,6 +79,13 @@ mod tests {
         let core = KindRef::new("v1", "Service").gvk();
         assert_eq!((core.group.as_str(), core.version.as_str()), ("", "v1"));
         let apps = KindRef::new("apps/v1", "Deployment").gvk();
-        assert_eq!((apps.group.as_str(), apps.version.as_str(), apps.kind.as_str()), ("apps", "v1", "Deployment"));
+        assert_eq!(
+            (
+                apps.group.as_str(),
+                apps.version.as_str(),
+                apps.kind.as_str()
+            ),
+            ("apps", "v1", "Deployment")
+        );
     }
 }

@@ -16,18 +16,18 @@
 
 pub mod crd;
 pub mod definition;
-pub mod modules;
-pub mod manager;
-pub mod watch;
-pub mod schedule;
-pub mod reconcile;
-pub mod inputs;
-pub mod sandbox;
-pub mod outputs;
-pub mod status;
-pub mod offline;
 pub mod deploy;
+pub mod inputs;
 pub mod kinds;
+pub mod manager;
+pub mod modules;
+pub mod offline;
+pub mod outputs;
+pub mod reconcile;
+pub mod sandbox;
+pub mod schedule;
+pub mod status;
+pub mod watch;
 
 /// The finalizer the host puts on resources of operators that declare a finalizer worker.
 pub fn finalizer_name(operator: &str) -> String {

@@ -32,7 +32,11 @@ enum LoadFailure {
     #[error("{0}")]
     KindNotServed(#[from] kinds::KindNotServed),
     #[error("module for {role}: {source}")]
-    Module { role: String, #[source] source: crate::modules::ModuleError },
+    Module {
+        role: String,
+        #[source]
+        source: crate::modules::ModuleError,
+    },
 }
 
 impl LoadFailure {
@@ -75,15 +79,29 @@ pub struct Manager {
 
 impl Manager {
     pub fn new(client: Client, modules: Arc<ModuleCache>) -> Self {
-        let reporter = Reporter { controller: "wasmpilot".into(), instance: std::env::var("POD_NAME").ok() };
+        let reporter = Reporter {
+            controller: "wasmpilot".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         let recorder = Recorder::new(client.clone(), reporter);
-        Manager { client, modules, recorder, running: HashMap::new(), failed: HashMap::new() }
+        Manager {
+            client,
+            modules,
+            recorder,
+            running: HashMap::new(),
+            failed: HashMap::new(),
+        }
     }
 
     /// Runs until `shutdown` resolves.
-    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+    pub async fn run(
+        mut self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
         let api: Api<WasmOperator> = Api::all(self.client.clone());
-        let mut events = watcher::watcher(api.clone(), watcher::Config::default()).default_backoff().boxed();
+        let mut events = watcher::watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .boxed();
         let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<String>();
         let mut listed: HashSet<String> = HashSet::new();
         tokio::pin!(shutdown);
@@ -138,7 +156,12 @@ impl Manager {
     }
 
     /// Makes the running controller match the object's spec; `retry` forces a new attempt.
-    async fn ensure(&mut self, op: WasmOperator, retry: bool, retry_tx: &mpsc::UnboundedSender<String>) {
+    async fn ensure(
+        &mut self,
+        op: WasmOperator,
+        retry: bool,
+        retry_tx: &mpsc::UnboundedSender<String>,
+    ) {
         let name = op.name_any();
         if self.running.get(&name).is_some_and(|r| r.spec == op.spec) {
             return;
@@ -153,13 +176,23 @@ impl Manager {
                 let swapped = self.running.contains_key(&name);
                 // Dropping the previous Running signals its graceful shutdown: its in-flight
                 // reconciles finish on the old modules, new ones start on the new controller.
-                self.running.insert(name.clone(), Running { spec: op.spec.clone(), shutdown: Some(tx) });
+                self.running.insert(
+                    name.clone(),
+                    Running {
+                        spec: op.spec.clone(),
+                        shutdown: Some(tx),
+                    },
+                );
                 tokio::spawn(watch::run(ctx, inputs, async move {
                     let _ = rx.await;
                 }));
                 let message = format!(
                     "{} controller for {} {} with {} module(s)",
-                    if swapped { "swapped to a new" } else { "running a" },
+                    if swapped {
+                        "swapped to a new"
+                    } else {
+                        "running a"
+                    },
                     op.spec.resource.api_version,
                     op.spec.resource.kind,
                     digests.len()
@@ -168,13 +201,26 @@ impl Manager {
                 self.report(&op, None, &message, digests).await;
             }
             Err(failure) => {
-                let still = if self.running.contains_key(&name) { "; the previous definition keeps running" } else { "" };
+                let still = if self.running.contains_key(&name) {
+                    "; the previous definition keeps running"
+                } else {
+                    ""
+                };
                 let message = format!("{failure}{still}");
                 tracing::warn!(operator = %name, reason = failure.reason(), "{message}");
                 self.failed.insert(name.clone(), op.spec.clone());
-                self.report(&op, Some(failure.reason()), &message, BTreeMap::new()).await;
+                self.report(&op, Some(failure.reason()), &message, BTreeMap::new())
+                    .await;
                 let reference = op.object_ref(&());
-                status::publish_event(&self.recorder, &reference, true, failure.reason(), "Load", message).await;
+                status::publish_event(
+                    &self.recorder,
+                    &reference,
+                    true,
+                    failure.reason(),
+                    "Load",
+                    message,
+                )
+                .await;
                 if failure.retry() {
                     schedule_retry(retry_tx, name);
                 }
@@ -186,46 +232,75 @@ impl Manager {
         &self,
         name: &str,
         spec: &WasmOperatorSpec,
-    ) -> Result<(Arc<OperatorContext>, watch::InputWatches, BTreeMap<String, String>), LoadFailure> {
+    ) -> Result<
+        (
+            Arc<OperatorContext>,
+            watch::InputWatches,
+            BTreeMap<String, String>,
+        ),
+        LoadFailure,
+    > {
         let definition = OperatorDefinition::validate(name, spec)?;
         let resource = kinds::resolve(&self.client, &definition.resource, "spec.resource").await?;
-        let mut resolved: HashMap<KindRef, ResolvedKind> = HashMap::new();
+        // Every kind a phase reads or writes, with the field that declared it first.
+        let mut declared: Vec<(KindRef, String)> = Vec::new();
         for (i, p) in spec.phases.iter().enumerate() {
             for (j, input) in p.inputs.iter().enumerate() {
                 let k = KindRef::new(&input.api_version, &input.kind);
-                if !resolved.contains_key(&k) {
-                    let r = kinds::resolve(&self.client, &k, &format!("spec.phases[{i}].inputs[{j}]")).await?;
-                    resolved.insert(k, r);
-                }
+                declared.push((k, format!("spec.phases[{i}].inputs[{j}]")));
             }
             for (j, k) in p.outputs.iter().enumerate() {
-                if !resolved.contains_key(k) {
-                    let r = kinds::resolve(&self.client, k, &format!("spec.phases[{i}].outputs[{j}]")).await?;
-                    resolved.insert(k.clone(), r);
-                }
+                declared.push((k.clone(), format!("spec.phases[{i}].outputs[{j}]")));
+            }
+        }
+        let mut resolved: HashMap<KindRef, ResolvedKind> = HashMap::new();
+        for (k, field) in declared {
+            if let std::collections::hash_map::Entry::Vacant(slot) = resolved.entry(k) {
+                let r = kinds::resolve(&self.client, slot.key(), &field).await?;
+                slot.insert(r);
             }
         }
         let mut workers = HashMap::new();
         let mut digests = BTreeMap::new();
         for p in &definition.phases {
             if let Some(m) = &p.module {
-                let module =
-                    self.modules.phase(m).await.map_err(|source| LoadFailure::Module { role: format!("phase {}", p.name), source })?;
+                let module = self
+                    .modules
+                    .phase(m)
+                    .await
+                    .map_err(|source| LoadFailure::Module {
+                        role: format!("phase {}", p.name),
+                        source,
+                    })?;
                 digests.insert(p.name.clone(), module.digest.clone());
                 workers.insert(p.name.clone(), module);
             }
         }
         let finalizer = match &definition.finalizer {
             Some(m) => {
-                let module = self.modules.finalizer(m).await.map_err(|source| LoadFailure::Module { role: FINALIZER_ROLE.into(), source })?;
+                let module =
+                    self.modules
+                        .finalizer(m)
+                        .await
+                        .map_err(|source| LoadFailure::Module {
+                            role: FINALIZER_ROLE.into(),
+                            source,
+                        })?;
                 digests.insert(FINALIZER_ROLE.into(), module.digest.clone());
                 Some(module)
             }
             None => None,
         };
-        let input_kinds: Vec<ResolvedKind> = definition.input_kinds().iter().filter_map(|k| resolved.get(k).cloned()).collect();
+        let input_kinds: Vec<ResolvedKind> = definition
+            .input_kinds()
+            .iter()
+            .filter_map(|k| resolved.get(k).cloned())
+            .collect();
         let (caches, watches) = watch::input_caches(&input_kinds);
-        let namespaced = resolved.iter().map(|(k, r)| (k.clone(), r.namespaced)).collect();
+        let namespaced = resolved
+            .iter()
+            .map(|(k, r)| (k.clone(), r.namespaced))
+            .collect();
         let ctx = OperatorContext {
             definition,
             client: self.client.clone(),
@@ -243,24 +318,49 @@ impl Manager {
     }
 
     /// Writes Ready and ModulesLoaded conditions, active digests and observedGeneration.
-    async fn report(&self, op: &WasmOperator, failure: Option<&str>, message: &str, digests: BTreeMap<String, String>) {
+    async fn report(
+        &self,
+        op: &WasmOperator,
+        failure: Option<&str>,
+        message: &str,
+        digests: BTreeMap<String, String>,
+    ) {
         let now = crate::reconcile::now_rfc3339();
-        let current = op.status.as_ref().map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
+        let current = op
+            .status
+            .as_ref()
+            .map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
         let ready = status::ConditionUpdate {
             type_: "Ready",
             status: failure.is_none(),
             reason: failure.unwrap_or("ControllerRunning").into(),
             message: message.into(),
         };
-        let modules_ok = !matches!(failure, Some("ModuleLoadFailed") | Some("InvalidDefinition") | Some("KindNotServed"));
+        let modules_ok = !matches!(
+            failure,
+            Some("ModuleLoadFailed") | Some("InvalidDefinition") | Some("KindNotServed")
+        );
         let modules = status::ConditionUpdate {
             type_: "ModulesLoaded",
             status: modules_ok,
-            reason: if modules_ok { "Loaded".into() } else { failure.unwrap_or("NotLoaded").into() },
-            message: if modules_ok { format!("{} module(s) verified and compiled", digests.len()) } else { "modules were not loaded: see the Ready condition".into() },
+            reason: if modules_ok {
+                "Loaded".into()
+            } else {
+                failure.unwrap_or("NotLoaded").into()
+            },
+            message: if modules_ok {
+                format!("{} module(s) verified and compiled", digests.len())
+            } else {
+                "modules were not loaded: see the Ready condition".into()
+            },
         };
-        let mut patch = status::StatusUpdate { observed_generation: op.metadata.generation, condition: Some(ready), ..Default::default() };
-        let mut body = status::status_patch(current.as_ref(), &patch, &now).unwrap_or_else(|| json!({}));
+        let mut patch = status::StatusUpdate {
+            observed_generation: op.metadata.generation,
+            condition: Some(ready),
+            ..Default::default()
+        };
+        let mut body =
+            status::status_patch(current.as_ref(), &patch, &now).unwrap_or_else(|| json!({}));
         let mut merged = current.clone().unwrap_or_else(|| json!({}));
         json_patch::merge(&mut merged, &body);
         patch.condition = Some(modules);
@@ -274,7 +374,14 @@ impl Manager {
             return;
         }
         let api: Api<WasmOperator> = Api::all(self.client.clone());
-        if let Err(e) = api.patch_status(&op.name_any(), &PatchParams::default(), &Patch::Merge(&json!({ "status": body }))).await {
+        if let Err(e) = api
+            .patch_status(
+                &op.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "status": body })),
+            )
+            .await
+        {
             tracing::warn!(operator = %op.name_any(), error = %e, "could not update WasmOperator status");
         }
     }

@@ -55,7 +55,8 @@ impl ObjectSource for FileObjects {
 
 /// Parses every document of a YAML (or JSON) stream into JSON values, skipping empty ones.
 pub fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     parse_documents(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
@@ -73,27 +74,51 @@ pub fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
 use serde::Deserialize;
 
 pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Result<OfflineOutcome> {
-    let op_doc = read_documents(&run.operator)?.into_iter().next().ok_or_else(|| anyhow!("{} is empty", run.operator.display()))?;
-    let op: WasmOperator = serde_json::from_value(op_doc).with_context(|| format!("{} is not a WasmOperator", run.operator.display()))?;
+    let op_doc = read_documents(&run.operator)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("{} is empty", run.operator.display()))?;
+    let op: WasmOperator = serde_json::from_value(op_doc)
+        .with_context(|| format!("{} is not a WasmOperator", run.operator.display()))?;
     let name = op.metadata.name.clone().unwrap_or_else(|| "offline".into());
     let def = OperatorDefinition::validate(&name, &op.spec)?;
 
-    let resource_doc = read_documents(&run.resource)?.into_iter().next().ok_or_else(|| anyhow!("{} is empty", run.resource.display()))?;
-    let resource: DynamicObject = serde_json::from_value(resource_doc).context("the resource is not a Kubernetes object")?;
+    let resource_doc = read_documents(&run.resource)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("{} is empty", run.resource.display()))?;
+    let resource: DynamicObject =
+        serde_json::from_value(resource_doc).context("the resource is not a Kubernetes object")?;
     let phase_name = run
         .phase
         .clone()
-        .or_else(|| resource.data["status"]["phase"].as_str().filter(|p| !p.is_empty()).map(str::to_string))
+        .or_else(|| {
+            resource.data["status"]["phase"]
+                .as_str()
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| def.initial_phase.clone());
-    let phase = def.phase(&phase_name).ok_or_else(|| anyhow!("phase {phase_name:?} is not declared by {name}"))?;
-    let Some(module_ref) = &phase.module else { bail!("phase {phase_name} is final: it runs no worker") };
+    let phase = def
+        .phase(&phase_name)
+        .ok_or_else(|| anyhow!("phase {phase_name:?} is not declared by {name}"))?;
+    let Some(module_ref) = &phase.module else {
+        bail!("phase {phase_name} is final: it runs no worker")
+    };
 
     let mut objects: HashMap<KindRef, Vec<Arc<DynamicObject>>> = HashMap::new();
     if let Some(path) = &run.objects {
         for doc in read_documents(path)? {
-            let o: DynamicObject = serde_json::from_value(doc).context("an object in --objects is not a Kubernetes object")?;
-            let types = o.types.clone().ok_or_else(|| anyhow!("object {:?} has no apiVersion/kind", o.metadata.name))?;
-            objects.entry(KindRef::new(types.api_version, types.kind)).or_default().push(Arc::new(o));
+            let o: DynamicObject = serde_json::from_value(doc)
+                .context("an object in --objects is not a Kubernetes object")?;
+            let types = o
+                .types
+                .clone()
+                .ok_or_else(|| anyhow!("object {:?} has no apiVersion/kind", o.metadata.name))?;
+            objects
+                .entry(KindRef::new(types.api_version, types.kind))
+                .or_default()
+                .push(Arc::new(o));
         }
     }
     let sandbox = Sandbox::new(limits)?;
@@ -103,12 +128,25 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
         operator: name.clone(),
         phase: phase_name.clone(),
         resource: inputs::to_worker_json(&resource, &def.resource),
-        inputs: inputs::gather(phase, resource.metadata.namespace.as_deref(), &FileObjects(objects)),
-        now: run.now.clone().unwrap_or_else(crate::reconcile::now_rfc3339),
+        inputs: inputs::gather(
+            phase,
+            resource.metadata.namespace.as_deref(),
+            &FileObjects(objects),
+        ),
+        now: run
+            .now
+            .clone()
+            .unwrap_or_else(crate::reconcile::now_rfc3339),
     };
-    let result = sandbox.run_sync(&module, request).await.with_context(|| format!("worker for phase {phase_name}"))?;
+    let result = sandbox
+        .run_sync(&module, request)
+        .await
+        .with_context(|| format!("worker for phase {phase_name}"))?;
     if def.phase(&result.next_phase).is_none() {
-        bail!("worker for phase {phase_name} returned undeclared next phase {:?}", result.next_phase);
+        bail!(
+            "worker for phase {phase_name} returned undeclared next phase {:?}",
+            result.next_phase
+        );
     }
     let uid = resource.metadata.uid.clone().unwrap_or_default();
     let rname = resource.metadata.name.clone().unwrap_or_default();

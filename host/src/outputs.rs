@@ -35,28 +35,57 @@ pub enum OutputError {
     #[error("output #{index} has no {field}")]
     MissingField { index: usize, field: &'static str },
     #[error("output #{index} ({kind} {name}): {kind} is not a declared output of phase {phase} (declared: {declared})")]
-    UndeclaredKind { index: usize, kind: String, name: String, phase: String, declared: String },
+    UndeclaredKind {
+        index: usize,
+        kind: String,
+        name: String,
+        phase: String,
+        declared: String,
+    },
     #[error("output #{index} ({kind} {name}): namespace {namespace:?} differs from the resource's namespace {expected:?}")]
-    WrongNamespace { index: usize, kind: String, name: String, namespace: String, expected: String },
+    WrongNamespace {
+        index: usize,
+        kind: String,
+        name: String,
+        namespace: String,
+        expected: String,
+    },
     #[error("output #{index} ({kind} {name}): cluster-scoped outputs of a namespaced resource are not allowed")]
-    ClusterScoped { index: usize, kind: String, name: String },
+    ClusterScoped {
+        index: usize,
+        kind: String,
+        name: String,
+    },
     #[error("output #{index}: {name:?} is not a valid object name (lowercase alphanumerics, '-' and '.', at most 253)")]
     InvalidName { index: usize, name: String },
     #[error("output #{index} ({kind} {name}) sets ownerReferences; the host sets them")]
-    OwnerReferences { index: usize, kind: String, name: String },
+    OwnerReferences {
+        index: usize,
+        kind: String,
+        name: String,
+    },
     #[error("output #{index} ({kind} {name}) is returned twice")]
-    Duplicate { index: usize, kind: String, name: String },
+    Duplicate {
+        index: usize,
+        kind: String,
+        name: String,
+    },
     #[error("could not apply {object}: {source}")]
-    ApplyFailed { object: String, #[source] source: kube::Error },
+    ApplyFailed {
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl OutputError {
     /// The API server refused the object itself (invalid), as opposed to a transient failure.
     pub fn is_fatal(&self) -> bool {
         match self {
-            OutputError::ApplyFailed { source: kube::Error::Api(s), .. } => {
-                (400..500).contains(&s.code) && s.code != 409 && s.code != 429
-            }
+            OutputError::ApplyFailed {
+                source: kube::Error::Api(s),
+                ..
+            } => (400..500).contains(&s.code) && s.code != 409 && s.code != 429,
             OutputError::ApplyFailed { .. } => false,
             _ => true,
         }
@@ -83,15 +112,37 @@ pub fn check(
     let mut checked = Vec::with_capacity(outputs.len());
     for (index, raw) in outputs.iter().enumerate() {
         let mut object: Value =
-            serde_json::from_str(raw).map_err(|e| OutputError::NotAnObject { index, problem: e.to_string() })?;
+            serde_json::from_str(raw).map_err(|e| OutputError::NotAnObject {
+                index,
+                problem: e.to_string(),
+            })?;
         if !object.is_object() {
-            return Err(OutputError::NotAnObject { index, problem: "not an object".into() });
+            return Err(OutputError::NotAnObject {
+                index,
+                problem: "not an object".into(),
+            });
         }
-        let api_version =
-            object["apiVersion"].as_str().ok_or(OutputError::MissingField { index, field: "apiVersion" })?.to_string();
-        let kind_name = object["kind"].as_str().ok_or(OutputError::MissingField { index, field: "kind" })?.to_string();
-        let name =
-            object["metadata"]["name"].as_str().ok_or(OutputError::MissingField { index, field: "metadata.name" })?.to_string();
+        let api_version = object["apiVersion"]
+            .as_str()
+            .ok_or(OutputError::MissingField {
+                index,
+                field: "apiVersion",
+            })?
+            .to_string();
+        let kind_name = object["kind"]
+            .as_str()
+            .ok_or(OutputError::MissingField {
+                index,
+                field: "kind",
+            })?
+            .to_string();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .ok_or(OutputError::MissingField {
+                index,
+                field: "metadata.name",
+            })?
+            .to_string();
         let kind = KindRef::new(&api_version, &kind_name);
         if !phase.outputs.contains(&kind) {
             return Err(OutputError::UndeclaredKind {
@@ -99,14 +150,26 @@ pub fn check(
                 kind: format!("{api_version} {kind_name}"),
                 name,
                 phase: phase.name.clone(),
-                declared: phase.outputs.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
+                declared: phase
+                    .outputs
+                    .iter()
+                    .map(|k| k.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
         if !valid_name(&name) {
             return Err(OutputError::InvalidName { index, name });
         }
-        if object["metadata"].get("ownerReferences").is_some_and(|o| !o.is_null()) {
-            return Err(OutputError::OwnerReferences { index, kind: kind_name, name });
+        if object["metadata"]
+            .get("ownerReferences")
+            .is_some_and(|o| !o.is_null())
+        {
+            return Err(OutputError::OwnerReferences {
+                index,
+                kind: kind_name,
+                name,
+            });
         }
         let is_namespaced = namespaced.get(&kind).copied().unwrap_or(true);
         let namespace = match (is_namespaced, owner.namespace) {
@@ -127,11 +190,21 @@ pub fn check(
                 Some(expected.to_string())
             }
             (true, None) => object["metadata"]["namespace"].as_str().map(str::to_string),
-            (false, Some(_)) => return Err(OutputError::ClusterScoped { index, kind: kind_name, name }),
+            (false, Some(_)) => {
+                return Err(OutputError::ClusterScoped {
+                    index,
+                    kind: kind_name,
+                    name,
+                })
+            }
             (false, None) => None,
         };
         if !seen.insert((kind.clone(), namespace.clone(), name.clone())) {
-            return Err(OutputError::Duplicate { index, kind: kind_name, name });
+            return Err(OutputError::Duplicate {
+                index,
+                kind: kind_name,
+                name,
+            });
         }
         object["metadata"]["ownerReferences"] = json!([{
             "apiVersion": owner.api_version,
@@ -141,7 +214,12 @@ pub fn check(
             "controller": true,
             "blockOwnerDeletion": true,
         }]);
-        checked.push(CheckedOutput { kind, name, namespace, object });
+        checked.push(CheckedOutput {
+            kind,
+            name,
+            namespace,
+            object,
+        });
     }
     Ok(checked)
 }
@@ -150,7 +228,9 @@ pub fn check(
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
@@ -169,13 +249,16 @@ pub async fn apply_outputs(
     for (done, mut out) in outputs.into_iter().enumerate() {
         let Some(resolved) = kinds.get(&out.kind) else {
             // check() only passes declared kinds, and every declared kind was resolved at load.
-            return Err((done, OutputError::UndeclaredKind {
-                index: done,
-                kind: out.kind.to_string(),
-                name: out.name,
-                phase: String::new(),
-                declared: "(kind not resolved)".into(),
-            }));
+            return Err((
+                done,
+                OutputError::UndeclaredKind {
+                    index: done,
+                    kind: out.kind.to_string(),
+                    name: out.name,
+                    phase: String::new(),
+                    declared: "(kind not resolved)".into(),
+                },
+            ));
         };
         out.object["metadata"]["labels"][crate::OPERATOR_LABEL] = json!(operator);
         let api: Api<DynamicObject> = match &out.namespace {
@@ -184,7 +267,15 @@ pub async fn apply_outputs(
         };
         api.patch(&out.name, &params, &Patch::Apply(&out.object))
             .await
-            .map_err(|source| (done, OutputError::ApplyFailed { object: out.describe(), source }))?;
+            .map_err(|source| {
+                (
+                    done,
+                    OutputError::ApplyFailed {
+                        object: out.describe(),
+                        source,
+                    },
+                )
+            })?;
         tracing::debug!(object = %out.describe(), "applied output");
     }
     Ok(count)
@@ -200,12 +291,21 @@ mod tests {
             is_final: false,
             module: None,
             inputs: vec![],
-            outputs: vec![KindRef::new("v1", "Service"), KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole")],
+            outputs: vec![
+                KindRef::new("v1", "Service"),
+                KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole"),
+            ],
         }
     }
 
     fn owner() -> Owner<'static> {
-        Owner { api_version: "examples.io/v1", kind: "AutoRoute", name: "r", uid: "u-1", namespace: Some("ns") }
+        Owner {
+            api_version: "examples.io/v1",
+            kind: "AutoRoute",
+            name: "r",
+            uid: "u-1",
+            namespace: Some("ns"),
+        }
     }
 
     fn svc(extra: Value) -> String {
@@ -219,7 +319,10 @@ mod tests {
     fn namespaced() -> HashMap<KindRef, bool> {
         HashMap::from([
             (KindRef::new("v1", "Service"), true),
-            (KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole"), false),
+            (
+                KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole"),
+                false,
+            ),
         ])
     }
 
@@ -238,22 +341,57 @@ mod tests {
         let p = phase();
         let o = owner();
         let err = |outs: &[String]| check(&p, &o, &n, outs).unwrap_err();
-        assert!(matches!(err(&["[1]".into()]), OutputError::NotAnObject { .. }));
-        assert!(matches!(err(&["{not json".into()]), OutputError::NotAnObject { .. }));
-        assert!(matches!(err(&[json!({"kind": "Service", "metadata": {"name": "a"}}).to_string()]), OutputError::MissingField { field: "apiVersion", .. }));
         assert!(matches!(
-            err(&[json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"}}).to_string()]),
+            err(&["[1]".into()]),
+            OutputError::NotAnObject { .. }
+        ));
+        assert!(matches!(
+            err(&["{not json".into()]),
+            OutputError::NotAnObject { .. }
+        ));
+        assert!(matches!(
+            err(&[json!({"kind": "Service", "metadata": {"name": "a"}}).to_string()]),
+            OutputError::MissingField {
+                field: "apiVersion",
+                ..
+            }
+        ));
+        assert!(matches!(
+            err(&[
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"}})
+                    .to_string()
+            ]),
             OutputError::UndeclaredKind { .. }
         ));
-        assert!(matches!(err(&[svc(json!({"namespace": "kube-system"}))]), OutputError::WrongNamespace { .. }));
-        assert!(matches!(err(&[svc(json!({"name": "Bad_Name"}))]), OutputError::InvalidName { .. }));
-        assert!(matches!(err(&[svc(json!({"ownerReferences": [{"uid": "x"}]}))]), OutputError::OwnerReferences { .. }));
-        assert!(matches!(err(&[svc(json!({})), svc(json!({}))]), OutputError::Duplicate { .. }));
+        assert!(matches!(
+            err(&[svc(json!({"namespace": "kube-system"}))]),
+            OutputError::WrongNamespace { .. }
+        ));
+        assert!(matches!(
+            err(&[svc(json!({"name": "Bad_Name"}))]),
+            OutputError::InvalidName { .. }
+        ));
+        assert!(matches!(
+            err(&[svc(json!({"ownerReferences": [{"uid": "x"}]}))]),
+            OutputError::OwnerReferences { .. }
+        ));
+        assert!(matches!(
+            err(&[svc(json!({})), svc(json!({}))]),
+            OutputError::Duplicate { .. }
+        ));
         assert!(matches!(
             err(&[json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "a"}}).to_string()]),
             OutputError::ClusterScoped { .. }
         ));
-        let msg = err(&[svc(json!({})), json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"}}).to_string()]).to_string();
-        assert!(msg.contains("apps/v1 Deployment is not a declared output of phase Syncing"), "{msg}");
+        let msg = err(&[
+            svc(json!({})),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"}})
+                .to_string(),
+        ])
+        .to_string();
+        assert!(
+            msg.contains("apps/v1 Deployment is not a declared output of phase Syncing"),
+            "{msg}"
+        );
     }
 }

@@ -6,7 +6,9 @@ use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::inputs::{self, ObjectSource};
 use crate::kinds::ResolvedKind;
 use crate::outputs::{self, OutputError, Owner};
-use crate::sandbox::{FinalizeRequest, FinalizerModule, PhaseModule, RunError, Sandbox, SyncRequest};
+use crate::sandbox::{
+    FinalizeRequest, FinalizerModule, PhaseModule, RunError, Sandbox, SyncRequest,
+};
 use crate::schedule::Backoff;
 use crate::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
 use kube::api::DynamicObject;
@@ -55,27 +57,60 @@ impl ObjectSource for InputCaches {
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error("phase {phase:?} is not declared by operator {operator} (declared: {declared})")]
-    UnknownPhase { phase: String, operator: String, declared: String },
+    UnknownPhase {
+        phase: String,
+        operator: String,
+        declared: String,
+    },
     #[error("worker for phase {phase} returned next phase {next:?}, which is not declared (declared: {declared})")]
-    UnknownNextPhase { phase: String, next: String, declared: String },
+    UnknownNextPhase {
+        phase: String,
+        next: String,
+        declared: String,
+    },
     #[error("worker for phase {phase} returned status info that is not a JSON object: {problem}")]
     BadStatusInfo { phase: String, problem: String },
     #[error("worker for phase {phase} ({digest}): {source}")]
-    Worker { phase: String, digest: String, #[source] source: RunError },
+    Worker {
+        phase: String,
+        digest: String,
+        #[source]
+        source: RunError,
+    },
     #[error("finalizer worker ({digest}): {source}")]
-    FinalizerWorker { digest: String, #[source] source: RunError },
+    FinalizerWorker {
+        digest: String,
+        #[source]
+        source: RunError,
+    },
     #[error("finalizer worker not done yet; running again in {0:?}")]
     FinalizerPending(Duration),
     #[error("outputs of phase {phase} refused, nothing was applied: {source}")]
-    Outputs { phase: String, #[source] source: OutputError },
-    #[error("outputs of phase {phase} not all applied ({applied} of {total} done, retrying): {source}")]
-    Apply { phase: String, applied: usize, total: usize, #[source] source: OutputError },
+    Outputs {
+        phase: String,
+        #[source]
+        source: Box<OutputError>,
+    },
+    #[error(
+        "outputs of phase {phase} not all applied ({applied} of {total} done, retrying): {source}"
+    )]
+    Apply {
+        phase: String,
+        applied: usize,
+        total: usize,
+        #[source]
+        source: Box<OutputError>,
+    },
     #[error("input cache for {0} has not synced yet")]
     InputsNotSynced(String),
     #[error("status of the resource changed while the worker ran; deciding again")]
     StatusConflict,
     #[error("{action}: {source}")]
-    Api { action: &'static str, #[source] source: kube::Error },
+    Api {
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
     #[error("finalizer handling: {0}")]
     Finalizer(String),
 }
@@ -87,8 +122,11 @@ impl ReconcileError {
             ReconcileError::UnknownPhase { .. }
             | ReconcileError::UnknownNextPhase { .. }
             | ReconcileError::BadStatusInfo { .. } => true,
-            ReconcileError::Worker { source, .. } | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
-            ReconcileError::Outputs { source, .. } | ReconcileError::Apply { source, .. } => source.is_fatal(),
+            ReconcileError::Worker { source, .. }
+            | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
+            ReconcileError::Outputs { source, .. } | ReconcileError::Apply { source, .. } => {
+                source.is_fatal()
+            }
             _ => false,
         }
     }
@@ -98,7 +136,8 @@ impl ReconcileError {
             ReconcileError::UnknownPhase { .. } => "UnknownPhase",
             ReconcileError::UnknownNextPhase { .. } => "UnknownNextPhase",
             ReconcileError::BadStatusInfo { .. } => "BadStatusInfo",
-            ReconcileError::Worker { source, .. } | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
+            ReconcileError::Worker { source, .. }
+            | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
             ReconcileError::FinalizerPending(_) => "FinalizerPending",
             ReconcileError::Apply { .. } => "ApplyFailed",
             ReconcileError::Outputs { .. } => "OutputRefused",
@@ -111,7 +150,12 @@ impl ReconcileError {
 
     /// Worth a Condition and an Event (the rest are routine and only logged).
     fn is_reportable(&self) -> bool {
-        !matches!(self, ReconcileError::StatusConflict | ReconcileError::FinalizerPending(_) | ReconcileError::InputsNotSynced(_))
+        !matches!(
+            self,
+            ReconcileError::StatusConflict
+                | ReconcileError::FinalizerPending(_)
+                | ReconcileError::InputsNotSynced(_)
+        )
     }
 }
 
@@ -129,7 +173,10 @@ impl OperatorContext {
 }
 
 /// The reconcile entry point given to the controller.
-pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<OperatorContext>) -> Result<Action, ReconcileError> {
+pub async fn reconcile(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<OperatorContext>,
+) -> Result<Action, ReconcileError> {
     let span = tracing::info_span!(
         "reconcile",
         operator = %ctx.definition.name,
@@ -148,7 +195,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<OperatorContext>) -> Re
             })
             .await
             .map_err(|e| match e {
-                kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
                 other => ReconcileError::Finalizer(other.to_string()),
             })
         } else if obj.meta().deletion_timestamp.is_some() {
@@ -169,7 +217,11 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<OperatorContext>) -> Re
 }
 
 /// The controller's error policy: the worker's own delay for a pending finalizer, else backoff.
-pub fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<OperatorContext>) -> Action {
+pub fn error_policy(
+    obj: Arc<DynamicObject>,
+    err: &ReconcileError,
+    ctx: Arc<OperatorContext>,
+) -> Action {
     match err {
         ReconcileError::FinalizerPending(after) => Action::requeue(*after),
         _ => {
@@ -180,7 +232,11 @@ pub fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Oper
     }
 }
 
-async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<DynamicObject>) -> Result<Action, ReconcileError> {
+async fn run_phase(
+    ctx: &OperatorContext,
+    api: &Api<DynamicObject>,
+    obj: Arc<DynamicObject>,
+) -> Result<Action, ReconcileError> {
     let def = &ctx.definition;
     let status = obj.data.get("status");
     let current = status
@@ -190,13 +246,17 @@ async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<Dyn
         .unwrap_or(&def.initial_phase)
         .to_string();
     tracing::Span::current().record("phase", current.as_str());
-    let phase = def.phase(&current).ok_or_else(|| ReconcileError::UnknownPhase {
-        phase: current.clone(),
-        operator: def.name.clone(),
-        declared: declared_phases(def),
-    })?;
+    let phase = def
+        .phase(&current)
+        .ok_or_else(|| ReconcileError::UnknownPhase {
+            phase: current.clone(),
+            operator: def.name.clone(),
+            declared: declared_phases(def),
+        })?;
     let generation = obj.metadata.generation;
-    let observed = status.and_then(|s| s.get("observedGeneration")).and_then(Value::as_i64);
+    let observed = status
+        .and_then(|s| s.get("observedGeneration"))
+        .and_then(Value::as_i64);
 
     if phase.is_final {
         if generation.is_some() && observed != generation {
@@ -207,7 +267,11 @@ async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<Dyn
                     type_: SYNCED,
                     status: true,
                     reason: "SpecChanged".into(),
-                    message: format!("generation {} changed after final phase {current}; restarting at {}", generation.unwrap_or(0), def.initial_phase),
+                    message: format!(
+                        "generation {} changed after final phase {current}; restarting at {}",
+                        generation.unwrap_or(0),
+                        def.initial_phase
+                    ),
                 }),
                 ..Default::default()
             };
@@ -216,11 +280,14 @@ async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<Dyn
         return Ok(Action::await_change());
     }
 
-    let module = ctx.workers.get(&current).ok_or_else(|| ReconcileError::UnknownPhase {
-        phase: current.clone(),
-        operator: def.name.clone(),
-        declared: declared_phases(def),
-    })?;
+    let module = ctx
+        .workers
+        .get(&current)
+        .ok_or_else(|| ReconcileError::UnknownPhase {
+            phase: current.clone(),
+            operator: def.name.clone(),
+            declared: declared_phases(def),
+        })?;
     wait_for_inputs(ctx, phase).await?;
     let request = SyncRequest {
         operator: def.name.clone(),
@@ -230,15 +297,23 @@ async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<Dyn
         now: now_rfc3339(),
     };
     let started = std::time::Instant::now();
-    let result = ctx.sandbox.run_sync(module, request).await.map_err(|source| ReconcileError::Worker {
-        phase: current.clone(),
-        digest: module.digest.clone(),
-        source,
-    })?;
+    let result = ctx
+        .sandbox
+        .run_sync(module, request)
+        .await
+        .map_err(|source| ReconcileError::Worker {
+            phase: current.clone(),
+            digest: module.digest.clone(),
+            source,
+        })?;
     tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, next = %result.next_phase, outputs = result.outputs.len(), "worker decided");
 
     if def.phase(&result.next_phase).is_none() {
-        return Err(ReconcileError::UnknownNextPhase { phase: current, next: result.next_phase, declared: declared_phases(def) });
+        return Err(ReconcileError::UnknownNextPhase {
+            phase: current,
+            next: result.next_phase,
+            declared: declared_phases(def),
+        });
     }
     let status_info = parse_status_info(&current, result.status_info.as_deref())?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
@@ -251,12 +326,22 @@ async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<Dyn
         uid: &uid,
         namespace: namespace.as_deref(),
     };
-    let checked = outputs::check(phase, &owner, &ctx.namespaced, &result.outputs)
-        .map_err(|source| ReconcileError::Outputs { phase: current.clone(), source })?;
+    let checked =
+        outputs::check(phase, &owner, &ctx.namespaced, &result.outputs).map_err(|source| {
+            ReconcileError::Outputs {
+                phase: current.clone(),
+                source: Box::new(source),
+            }
+        })?;
     let total = checked.len();
     let applied = outputs::apply_outputs(&ctx.client, &def.name, &ctx.kinds, checked)
         .await
-        .map_err(|(applied, source)| ReconcileError::Apply { phase: current.clone(), applied, total, source })?;
+        .map_err(|(applied, source)| ReconcileError::Apply {
+            phase: current.clone(),
+            applied,
+            total,
+            source: Box::new(source),
+        })?;
 
     let next = result.next_phase;
     let update = StatusUpdate {
@@ -275,7 +360,18 @@ async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<Dyn
     if next != current {
         tracing::info!(from = %current, to = %next, outputs = applied, "phase changed");
         let reference = obj.object_ref(&ctx.resource.api);
-        status::publish_event(&ctx.recorder, &reference, false, "PhaseChanged", "Reconcile", format!("{current} → {next} ({applied} outputs applied, module {})", short(&module.digest))).await;
+        status::publish_event(
+            &ctx.recorder,
+            &reference,
+            false,
+            "PhaseChanged",
+            "Reconcile",
+            format!(
+                "{current} → {next} ({applied} outputs applied, module {})",
+                short(&module.digest)
+            ),
+        )
+        .await;
     } else if wrote {
         tracing::debug!(phase = %current, "status updated");
     }
@@ -285,7 +381,11 @@ async fn run_phase(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<Dyn
     })
 }
 
-async fn run_finalizer(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc<DynamicObject>) -> Result<Action, ReconcileError> {
+async fn run_finalizer(
+    ctx: &OperatorContext,
+    api: &Api<DynamicObject>,
+    obj: Arc<DynamicObject>,
+) -> Result<Action, ReconcileError> {
     let Some(module) = &ctx.finalizer else {
         return Ok(Action::await_change());
     };
@@ -299,29 +399,55 @@ async fn run_finalizer(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: Arc
         .sandbox
         .run_finalize(module, request)
         .await
-        .map_err(|source| ReconcileError::FinalizerWorker { digest: module.digest.clone(), source })?;
+        .map_err(|source| ReconcileError::FinalizerWorker {
+            digest: module.digest.clone(),
+            source,
+        })?;
     let status_info = parse_status_info("finalizer", result.status_info.as_deref())?;
     if status_info.is_some() {
-        let update = StatusUpdate { status_info, ..Default::default() };
+        let update = StatusUpdate {
+            status_info,
+            ..Default::default()
+        };
         write_status(api, &obj, &update, false).await?;
     }
     if result.done {
         tracing::info!("finalizer worker done; releasing the resource");
         let reference = obj.object_ref(&ctx.resource.api);
-        status::publish_event(&ctx.recorder, &reference, false, "Finalized", "Finalize", format!("finalizer worker done (module {})", short(&module.digest))).await;
+        status::publish_event(
+            &ctx.recorder,
+            &reference,
+            false,
+            "Finalized",
+            "Finalize",
+            format!("finalizer worker done (module {})", short(&module.digest)),
+        )
+        .await;
         Ok(Action::await_change())
     } else {
-        Err(ReconcileError::FinalizerPending(Duration::from_millis(result.requeue_after_ms.unwrap_or(5_000))))
+        Err(ReconcileError::FinalizerPending(Duration::from_millis(
+            result.requeue_after_ms.unwrap_or(5_000),
+        )))
     }
 }
 
 /// Reports an error on the resource; fatal ones wait for a change, the rest go to backoff.
-async fn report_error(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: &DynamicObject, err: ReconcileError) -> Result<Action, ReconcileError> {
+async fn report_error(
+    ctx: &OperatorContext,
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    err: ReconcileError,
+) -> Result<Action, ReconcileError> {
     let fatal = err.is_fatal();
     if err.is_reportable() {
         tracing::warn!(error = %err, fatal, "reconcile failed");
         let update = StatusUpdate {
-            condition: Some(ConditionUpdate { type_: SYNCED, status: false, reason: err.reason().into(), message: err.to_string() }),
+            condition: Some(ConditionUpdate {
+                type_: SYNCED,
+                status: false,
+                reason: err.reason().into(),
+                message: err.to_string(),
+            }),
             ..Default::default()
         };
         // Only a still-existing object can carry a condition; a failure here is logged.
@@ -331,7 +457,15 @@ async fn report_error(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: &Dyn
             }
         }
         let reference = obj.object_ref(&ctx.resource.api);
-        status::publish_event(&ctx.recorder, &reference, true, err.reason(), "Reconcile", err.to_string()).await;
+        status::publish_event(
+            &ctx.recorder,
+            &reference,
+            true,
+            err.reason(),
+            "Reconcile",
+            err.to_string(),
+        )
+        .await;
     } else {
         tracing::debug!(error = %err, "reconcile deferred");
     }
@@ -343,19 +477,34 @@ async fn report_error(ctx: &OperatorContext, api: &Api<DynamicObject>, obj: &Dyn
 }
 
 /// Writes a status update if it changes anything; returns whether it wrote.
-async fn write_status(api: &Api<DynamicObject>, obj: &DynamicObject, update: &StatusUpdate, conditional: bool) -> Result<bool, ReconcileError> {
+async fn write_status(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    update: &StatusUpdate,
+    conditional: bool,
+) -> Result<bool, ReconcileError> {
     let Some(patch) = status::status_patch(obj.data.get("status"), update, &now_rfc3339()) else {
         return Ok(false);
     };
-    let rv = if conditional { obj.metadata.resource_version.as_deref() } else { None };
+    let rv = if conditional {
+        obj.metadata.resource_version.as_deref()
+    } else {
+        None
+    };
     match status::patch_status(api, &obj.name_any(), rv, patch).await {
         Ok(()) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 409 => Err(ReconcileError::StatusConflict),
-        Err(source) => Err(ReconcileError::Api { action: "patching the status", source }),
+        Err(source) => Err(ReconcileError::Api {
+            action: "patching the status",
+            source,
+        }),
     }
 }
 
-async fn wait_for_inputs(ctx: &OperatorContext, phase: &PhaseDefinition) -> Result<(), ReconcileError> {
+async fn wait_for_inputs(
+    ctx: &OperatorContext,
+    phase: &PhaseDefinition,
+) -> Result<(), ReconcileError> {
     for input in &phase.inputs {
         let kind = KindRef::new(&input.api_version, &input.kind);
         if let Some(store) = ctx.inputs.0.get(&kind) {
@@ -368,13 +517,22 @@ async fn wait_for_inputs(ctx: &OperatorContext, phase: &PhaseDefinition) -> Resu
     Ok(())
 }
 
-fn parse_status_info(phase: &str, raw: Option<&str>) -> Result<Option<Map<String, Value>>, ReconcileError> {
+fn parse_status_info(
+    phase: &str,
+    raw: Option<&str>,
+) -> Result<Option<Map<String, Value>>, ReconcileError> {
     let Some(raw) = raw else { return Ok(None) };
     match serde_json::from_str::<Value>(raw) {
         Ok(Value::Object(m)) => Ok(Some(m)),
         Ok(Value::Null) => Ok(None),
-        Ok(other) => Err(ReconcileError::BadStatusInfo { phase: phase.into(), problem: format!("got {}", kind_of(&other)) }),
-        Err(e) => Err(ReconcileError::BadStatusInfo { phase: phase.into(), problem: e.to_string() }),
+        Ok(other) => Err(ReconcileError::BadStatusInfo {
+            phase: phase.into(),
+            problem: format!("got {}", kind_of(&other)),
+        }),
+        Err(e) => Err(ReconcileError::BadStatusInfo {
+            phase: phase.into(),
+            problem: e.to_string(),
+        }),
     }
 }
 
@@ -389,7 +547,11 @@ fn kind_of(v: &Value) -> &'static str {
 }
 
 fn declared_phases(def: &OperatorDefinition) -> String {
-    def.phases.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+    def.phases
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `sha256:0123456789ab` — enough to tell modules apart in messages.
@@ -398,7 +560,10 @@ fn short(digest: &str) -> &str {
 }
 
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now().round(jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_else(|_| jiff::Timestamp::now().to_string())
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| jiff::Timestamp::now().to_string())
 }
 
 #[cfg(test)]
@@ -409,21 +574,42 @@ mod tests {
     fn status_info_must_be_an_object() {
         assert!(parse_status_info("P", None).unwrap().is_none());
         assert!(parse_status_info("P", Some("null")).unwrap().is_none());
-        assert_eq!(parse_status_info("P", Some(r#"{"a":1}"#)).unwrap().unwrap()["a"], 1);
+        assert_eq!(
+            parse_status_info("P", Some(r#"{"a":1}"#)).unwrap().unwrap()["a"],
+            1
+        );
         let e = parse_status_info("P", Some("[1]")).unwrap_err();
-        assert!(e.to_string().contains("not a JSON object: got an array"), "{e}");
+        assert!(
+            e.to_string().contains("not a JSON object: got an array"),
+            "{e}"
+        );
         assert!(e.is_fatal());
     }
 
     #[test]
     fn worker_errors_keep_their_retry_class() {
-        let retry = ReconcileError::Worker { phase: "S".into(), digest: "d".into(), source: RunError::Retryable("later".into()) };
+        let retry = ReconcileError::Worker {
+            phase: "S".into(),
+            digest: "d".into(),
+            source: RunError::Retryable("later".into()),
+        };
         assert!(!retry.is_fatal());
-        let fatal = ReconcileError::Worker { phase: "S".into(), digest: "d".into(), source: RunError::Fatal("never".into()) };
+        let fatal = ReconcileError::Worker {
+            phase: "S".into(),
+            digest: "d".into(),
+            source: RunError::Fatal("never".into()),
+        };
         assert!(fatal.is_fatal());
         assert_eq!(fatal.reason(), "WorkerFatalError");
-        let deadline = ReconcileError::Worker { phase: "Syncing".into(), digest: "d".into(), source: RunError::DeadlineExceeded(Duration::from_secs(2)) };
-        assert_eq!(deadline.to_string(), "worker for phase Syncing (d): the worker exceeded its 2s deadline");
+        let deadline = ReconcileError::Worker {
+            phase: "Syncing".into(),
+            digest: "d".into(),
+            source: RunError::DeadlineExceeded(Duration::from_secs(2)),
+        };
+        assert_eq!(
+            deadline.to_string(),
+            "worker for phase Syncing (d): the worker exceeded its 2s deadline"
+        );
         assert!(!deadline.is_fatal());
     }
 }

@@ -14,7 +14,11 @@ pub struct Backoff {
 
 impl Backoff {
     pub fn new(base: Duration, cap: Duration) -> Self {
-        Backoff { base, cap, failures: Mutex::new(HashMap::new()) }
+        Backoff {
+            base,
+            cap,
+            failures: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Records a failure and returns how long to wait before the next attempt.
@@ -28,12 +32,20 @@ impl Backoff {
 
     /// Forgets the failures of an object after a successful reconcile.
     pub fn reset(&self, key: &str) {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
     }
 
     /// Failures recorded for an object since its last success.
     pub fn failures(&self, key: &str) -> u32 {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied().unwrap_or(0)
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -52,7 +64,11 @@ mod tests {
         let b = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
         let delays: Vec<_> = (0..6).map(|_| b.next_delay("a").as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
-        assert_eq!(b.next_delay("b"), Duration::from_secs(1), "objects back off independently");
+        assert_eq!(
+            b.next_delay("b"),
+            Duration::from_secs(1),
+            "objects back off independently"
+        );
         b.reset("a");
         assert_eq!(b.failures("a"), 0);
         assert_eq!(b.next_delay("a"), Duration::from_secs(1));

@@ -55,7 +55,15 @@ pub fn status_patch(current: Option<&Value>, update: &StatusUpdate, now: &str) -
         patch.insert("moduleDigest".into(), json!(d));
     }
     if let Some(c) = &update.condition {
-        patch.insert("conditions".into(), upsert_condition(current.get("conditions"), c, update.observed_generation, now));
+        patch.insert(
+            "conditions".into(),
+            upsert_condition(
+                current.get("conditions"),
+                c,
+                update.observed_generation,
+                now,
+            ),
+        );
     }
     let patch = Value::Object(patch);
     let mut merged = current.clone();
@@ -68,9 +76,17 @@ pub fn status_patch(current: Option<&Value>, update: &StatusUpdate, now: &str) -
 }
 
 /// Replaces the condition of the same type, keeping lastTransitionTime when the status is unchanged.
-fn upsert_condition(existing: Option<&Value>, c: &ConditionUpdate, generation: Option<i64>, now: &str) -> Value {
+fn upsert_condition(
+    existing: Option<&Value>,
+    c: &ConditionUpdate,
+    generation: Option<i64>,
+    now: &str,
+) -> Value {
     let status = if c.status { "True" } else { "False" };
-    let mut list: Vec<Value> = existing.and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut list: Vec<Value> = existing
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let previous = list.iter().position(|x| x["type"] == c.type_);
     let transition = match previous.map(|i| &list[i]) {
         Some(p) if p["status"] == status => p["lastTransitionTime"].clone(),
@@ -105,13 +121,26 @@ pub async fn patch_status(
     if let Some(rv) = resource_version {
         body["metadata"] = json!({ "resourceVersion": rv });
     }
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body)).await.map(|_| ())
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
 }
 
 /// Publishes an Event; failures are logged, never fatal to the reconcile.
-pub async fn publish_event(recorder: &Recorder, reference: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
+pub async fn publish_event(
+    recorder: &Recorder,
+    reference: &ObjectReference,
+    warning: bool,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let event = Event {
-        type_: if warning { EventType::Warning } else { EventType::Normal },
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
         reason: reason.to_string(),
         note: Some(truncate(note, 1000)),
         action: action.to_string(),
@@ -139,7 +168,12 @@ mod tests {
     use super::*;
 
     fn synced(ok: bool, msg: &str) -> ConditionUpdate {
-        ConditionUpdate { type_: SYNCED, status: ok, reason: "R".into(), message: msg.into() }
+        ConditionUpdate {
+            type_: SYNCED,
+            status: ok,
+            reason: "R".into(),
+            message: msg.into(),
+        }
     }
 
     #[test]
@@ -167,17 +201,27 @@ mod tests {
 
     #[test]
     fn unchanged_status_writes_nothing_and_transition_time_is_kept() {
-        let update = StatusUpdate { phase: Some("Ready".into()), condition: Some(synced(true, "ok")), ..Default::default() };
+        let update = StatusUpdate {
+            phase: Some("Ready".into()),
+            condition: Some(synced(true, "ok")),
+            ..Default::default()
+        };
         let first = status_patch(None, &update, "t1").unwrap();
         let mut current = json!({});
         json_patch::merge(&mut current, &first);
         assert!(status_patch(Some(&current), &update, "t2").is_none());
 
-        let changed = StatusUpdate { condition: Some(synced(true, "other message")), ..update.clone() };
+        let changed = StatusUpdate {
+            condition: Some(synced(true, "other message")),
+            ..update.clone()
+        };
         let second = status_patch(Some(&current), &changed, "t3").unwrap();
         assert_eq!(second["conditions"][0]["lastTransitionTime"], "t1");
 
-        let failed = StatusUpdate { condition: Some(synced(false, "boom")), ..update };
+        let failed = StatusUpdate {
+            condition: Some(synced(false, "boom")),
+            ..update
+        };
         let third = status_patch(Some(&current), &failed, "t4").unwrap();
         assert_eq!(third["conditions"][0]["lastTransitionTime"], "t4");
         assert_eq!(third["conditions"][0]["status"], "False");

@@ -31,22 +31,33 @@ pub fn input_caches(kinds: &[ResolvedKind]) -> (InputCaches, InputWatches) {
 }
 
 /// Runs the operator's controller until `shutdown` resolves; in-flight reconciles finish first.
-pub async fn run(ctx: Arc<OperatorContext>, inputs: InputWatches, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(
+    ctx: Arc<OperatorContext>,
+    inputs: InputWatches,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let client = ctx.client.clone();
     let resource = ctx.resource.api.clone();
     let main_api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let mut controller = Controller::new_with(main_api, watcher::Config::default(), resource.clone());
+    let mut controller =
+        Controller::new_with(main_api, watcher::Config::default(), resource.clone());
     let owners = controller.store();
 
-    let input_kinds: BTreeSet<KindRef> = inputs.writers.iter().map(|(k, _)| k.kind.clone()).collect();
+    let input_kinds: BTreeSet<KindRef> =
+        inputs.writers.iter().map(|(k, _)| k.kind.clone()).collect();
     for (kind, writer) in inputs.writers {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api);
-        let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).touched_objects();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
         let mapper = requeue_namespace(owners.clone(), resource.clone());
         controller = controller.watches_stream_with(stream, mapper, kind.api.clone());
     }
     for kind in ctx.definition.output_kinds() {
-        let Some(resolved) = ctx.kinds.get(&kind) else { continue };
+        let Some(resolved) = ctx.kinds.get(&kind) else {
+            continue;
+        };
         if kind == ctx.definition.resource {
             continue;
         }

@@ -29,24 +29,56 @@ async fn operators_on_a_real_cluster() {
         .current_dir(&root)
         .status()
         .expect("running wasmpilot deploy");
-    assert!(status.success(), "wasmpilot deploy examples/autoroute failed");
-    apply_file(&client, &root.join("host/tests/manifests/scripted.yaml"), None).await.expect("scripted operator");
+    assert!(
+        status.success(),
+        "wasmpilot deploy examples/autoroute failed"
+    );
+    apply_file(
+        &client,
+        &root.join("host/tests/manifests/scripted.yaml"),
+        None,
+    )
+    .await
+    .expect("scripted operator");
     cleanup_scripted(&client).await; // leftovers of an interrupted earlier run
 
     let wasm_dir = common::wasm_dir();
     let mut host = Host::start(
-        &["--deadline", "500ms", "--memory-limit-mib", "32", "--module-dir", wasm_dir.to_str().expect("utf-8 path")],
+        &[
+            "--deadline",
+            "500ms",
+            "--memory-limit-mib",
+            "32",
+            "--module-dir",
+            wasm_dir.to_str().expect("utf-8 path"),
+        ],
         "wasmpilot-e2e",
     );
     for op in ["autoroute", "scripted"] {
-        wait_condition(&client, ("wasmpilot.io/v1alpha1", "WasmOperator"), None, op, ("Ready", "True", "ControllerRunning"), T)
-            .await
-            .unwrap_or_else(|e| panic!("{e:#}"));
+        wait_condition(
+            &client,
+            ("wasmpilot.io/v1alpha1", "WasmOperator"),
+            None,
+            op,
+            ("Ready", "True", "ControllerRunning"),
+            T,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
     }
 
-    let (a, b, c) = tokio::join!(autoroute(&client), scripted(&client), broken_operator(&client));
+    let (a, b, c) = tokio::join!(
+        autoroute(&client),
+        scripted(&client),
+        broken_operator(&client)
+    );
     let d = reconfigure_and_remove(&client).await;
-    let results = [("autoroute", a), ("scripted", b), ("broken operator", c), ("reconfigure and remove", d)];
+    let results = [
+        ("autoroute", a),
+        ("scripted", b),
+        ("broken operator", c),
+        ("reconfigure and remove", d),
+    ];
     let alive = host.is_alive();
     for (name, r) in &results {
         if let Err(e) = r {
@@ -55,11 +87,16 @@ async fn operators_on_a_real_cluster() {
     }
     cleanup_scripted(&client).await;
     assert!(alive, "the host process died");
-    assert!(results.iter().all(|(_, r)| r.is_ok()), "a scenario failed (see above)");
+    assert!(
+        results.iter().all(|(_, r)| r.is_ok()),
+        "a scenario failed (see above)"
+    );
 }
 
 fn deployment(name: &str, labels: Value, port: Option<i32>) -> String {
-    let ports = port.map(|p| json!([{"containerPort": p}])).unwrap_or(json!([]));
+    let ports = port
+        .map(|p| json!([{"containerPort": p}]))
+        .unwrap_or(json!([]));
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "labels": labels},
@@ -79,12 +116,24 @@ fn autoroute_yaml(name: &str, selector: Value) -> String {
     json!({"apiVersion": "examples.io/v1", "kind": "AutoRoute", "metadata": {"name": name}, "spec": {"deploymentSelector": selector}}).to_string()
 }
 
-async fn wait_synced(client: &Client, ns: &str, name: &str, want: &[&str]) -> anyhow::Result<Value> {
-    wait_for(&format!("AutoRoute {name} Ready with {want:?}"), T, || async {
-        let Some(o) = get(client, AR.0, AR.1, Some(ns), name).await? else { return Ok(None) };
-        let ok = o["status"]["phase"] == "Ready" && str_list(&o["status"]["syncedDeployments"]) == want;
-        Ok(ok.then_some(o))
-    })
+async fn wait_synced(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    want: &[&str],
+) -> anyhow::Result<Value> {
+    wait_for(
+        &format!("AutoRoute {name} Ready with {want:?}"),
+        T,
+        || async {
+            let Some(o) = get(client, AR.0, AR.1, Some(ns), name).await? else {
+                return Ok(None);
+            };
+            let ok = o["status"]["phase"] == "Ready"
+                && str_list(&o["status"]["syncedDeployments"]) == want;
+            Ok(ok.then_some(o))
+        },
+    )
     .await
 }
 
@@ -92,64 +141,172 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
     let ns = create_namespace(client, "e2e-autoroute").await?;
     let ns = ns.as_str();
     let demo = json!({"part-of": "demo"});
-    for (name, labels, port) in [("a", demo.clone(), Some(8080)), ("b", demo.clone(), Some(9090)), ("c", json!({"part-of": "other"}), Some(80)), ("d", demo.clone(), None)] {
+    for (name, labels, port) in [
+        ("a", demo.clone(), Some(8080)),
+        ("b", demo.clone(), Some(9090)),
+        ("c", json!({"part-of": "other"}), Some(80)),
+        ("d", demo.clone(), None),
+    ] {
         apply_yaml(client, &deployment(name, labels, port), Some(ns)).await?;
     }
-    apply_yaml(client, &autoroute_yaml("r1", json!({"matchLabels": {"part-of": "demo"}})), Some(ns)).await?;
-    let r1 = wait_synced(client, ns, "r1", &["a", "b"]).await.context("first sync")?;
+    apply_yaml(
+        client,
+        &autoroute_yaml("r1", json!({"matchLabels": {"part-of": "demo"}})),
+        Some(ns),
+    )
+    .await?;
+    let r1 = wait_synced(client, ns, "r1", &["a", "b"])
+        .await
+        .context("first sync")?;
     let uid = r1["metadata"]["uid"].clone();
 
     // Exactly the seed tutorial's outputs, owned by the AutoRoute.
     for (dep, port) in [("a", 8080), ("b", 9090)] {
-        let svc = must(get(client, "v1", "Service", Some(ns), dep).await?, "Service")?;
-        ensure!(svc["spec"]["ports"][0]["port"] == port, "Service {dep} port: {}", svc["spec"]["ports"]);
+        let svc = must(
+            get(client, "v1", "Service", Some(ns), dep).await?,
+            "Service",
+        )?;
+        ensure!(
+            svc["spec"]["ports"][0]["port"] == port,
+            "Service {dep} port: {}",
+            svc["spec"]["ports"]
+        );
         ensure!(svc["spec"]["ports"][0]["name"] == "http");
-        ensure!(svc["spec"]["selector"] == json!({"app": dep}), "Service {dep} selector {}", svc["spec"]["selector"]);
+        ensure!(
+            svc["spec"]["selector"] == json!({"app": dep}),
+            "Service {dep} selector {}",
+            svc["spec"]["selector"]
+        );
         let owner = &svc["metadata"]["ownerReferences"][0];
-        ensure!(owner["uid"] == uid && owner["controller"] == true, "Service {dep} owner {owner}");
-        let vs = must(get(client, VS.0, VS.1, Some(ns), &format!("{dep}.r1")).await?, "VirtualService")?;
-        ensure!(vs["spec"]["hosts"] == json!([format!("{dep}.r1")]) && vs["spec"]["gateways"] == json!(["r1"]), "VirtualService {dep}: {}", vs["spec"]);
+        ensure!(
+            owner["uid"] == uid && owner["controller"] == true,
+            "Service {dep} owner {owner}"
+        );
+        let vs = must(
+            get(client, VS.0, VS.1, Some(ns), &format!("{dep}.r1")).await?,
+            "VirtualService",
+        )?;
+        ensure!(
+            vs["spec"]["hosts"] == json!([format!("{dep}.r1")])
+                && vs["spec"]["gateways"] == json!(["r1"]),
+            "VirtualService {dep}: {}",
+            vs["spec"]
+        );
         ensure!(vs["spec"]["http"][0]["match"][0]["uri"]["prefix"] == "/");
-        ensure!(vs["spec"]["http"][0]["route"][0]["destination"] == json!({"host": dep, "port": {"number": port}}), "{}", vs["spec"]);
+        ensure!(
+            vs["spec"]["http"][0]["route"][0]["destination"]
+                == json!({"host": dep, "port": {"number": port}}),
+            "{}",
+            vs["spec"]
+        );
     }
     for absent in ["c", "d"] {
-        ensure!(get(client, "v1", "Service", Some(ns), absent).await?.is_none(), "Service {absent} must not exist");
+        ensure!(
+            get(client, "v1", "Service", Some(ns), absent)
+                .await?
+                .is_none(),
+            "Service {absent} must not exist"
+        );
     }
     let gw = must(get(client, GW.0, GW.1, Some(ns), "r1").await?, "Gateway")?;
-    ensure!(gw["spec"]["selector"] == json!({"istio": "ingressgateway"}), "{}", gw["spec"]);
-    ensure!(gw["spec"]["servers"][0]["hosts"] == json!(["*.r1"]) && gw["spec"]["servers"][0]["port"]["number"] == 80, "{}", gw["spec"]);
+    ensure!(
+        gw["spec"]["selector"] == json!({"istio": "ingressgateway"}),
+        "{}",
+        gw["spec"]
+    );
+    ensure!(
+        gw["spec"]["servers"][0]["hosts"] == json!(["*.r1"])
+            && gw["spec"]["servers"][0]["port"]["number"] == 80,
+        "{}",
+        gw["spec"]
+    );
     let synced = must(condition(&r1, "Synced").cloned(), "Synced condition")?;
     ensure!(synced["status"] == "True", "{synced}");
     ensure!(r1["status"]["observedGeneration"] == r1["metadata"]["generation"]);
-    ensure!(r1["status"]["moduleDigest"].as_str().is_some_and(|d| d.starts_with("sha256:")));
+    ensure!(r1["status"]["moduleDigest"]
+        .as_str()
+        .is_some_and(|d| d.starts_with("sha256:")));
 
     // An input change: a new matching deployment → Syncing → Ready with it included.
     apply_yaml(client, &deployment("e", demo.clone(), Some(7070)), Some(ns)).await?;
-    wait_synced(client, ns, "r1", &["a", "b", "e"]).await.context("resync after a new deployment")?;
-    must(get(client, "v1", "Service", Some(ns), "e").await?, "Service e")?;
+    wait_synced(client, ns, "r1", &["a", "b", "e"])
+        .await
+        .context("resync after a new deployment")?;
+    must(
+        get(client, "v1", "Service", Some(ns), "e").await?,
+        "Service e",
+    )?;
 
     // A worker error lands on that resource only; another resource reconciles meanwhile.
-    apply_yaml(client, &autoroute_yaml("r2", json!({"matchExpressions": [{"key": "part-of", "operator": "Bogus", "values": ["x"]}]})), Some(ns)).await?;
-    apply_yaml(client, &deployment("f", json!({"part-of": "other-app"}), Some(5000)), Some(ns)).await?;
-    apply_yaml(client, &autoroute_yaml("r3", json!({"matchLabels": {"part-of": "other-app"}})), Some(ns)).await?;
-    let r2 = wait_condition(client, AR, Some(ns), "r2", ("Synced", "False", "WorkerFatalError"), T).await?;
-    let msg = must(condition(&r2, "Synced").and_then(|c| c["message"].as_str()), "message")?;
-    ensure!(msg.contains("Bogus") && msg.contains("Syncing"), "condition message names the problem: {msg}");
+    apply_yaml(
+        client,
+        &autoroute_yaml(
+            "r2",
+            json!({"matchExpressions": [{"key": "part-of", "operator": "Bogus", "values": ["x"]}]}),
+        ),
+        Some(ns),
+    )
+    .await?;
+    apply_yaml(
+        client,
+        &deployment("f", json!({"part-of": "other-app"}), Some(5000)),
+        Some(ns),
+    )
+    .await?;
+    apply_yaml(
+        client,
+        &autoroute_yaml("r3", json!({"matchLabels": {"part-of": "other-app"}})),
+        Some(ns),
+    )
+    .await?;
+    let r2 = wait_condition(
+        client,
+        AR,
+        Some(ns),
+        "r2",
+        ("Synced", "False", "WorkerFatalError"),
+        T,
+    )
+    .await?;
+    let msg = must(
+        condition(&r2, "Synced").and_then(|c| c["message"].as_str()),
+        "message",
+    )?;
+    ensure!(
+        msg.contains("Bogus") && msg.contains("Syncing"),
+        "condition message names the problem: {msg}"
+    );
     wait_event(client, ns, "r2", "WorkerFatalError", T).await?;
-    wait_synced(client, ns, "r3", &["f"]).await.context("r3 reconciles while r2 fails")?;
+    wait_synced(client, ns, "r3", &["f"])
+        .await
+        .context("r3 reconciles while r2 fails")?;
 
     // Deleting the AutoRoute garbage-collects its outputs (and only its outputs).
     delete(client, AR.0, AR.1, Some(ns), "r1").await?;
-    wait_for("r1's outputs garbage-collected", Duration::from_secs(90), || async {
-        for dep in ["a", "b", "e"] {
-            if get(client, "v1", "Service", Some(ns), dep).await?.is_some() || get(client, VS.0, VS.1, Some(ns), &format!("{dep}.r1")).await?.is_some() {
-                return Ok(None);
+    wait_for(
+        "r1's outputs garbage-collected",
+        Duration::from_secs(90),
+        || async {
+            for dep in ["a", "b", "e"] {
+                if get(client, "v1", "Service", Some(ns), dep).await?.is_some()
+                    || get(client, VS.0, VS.1, Some(ns), &format!("{dep}.r1"))
+                        .await?
+                        .is_some()
+                {
+                    return Ok(None);
+                }
             }
-        }
-        Ok(get(client, GW.0, GW.1, Some(ns), "r1").await?.is_none().then_some(()))
-    })
+            Ok(get(client, GW.0, GW.1, Some(ns), "r1")
+                .await?
+                .is_none()
+                .then_some(()))
+        },
+    )
     .await?;
-    must(get(client, "v1", "Service", Some(ns), "f").await?, "r3's Service f survives")?;
+    must(
+        get(client, "v1", "Service", Some(ns), "f").await?,
+        "r3's Service f survives",
+    )?;
     Ok(())
 }
 
@@ -164,10 +321,30 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
     let ns = ns.as_str();
     // Hostile workers first, then a good one that must reconcile regardless.
     let hostile = [
-        ("s-loop", json!({"mode": "loop"}), "WorkerDeadlineExceeded", "exceeded its 500ms deadline"),
-        ("s-alloc", json!({"mode": "alloc"}), "WorkerMemoryLimitExceeded", "memory limit of 32 MiB"),
-        ("s-panic", json!({"mode": "panic", "message": "boom-123"}), "WorkerTrapped", "boom-123"),
-        ("s-badphase", json!({"mode": "ok", "next": "Nowhere"}), "UnknownNextPhase", "Nowhere"),
+        (
+            "s-loop",
+            json!({"mode": "loop"}),
+            "WorkerDeadlineExceeded",
+            "exceeded its 500ms deadline",
+        ),
+        (
+            "s-alloc",
+            json!({"mode": "alloc"}),
+            "WorkerMemoryLimitExceeded",
+            "memory limit of 32 MiB",
+        ),
+        (
+            "s-panic",
+            json!({"mode": "panic", "message": "boom-123"}),
+            "WorkerTrapped",
+            "boom-123",
+        ),
+        (
+            "s-badphase",
+            json!({"mode": "ok", "next": "Nowhere"}),
+            "UnknownNextPhase",
+            "Nowhere",
+        ),
         (
             "s-badout",
             json!({"mode": "ok", "next": "Done", "outputs": [
@@ -178,52 +355,116 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
         ),
     ];
     for (name, start, _, _) in &hostile {
-        apply_yaml(client, &scripted_yaml(name, start.clone(), json!({"mode": "done"})), Some(ns)).await?;
+        apply_yaml(
+            client,
+            &scripted_yaml(name, start.clone(), json!({"mode": "done"})),
+            Some(ns),
+        )
+        .await?;
     }
     let good_cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good-out"}, "data": {"k": "v"}});
-    apply_yaml(client, &scripted_yaml("s-good", json!({"mode": "ok", "next": "Done", "outputs": [good_cm], "countInputs": true}), json!({"mode": "done"})), Some(ns)).await?;
+    apply_yaml(
+        client,
+        &scripted_yaml(
+            "s-good",
+            json!({"mode": "ok", "next": "Done", "outputs": [good_cm], "countInputs": true}),
+            json!({"mode": "done"}),
+        ),
+        Some(ns),
+    )
+    .await?;
 
     for (name, _, reason, text) in &hostile {
         let o = wait_condition(client, SC, Some(ns), name, ("Synced", "False", reason), T).await?;
-        let msg = must(condition(&o, "Synced").and_then(|c| c["message"].as_str()), "message")?;
-        ensure!(msg.contains(text), "{name}: message {msg:?} should mention {text:?}");
+        let msg = must(
+            condition(&o, "Synced").and_then(|c| c["message"].as_str()),
+            "message",
+        )?;
+        ensure!(
+            msg.contains(text),
+            "{name}: message {msg:?} should mention {text:?}"
+        );
         wait_event(client, ns, name, reason, T).await?;
     }
     // All or nothing: the refused result wrote neither of its two ConfigMaps.
-    ensure!(get(client, "v1", "ConfigMap", Some("kube-system"), "escape").await?.is_none(), "escaped into kube-system");
-    ensure!(get(client, "v1", "ConfigMap", Some(ns), "fine").await?.is_none(), "partial apply of a refused result");
+    ensure!(
+        get(client, "v1", "ConfigMap", Some("kube-system"), "escape")
+            .await?
+            .is_none(),
+        "escaped into kube-system"
+    );
+    ensure!(
+        get(client, "v1", "ConfigMap", Some(ns), "fine")
+            .await?
+            .is_none(),
+        "partial apply of a refused result"
+    );
 
     let good = wait_for("s-good Done", T, || async {
         let o = get(client, SC.0, SC.1, Some(ns), "s-good").await?;
         Ok(o.filter(|o| o["status"]["phase"] == "Done"))
     })
     .await?;
-    ensure!(str_list(&good["metadata"]["finalizers"]) == ["wasmpilot.io/scripted"], "finalizer added: {}", good["metadata"]);
-    ensure!(good["status"]["inputCounts"]["configmaps"] == 0, "inputs scoped by labels: {}", good["status"]);
-    let cm = must(get(client, "v1", "ConfigMap", Some(ns), "good-out").await?, "output ConfigMap")?;
+    ensure!(
+        str_list(&good["metadata"]["finalizers"]) == ["wasmpilot.io/scripted"],
+        "finalizer added: {}",
+        good["metadata"]
+    );
+    ensure!(
+        good["status"]["inputCounts"]["configmaps"] == 0,
+        "inputs scoped by labels: {}",
+        good["status"]
+    );
+    let cm = must(
+        get(client, "v1", "ConfigMap", Some(ns), "good-out").await?,
+        "output ConfigMap",
+    )?;
     ensure!(cm["metadata"]["labels"]["wasmpilot.io/operator"] == "scripted");
 
     // A labelled input appears → counted on the next run (after a spec change restarts the final phase).
     apply_yaml(client, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"in-1","labels":{"scripted-input":"yes"}}}"#, Some(ns)).await?;
-    let patch = scripted_yaml("s-good", json!({"mode": "ok", "next": "Done", "outputs": [good_cm], "countInputs": true, "statusInfo": {"round": 2}}), json!({"mode": "done"}));
+    let patch = scripted_yaml(
+        "s-good",
+        json!({"mode": "ok", "next": "Done", "outputs": [good_cm], "countInputs": true, "statusInfo": {"round": 2}}),
+        json!({"mode": "done"}),
+    );
     apply_yaml(client, &patch, Some(ns)).await?;
-    wait_for("s-good restarted from its final phase and Done again", T, || async {
-        let Some(o) = get(client, SC.0, SC.1, Some(ns), "s-good").await? else { return Ok(None) };
-        let ok = o["status"]["phase"] == "Done"
-            && o["status"]["round"] == 2
-            && o["status"]["observedGeneration"] == o["metadata"]["generation"]
-            && o["status"]["inputCounts"]["configmaps"] == 1;
-        Ok(ok.then_some(()))
-    })
+    wait_for(
+        "s-good restarted from its final phase and Done again",
+        T,
+        || async {
+            let Some(o) = get(client, SC.0, SC.1, Some(ns), "s-good").await? else {
+                return Ok(None);
+            };
+            let ok = o["status"]["phase"] == "Done"
+                && o["status"]["round"] == 2
+                && o["status"]["observedGeneration"] == o["metadata"]["generation"]
+                && o["status"]["inputCounts"]["configmaps"] == 1;
+            Ok(ok.then_some(()))
+        },
+    )
     .await?;
 
     // Delete → the finalizer worker runs, then the host releases the object; outputs are collected.
     delete(client, SC.0, SC.1, Some(ns), "s-good").await?;
-    wait_for("s-good deleted after its finalizer", T, || async { Ok(get(client, SC.0, SC.1, Some(ns), "s-good").await?.is_none().then_some(())) }).await?;
-    wait_event(client, ns, "s-good", "Finalized", T).await?;
-    wait_for("s-good's output collected", Duration::from_secs(90), || async {
-        Ok(get(client, "v1", "ConfigMap", Some(ns), "good-out").await?.is_none().then_some(()))
+    wait_for("s-good deleted after its finalizer", T, || async {
+        Ok(get(client, SC.0, SC.1, Some(ns), "s-good")
+            .await?
+            .is_none()
+            .then_some(()))
     })
+    .await?;
+    wait_event(client, ns, "s-good", "Finalized", T).await?;
+    wait_for(
+        "s-good's output collected",
+        Duration::from_secs(90),
+        || async {
+            Ok(get(client, "v1", "ConfigMap", Some(ns), "good-out")
+                .await?
+                .is_none()
+                .then_some(()))
+        },
+    )
     .await?;
     Ok(())
 }
@@ -237,9 +478,23 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
         }
     });
     apply_yaml(client, &op.to_string(), None).await?;
-    let o = wait_condition(client, ("wasmpilot.io/v1alpha1", "WasmOperator"), None, "broken", ("Ready", "False", "ModuleLoadFailed"), T).await?;
-    let msg = must(condition(&o, "Ready").and_then(|c| c["message"].as_str()), "message")?;
-    ensure!(msg.contains("does-not-exist") && msg.contains("phase Start"), "message names the module: {msg}");
+    let o = wait_condition(
+        client,
+        ("wasmpilot.io/v1alpha1", "WasmOperator"),
+        None,
+        "broken",
+        ("Ready", "False", "ModuleLoadFailed"),
+        T,
+    )
+    .await?;
+    let msg = must(
+        condition(&o, "Ready").and_then(|c| c["message"].as_str()),
+        "message",
+    )?;
+    ensure!(
+        msg.contains("does-not-exist") && msg.contains("phase Start"),
+        "message names the module: {msg}"
+    );
 
     let invalid = json!({
         "apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "invalid"},
@@ -247,11 +502,39 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
                  "phases": [{"name": "A", "module": {"file": {"path": "x.wasm"}}}]}
     });
     apply_yaml(client, &invalid.to_string(), None).await?;
-    let o = wait_condition(client, ("wasmpilot.io/v1alpha1", "WasmOperator"), None, "invalid", ("Ready", "False", "InvalidDefinition"), T).await?;
-    let msg = must(condition(&o, "Ready").and_then(|c| c["message"].as_str()), "message")?;
-    ensure!(msg.contains("spec.phases") && msg.contains("initial"), "message names the field: {msg}");
-    delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, "broken").await?;
-    delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, "invalid").await?;
+    let o = wait_condition(
+        client,
+        ("wasmpilot.io/v1alpha1", "WasmOperator"),
+        None,
+        "invalid",
+        ("Ready", "False", "InvalidDefinition"),
+        T,
+    )
+    .await?;
+    let msg = must(
+        condition(&o, "Ready").and_then(|c| c["message"].as_str()),
+        "message",
+    )?;
+    ensure!(
+        msg.contains("spec.phases") && msg.contains("initial"),
+        "message names the field: {msg}"
+    );
+    delete(
+        client,
+        "wasmpilot.io/v1alpha1",
+        "WasmOperator",
+        None,
+        "broken",
+    )
+    .await?;
+    delete(
+        client,
+        "wasmpilot.io/v1alpha1",
+        "WasmOperator",
+        None,
+        "invalid",
+    )
+    .await?;
     Ok(())
 }
 
@@ -263,41 +546,99 @@ async fn reconfigure_and_remove(client: &Client) -> anyhow::Result<()> {
     let patch = json!({"apiVersion": ops.0, "kind": ops.1, "metadata": {"name": "scripted"}, "spec": {"resyncInterval": "2m"}});
     // A merge patch through apply would drop other fields; use a JSON merge patch instead.
     let api = dynamic_api(client, ops.0, ops.1, None).await?;
-    api.patch("scripted", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await?;
+    api.patch(
+        "scripted",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
     wait_for("scripted controller swapped", T, || async {
-        let Some(o) = get(client, ops.0, ops.1, None, "scripted").await? else { return Ok(None) };
-        let ok = condition(&o, "Ready").is_some_and(|c| c["status"] == "True" && c["message"].as_str().is_some_and(|m| m.contains("swapped")))
-            && o["status"]["observedGeneration"] == o["metadata"]["generation"];
+        let Some(o) = get(client, ops.0, ops.1, None, "scripted").await? else {
+            return Ok(None);
+        };
+        let ok = condition(&o, "Ready").is_some_and(|c| {
+            c["status"] == "True" && c["message"].as_str().is_some_and(|m| m.contains("swapped"))
+        }) && o["status"]["observedGeneration"] == o["metadata"]["generation"];
         Ok(ok.then_some(()))
     })
     .await?;
-    apply_yaml(client, &scripted_yaml("after-swap", json!({"mode": "ok", "next": "Done"}), json!({"mode": "done"})), Some(ns)).await?;
-    wait_for("a resource reconciled by the swapped controller", T, || async {
-        Ok(get(client, SC.0, SC.1, Some(ns), "after-swap").await?.filter(|o| o["status"]["phase"] == "Done").map(|_| ()))
-    })
+    apply_yaml(
+        client,
+        &scripted_yaml(
+            "after-swap",
+            json!({"mode": "ok", "next": "Done"}),
+            json!({"mode": "done"}),
+        ),
+        Some(ns),
+    )
+    .await?;
+    wait_for(
+        "a resource reconciled by the swapped controller",
+        T,
+        || async {
+            Ok(get(client, SC.0, SC.1, Some(ns), "after-swap")
+                .await?
+                .filter(|o| o["status"]["phase"] == "Done")
+                .map(|_| ()))
+        },
+    )
     .await?;
 
     delete(client, ops.0, ops.1, None, "scripted").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    apply_yaml(client, &scripted_yaml("after-delete", json!({"mode": "ok", "next": "Done"}), json!({"mode": "done"})), Some(ns)).await?;
+    apply_yaml(
+        client,
+        &scripted_yaml(
+            "after-delete",
+            json!({"mode": "ok", "next": "Done"}),
+            json!({"mode": "done"}),
+        ),
+        Some(ns),
+    )
+    .await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let o = must(get(client, SC.0, SC.1, Some(ns), "after-delete").await?, "after-delete")?;
-    ensure!(o["status"].is_null() && o["metadata"]["finalizers"].is_null(), "a deleted operator still reconciled: {o}");
+    let o = must(
+        get(client, SC.0, SC.1, Some(ns), "after-delete").await?,
+        "after-delete",
+    )?;
+    ensure!(
+        o["status"].is_null() && o["metadata"]["finalizers"].is_null(),
+        "a deleted operator still reconciled: {o}"
+    );
     // Leave no finalizer behind on the earlier object: its operator is gone.
     let api = dynamic_api(client, SC.0, SC.1, Some(ns)).await?;
-    api.patch("after-swap", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&json!({"metadata": {"finalizers": null}}))).await?;
+    api.patch(
+        "after-swap",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
     Ok(())
 }
 
 /// Test objects of the Scripted kind carry finalizers and hostile scripts; remove them all so a
 /// later run's host does not inherit them.
 async fn cleanup_scripted(client: &Client) {
-    let Ok(api) = dynamic_api(client, SC.0, SC.1, None).await else { return };
-    let Ok(list) = api.list(&Default::default()).await else { return };
+    let Ok(api) = dynamic_api(client, SC.0, SC.1, None).await else {
+        return;
+    };
+    let Ok(list) = api.list(&Default::default()).await else {
+        return;
+    };
     for o in list.items {
-        let (Some(ns), Some(name)) = (o.metadata.namespace.clone(), o.metadata.name.clone()) else { continue };
-        let Ok(napi) = dynamic_api(client, SC.0, SC.1, Some(&ns)).await else { continue };
-        let _ = napi.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&json!({"metadata": {"finalizers": null}}))).await;
+        let (Some(ns), Some(name)) = (o.metadata.namespace.clone(), o.metadata.name.clone()) else {
+            continue;
+        };
+        let Ok(napi) = dynamic_api(client, SC.0, SC.1, Some(&ns)).await else {
+            continue;
+        };
+        let _ = napi
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
         let _ = napi.delete(&name, &Default::default()).await;
     }
 }

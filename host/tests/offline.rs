@@ -22,10 +22,15 @@ fn autoroute_run(phase: &str) -> OfflineRun {
 
 #[tokio::test]
 async fn syncing_routes_the_selected_deployments() {
-    let out = run_phase(&autoroute_run("Syncing"), SandboxLimits::default()).await.expect("Syncing runs");
+    let out = run_phase(&autoroute_run("Syncing"), SandboxLimits::default())
+        .await
+        .expect("Syncing runs");
     assert_eq!(out.next_phase, "Ready");
     assert!(out.module.starts_with("sha256:"));
-    assert_eq!(out.status_info.as_ref().unwrap()["syncedDeployments"], serde_json::json!(["backend", "frontend"]));
+    assert_eq!(
+        out.status_info.as_ref().unwrap()["syncedDeployments"],
+        serde_json::json!(["backend", "frontend"])
+    );
     let names = |kind: &str| -> Vec<String> {
         let mut v: Vec<String> = out
             .outputs
@@ -37,10 +42,16 @@ async fn syncing_routes_the_selected_deployments() {
         v
     };
     assert_eq!(names("Service"), ["backend", "frontend"]);
-    assert_eq!(names("VirtualService"), ["backend.example", "frontend.example"]);
+    assert_eq!(
+        names("VirtualService"),
+        ["backend.example", "frontend.example"]
+    );
     assert_eq!(names("Gateway"), ["example"]);
     for o in &out.outputs {
-        assert_eq!(o["metadata"]["namespace"], "default", "outputs land in the resource's namespace");
+        assert_eq!(
+            o["metadata"]["namespace"], "default",
+            "outputs land in the resource's namespace"
+        );
         assert_eq!(o["metadata"]["ownerReferences"][0]["kind"], "AutoRoute");
         assert_eq!(o["metadata"]["ownerReferences"][0]["controller"], true);
     }
@@ -48,11 +59,15 @@ async fn syncing_routes_the_selected_deployments() {
 
 #[tokio::test]
 async fn initializing_and_ready_decide_without_outputs() {
-    let init = run_phase(&autoroute_run("Initializing"), SandboxLimits::default()).await.unwrap();
+    let init = run_phase(&autoroute_run("Initializing"), SandboxLimits::default())
+        .await
+        .unwrap();
     assert_eq!(init.next_phase, "Syncing");
     assert!(init.outputs.is_empty());
     // The sample has no status yet, so Ready sees a difference and goes back to Syncing.
-    let ready = run_phase(&autoroute_run("Ready"), SandboxLimits::default()).await.unwrap();
+    let ready = run_phase(&autoroute_run("Ready"), SandboxLimits::default())
+        .await
+        .unwrap();
     assert_eq!(ready.next_phase, "Syncing");
 }
 
@@ -60,7 +75,13 @@ async fn initializing_and_ready_decide_without_outputs() {
 fn run_phase_cli_prints_the_decision_as_yaml() {
     let root = common::repo_root();
     let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .args(["run-phase", "--phase", "Syncing", "--now", "2026-11-21T12:00:00Z"])
+        .args([
+            "run-phase",
+            "--phase",
+            "Syncing",
+            "--now",
+            "2026-11-21T12:00:00Z",
+        ])
         .arg("--operator")
         .arg(root.join("examples/autoroute/operator.yaml"))
         .arg("--module-dir")
@@ -71,7 +92,11 @@ fn run_phase_cli_prints_the_decision_as_yaml() {
         .arg(root.join("examples/autoroute/sample.yaml"))
         .output()
         .expect("running wasmpilot run-phase");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_yaml::from_slice(&out.stdout).expect("YAML on stdout");
     assert_eq!(v["nextPhase"], "Ready");
     assert_eq!(v["outputs"].as_array().map(Vec::len), Some(5));
@@ -81,7 +106,13 @@ fn run_phase_cli_prints_the_decision_as_yaml() {
 fn run_phase_cli_explains_a_missing_module() {
     let root = common::repo_root();
     let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .args(["run-phase", "--phase", "Syncing", "--module-dir", "/nonexistent"])
+        .args([
+            "run-phase",
+            "--phase",
+            "Syncing",
+            "--module-dir",
+            "/nonexistent",
+        ])
         .arg("--operator")
         .arg(root.join("examples/autoroute/operator.yaml"))
         .arg("--resource")

@@ -9,13 +9,22 @@ use std::time::Duration;
 use wasmpilot::sandbox::{PhaseModule, RunError, Sandbox, SandboxLimits, SyncRequest};
 
 fn sandbox() -> Arc<Sandbox> {
-    Sandbox::new(SandboxLimits { deadline: Duration::from_millis(300), memory_bytes: 32 << 20, ..Default::default() }).unwrap()
+    Sandbox::new(SandboxLimits {
+        deadline: Duration::from_millis(300),
+        memory_bytes: 32 << 20,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 fn scripted(sandbox: &Sandbox) -> PhaseModule {
     let bytes = common::component("wasmpilot_test_scripted.wasm");
-    let component = sandbox.compile(&bytes).expect("scripted component compiles");
-    sandbox.phase_module("sha256:test", &component).expect("scripted component is a phase worker")
+    let component = sandbox
+        .compile(&bytes)
+        .expect("scripted component compiles");
+    sandbox
+        .phase_module("sha256:test", &component)
+        .expect("scripted component is a phase worker")
 }
 
 fn request(step: Value) -> SyncRequest {
@@ -54,7 +63,13 @@ async fn decisions_cross_the_boundary() {
 async fn worker_errors_keep_their_class() {
     let sb = sandbox();
     let m = scripted(&sb);
-    match sb.run_sync(&m, request(json!({"mode": "fatal", "message": "bad selector"}))).await {
+    match sb
+        .run_sync(
+            &m,
+            request(json!({"mode": "fatal", "message": "bad selector"})),
+        )
+        .await
+    {
         Err(RunError::Fatal(msg)) => assert_eq!(msg, "bad selector"),
         other => panic!("expected a fatal error, got {other:?}"),
     }
@@ -69,50 +84,102 @@ async fn hostile_guests_are_contained_and_the_next_call_works() {
     let sb = sandbox();
     let m = scripted(&sb);
     match sb.run_sync(&m, request(json!({"mode": "loop"}))).await {
-        Err(e @ RunError::DeadlineExceeded(_)) => assert_eq!(e.to_string(), "the worker exceeded its 300ms deadline"),
+        Err(e @ RunError::DeadlineExceeded(_)) => {
+            assert_eq!(e.to_string(), "the worker exceeded its 300ms deadline")
+        }
         other => panic!("expected a deadline error, got {other:?}"),
     }
     match sb.run_sync(&m, request(json!({"mode": "alloc"}))).await {
-        Err(e @ RunError::MemoryLimit { .. }) => assert!(e.to_string().contains("memory limit of 32 MiB"), "{e}"),
+        Err(e @ RunError::MemoryLimit { .. }) => {
+            assert!(e.to_string().contains("memory limit of 32 MiB"), "{e}")
+        }
         other => panic!("expected a memory limit error, got {other:?}"),
     }
-    match sb.run_sync(&m, request(json!({"mode": "panic", "message": "guest bug 42"}))).await {
-        Err(e @ RunError::Trap { .. }) => assert!(e.to_string().contains("guest bug 42"), "panic message from stderr: {e}"),
+    match sb
+        .run_sync(
+            &m,
+            request(json!({"mode": "panic", "message": "guest bug 42"})),
+        )
+        .await
+    {
+        Err(e @ RunError::Trap { .. }) => assert!(
+            e.to_string().contains("guest bug 42"),
+            "panic message from stderr: {e}"
+        ),
         other => panic!("expected a trap, got {other:?}"),
     }
     // Flooding stdout is bounded, not fatal.
-    let r = sb.run_sync(&m, request(json!({"mode": "print", "next": "Done"}))).await.unwrap();
+    let r = sb
+        .run_sync(&m, request(json!({"mode": "print", "next": "Done"})))
+        .await
+        .unwrap();
     assert_eq!(r.next_phase, "Done");
     // Each call had a fresh instance: the same component still decides normally.
-    let r = sb.run_sync(&m, request(json!({"mode": "ok", "next": "Done"}))).await.unwrap();
+    let r = sb
+        .run_sync(&m, request(json!({"mode": "ok", "next": "Done"})))
+        .await
+        .unwrap();
     assert_eq!(r.next_phase, "Done");
 }
 
 #[tokio::test]
 async fn a_looping_worker_does_not_block_others() {
-    let sb = Sandbox::new(SandboxLimits { deadline: Duration::from_secs(1), concurrency: 2, ..Default::default() }).unwrap();
+    let sb = Sandbox::new(SandboxLimits {
+        deadline: Duration::from_secs(1),
+        concurrency: 2,
+        ..Default::default()
+    })
+    .unwrap();
     let m = scripted(&sb);
     let (sb2, m2) = (sb.clone(), m.clone());
-    let looping = tokio::spawn(async move { sb2.run_sync(&m2, request(json!({"mode": "loop"}))).await });
+    let looping =
+        tokio::spawn(async move { sb2.run_sync(&m2, request(json!({"mode": "loop"}))).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let r = sb.run_sync(&m, request(json!({"mode": "ok", "next": "Done"}))).await.unwrap();
+    let r = sb
+        .run_sync(&m, request(json!({"mode": "ok", "next": "Done"})))
+        .await
+        .unwrap();
     assert_eq!(r.next_phase, "Done");
-    assert!(!looping.is_finished(), "the good call finished while the loop still ran");
-    assert!(matches!(looping.await.unwrap(), Err(RunError::DeadlineExceeded(_))));
+    assert!(
+        !looping.is_finished(),
+        "the good call finished while the loop still ran"
+    );
+    assert!(matches!(
+        looping.await.unwrap(),
+        Err(RunError::DeadlineExceeded(_))
+    ));
 }
 
 #[tokio::test]
 async fn oversized_requests_and_outputs_are_refused() {
-    let sb = Sandbox::new(SandboxLimits { memory_bytes: 1 << 20, max_outputs: 2, ..Default::default() }).unwrap();
+    let sb = Sandbox::new(SandboxLimits {
+        memory_bytes: 1 << 20,
+        max_outputs: 2,
+        ..Default::default()
+    })
+    .unwrap();
     let m = scripted(&sb);
     let mut req = request(json!({"mode": "ok"}));
-    req.inputs.push(wasmpilot::sandbox::NamedObjects { name: "big".into(), objects: vec!["x".repeat(600 << 10)] });
-    assert!(matches!(sb.run_sync(&m, req).await, Err(RunError::RequestTooLarge { .. })));
+    req.inputs.push(wasmpilot::sandbox::NamedObjects {
+        name: "big".into(),
+        objects: vec!["x".repeat(600 << 10)],
+    });
+    assert!(matches!(
+        sb.run_sync(&m, req).await,
+        Err(RunError::RequestTooLarge { .. })
+    ));
 
-    let sb = Sandbox::new(SandboxLimits { max_outputs: 2, ..Default::default() }).unwrap();
+    let sb = Sandbox::new(SandboxLimits {
+        max_outputs: 2,
+        ..Default::default()
+    })
+    .unwrap();
     let m = scripted(&sb);
     let outs: Vec<Value> = (0..3).map(|i| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}")}})).collect();
-    match sb.run_sync(&m, request(json!({"mode": "ok", "outputs": outs}))).await {
+    match sb
+        .run_sync(&m, request(json!({"mode": "ok", "outputs": outs})))
+        .await
+    {
         Err(RunError::TooManyOutputs { count: 3, limit: 2 }) => {}
         other => panic!("expected too many outputs, got {other:?}"),
     }
@@ -124,5 +191,8 @@ async fn invalid_components_are_refused_at_load() {
     assert!(sb.compile(b"\0asm not really").is_err());
     let bytes = common::component("wasmpilot_test_scripted.wasm");
     let c = sb.compile(&bytes).unwrap();
-    assert!(sb.finalizer_module("sha256:x", &c).is_ok(), "SDK components export both roles");
+    assert!(
+        sb.finalizer_module("sha256:x", &c).is_ok(),
+        "SDK components export both roles"
+    );
 }

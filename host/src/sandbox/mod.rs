@@ -8,9 +8,11 @@ mod stdio;
 
 use bindings::finalizer::FinalizerPre;
 use bindings::phase::PhasePre;
-pub use bindings::{FinalizeRequest, FinalizeResult, NamedObjects, SyncRequest, SyncResult, WorkerError};
-pub use state::RunLimits;
+pub use bindings::{
+    FinalizeRequest, FinalizeResult, NamedObjects, SyncRequest, SyncResult, WorkerError,
+};
 use state::HostState;
+pub use state::RunLimits;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,7 +99,9 @@ impl RunError {
             RunError::MemoryLimit { .. } => "WorkerMemoryLimitExceeded",
             RunError::Trap { .. } => "WorkerTrapped",
             RunError::RequestTooLarge { .. } => "RequestTooLarge",
-            RunError::TooManyOutputs { .. } | RunError::OutputsTooLarge { .. } => "OutputLimitExceeded",
+            RunError::TooManyOutputs { .. } | RunError::OutputsTooLarge { .. } => {
+                "OutputLimitExceeded"
+            }
             RunError::Instantiate(_) => "InstantiateFailed",
             RunError::ShuttingDown => "ShuttingDown",
         }
@@ -109,8 +113,13 @@ impl RunError {
 pub enum LoadError {
     #[error("not a valid Wasm component: {0}")]
     Compile(String),
-    #[error("the component does not fit the `{world}` world of wasmpilot:operator@0.1.0: {message}")]
-    WrongWorld { world: &'static str, message: String },
+    #[error(
+        "the component does not fit the `{world}` world of wasmpilot:operator@0.1.0: {message}"
+    )]
+    WrongWorld {
+        world: &'static str,
+        message: String,
+    },
 }
 
 /// A phase component ready to be instantiated per call.
@@ -150,22 +159,30 @@ impl Sandbox {
         let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
-        bindings::phase::wasmpilot::operator::log::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
-            &mut linker,
-            |s: &mut HostState| s,
-        )
+        bindings::phase::wasmpilot::operator::log::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<_>,
+        >(&mut linker, |s: &mut HostState| s)
         .map_err(anyhow::Error::from)?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let stop = ticker_stop.clone();
         let ticking = engine.clone();
-        std::thread::Builder::new().name("wasmpilot-epoch".into()).spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(EPOCH_TICK);
-                ticking.increment_epoch();
-            }
-        })?;
+        std::thread::Builder::new()
+            .name("wasmpilot-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticking.increment_epoch();
+                }
+            })?;
         let permits = Arc::new(Semaphore::new(limits.concurrency.max(1)));
-        Ok(Arc::new(Sandbox { engine, linker, limits, permits, ticker_stop }))
+        Ok(Arc::new(Sandbox {
+            engine,
+            linker,
+            limits,
+            permits,
+            ticker_stop,
+        }))
     }
 
     pub fn limits(&self) -> &SandboxLimits {
@@ -178,31 +195,65 @@ impl Sandbox {
     }
 
     /// Links a compiled component as a phase worker; fails if it lacks the `phase-worker` export.
-    pub fn phase_module(&self, digest: &str, component: &Component) -> Result<PhaseModule, LoadError> {
-        let wrong = |e: wasmtime::Error| LoadError::WrongWorld { world: "phase", message: format!("{e:#}") };
+    pub fn phase_module(
+        &self,
+        digest: &str,
+        component: &Component,
+    ) -> Result<PhaseModule, LoadError> {
+        let wrong = |e: wasmtime::Error| LoadError::WrongWorld {
+            world: "phase",
+            message: format!("{e:#}"),
+        };
         let pre = self.linker.instantiate_pre(component).map_err(wrong)?;
         let pre = PhasePre::new(pre).map_err(wrong)?;
-        Ok(PhaseModule { digest: digest.to_string(), pre })
+        Ok(PhaseModule {
+            digest: digest.to_string(),
+            pre,
+        })
     }
 
     /// Links a compiled component as a finalizer worker.
-    pub fn finalizer_module(&self, digest: &str, component: &Component) -> Result<FinalizerModule, LoadError> {
-        let wrong = |e: wasmtime::Error| LoadError::WrongWorld { world: "finalizer", message: format!("{e:#}") };
+    pub fn finalizer_module(
+        &self,
+        digest: &str,
+        component: &Component,
+    ) -> Result<FinalizerModule, LoadError> {
+        let wrong = |e: wasmtime::Error| LoadError::WrongWorld {
+            world: "finalizer",
+            message: format!("{e:#}"),
+        };
         let pre = self.linker.instantiate_pre(component).map_err(wrong)?;
         let pre = FinalizerPre::new(pre).map_err(wrong)?;
-        Ok(FinalizerModule { digest: digest.to_string(), pre })
+        Ok(FinalizerModule {
+            digest: digest.to_string(),
+            pre,
+        })
     }
 
     /// Runs `sync` in a fresh instance, on a blocking thread, within the limits.
-    pub async fn run_sync(&self, module: &PhaseModule, request: SyncRequest) -> Result<SyncResult, RunError> {
+    pub async fn run_sync(
+        &self,
+        module: &PhaseModule,
+        request: SyncRequest,
+    ) -> Result<SyncResult, RunError> {
         let size = request.resource.len()
-            + request.inputs.iter().flat_map(|i| i.objects.iter()).map(String::len).sum::<usize>();
+            + request
+                .inputs
+                .iter()
+                .flat_map(|i| i.objects.iter())
+                .map(String::len)
+                .sum::<usize>();
         self.check_request_size(size)?;
         let pre = module.pre.clone();
         let result = self
             .run_blocking(move |store| {
-                let instance = pre.instantiate(&mut *store).map_err(|e| instantiate_error(store, e))?;
-                instance.wasmpilot_operator_phase_worker().call_sync(&mut *store, &request).map_err(|e| classify(store, e))
+                let instance = pre
+                    .instantiate(&mut *store)
+                    .map_err(|e| instantiate_error(store, e))?;
+                instance
+                    .wasmpilot_operator_phase_worker()
+                    .call_sync(&mut *store, &request)
+                    .map_err(|e| classify(store, e))
             })
             .await?;
         let result = result.map_err(worker_error)?;
@@ -211,13 +262,22 @@ impl Sandbox {
     }
 
     /// Runs `finalize` in a fresh instance, on a blocking thread, within the limits.
-    pub async fn run_finalize(&self, module: &FinalizerModule, request: FinalizeRequest) -> Result<FinalizeResult, RunError> {
+    pub async fn run_finalize(
+        &self,
+        module: &FinalizerModule,
+        request: FinalizeRequest,
+    ) -> Result<FinalizeResult, RunError> {
         self.check_request_size(request.resource.len())?;
         let pre = module.pre.clone();
         let result = self
             .run_blocking(move |store| {
-                let instance = pre.instantiate(&mut *store).map_err(|e| instantiate_error(store, e))?;
-                instance.wasmpilot_operator_finalizer_worker().call_finalize(&mut *store, &request).map_err(|e| classify(store, e))
+                let instance = pre
+                    .instantiate(&mut *store)
+                    .map_err(|e| instantiate_error(store, e))?;
+                instance
+                    .wasmpilot_operator_finalizer_worker()
+                    .call_finalize(&mut *store, &request)
+                    .map_err(|e| classify(store, e))
             })
             .await?;
         result.map_err(worker_error)
@@ -227,18 +287,27 @@ impl Sandbox {
         // Input is copied into linear memory and parsed there; beyond half the limit the call
         // would trap inside the guest allocator with no message.
         if size > self.limits.memory_bytes / 2 {
-            return Err(RunError::RequestTooLarge { size, limit: self.limits.memory_bytes });
+            return Err(RunError::RequestTooLarge {
+                size,
+                limit: self.limits.memory_bytes,
+            });
         }
         Ok(())
     }
 
     fn check_outputs(&self, outputs: &[String]) -> Result<(), RunError> {
         if outputs.len() > self.limits.max_outputs {
-            return Err(RunError::TooManyOutputs { count: outputs.len(), limit: self.limits.max_outputs });
+            return Err(RunError::TooManyOutputs {
+                count: outputs.len(),
+                limit: self.limits.max_outputs,
+            });
         }
         let size: usize = outputs.iter().map(String::len).sum();
         if size > self.limits.max_output_bytes {
-            return Err(RunError::OutputsTooLarge { size, limit: self.limits.max_output_bytes });
+            return Err(RunError::OutputsTooLarge {
+                size,
+                limit: self.limits.max_output_bytes,
+            });
         }
         Ok(())
     }
@@ -247,7 +316,12 @@ impl Sandbox {
         &self,
         call: impl FnOnce(&mut Store<HostState>) -> Result<R, RunError> + Send + 'static,
     ) -> Result<R, RunError> {
-        let _permit = self.permits.clone().acquire_owned().await.map_err(|_| RunError::ShuttingDown)?;
+        let _permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| RunError::ShuttingDown)?;
         let engine = self.engine.clone();
         let limits = self.limits.clone();
         let span = tracing::Span::current();
@@ -262,7 +336,11 @@ impl Sandbox {
                 };
                 let mut store = Store::new(&engine, HostState::new(&run_limits));
                 store.limiter(|s| &mut s.limiter);
-                let ticks = limits.deadline.as_millis().div_ceil(EPOCH_TICK.as_millis()).max(1);
+                let ticks = limits
+                    .deadline
+                    .as_millis()
+                    .div_ceil(EPOCH_TICK.as_millis())
+                    .max(1);
                 store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
                 store.epoch_deadline_trap();
                 let started = std::time::Instant::now();
@@ -270,14 +348,23 @@ impl Sandbox {
                 forward_stdio(&store);
                 let dropped = store.data().dropped_log_lines();
                 if dropped > 0 {
-                    tracing::warn!(dropped, "worker log lines dropped: over the per-call budget");
+                    tracing::warn!(
+                        dropped,
+                        "worker log lines dropped: over the per-call budget"
+                    );
                 }
-                tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "worker call finished");
+                tracing::debug!(
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "worker call finished"
+                );
                 out
             })
         })
         .await
-        .map_err(|e| RunError::Trap { message: format!("worker thread failed: {e}"), stderr: String::new() })?
+        .map_err(|e| RunError::Trap {
+            message: format!("worker thread failed: {e}"),
+            stderr: String::new(),
+        })?
     }
 }
 
@@ -308,18 +395,28 @@ fn classify(store: &Store<HostState>, e: wasmtime::Error) -> RunError {
         }
     }
     if store.data().limiter.exceeded {
-        return RunError::MemoryLimit { limit: store.data().limiter.max_bytes, stderr };
+        return RunError::MemoryLimit {
+            limit: store.data().limiter.max_bytes,
+            stderr,
+        };
     }
     let message = match e.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
-        None => format!("{e:#}").lines().next().unwrap_or("trap").to_string(),
+        None => format!("{e:#}")
+            .lines()
+            .next()
+            .unwrap_or("trap")
+            .to_string(),
     };
     RunError::Trap { message, stderr }
 }
 
 /// Sends what the guest printed to the host log, bounded by the pipes' capacity.
 fn forward_stdio(store: &Store<HostState>) {
-    for (stream, pipe) in [("stdout", &store.data().stdout), ("stderr", &store.data().stderr)] {
+    for (stream, pipe) in [
+        ("stdout", &store.data().stdout),
+        ("stderr", &store.data().stderr),
+    ] {
         let bytes = pipe.contents();
         if !bytes.is_empty() {
             let dropped = pipe.dropped();
@@ -327,4 +424,3 @@ fn forward_stdio(store: &Store<HostState>) {
         }
     }
 }
-

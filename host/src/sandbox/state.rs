@@ -2,9 +2,9 @@
 //! It holds the WASI context (no files, sockets, env or args), the memory limiter and the log sink.
 
 use super::bindings::{phase::wasmpilot::operator::log, LogField, LogLevel};
+use super::stdio::CappedOutput;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
-use super::stdio::CappedOutput;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 /// Caps applied to one run.
@@ -34,12 +34,22 @@ impl HostState {
         let stderr = CappedOutput::new(limits.stdio_bytes);
         // No preopened directories, no environment, no arguments, no network: WasiCtxBuilder
         // grants none of these unless asked, and the socket address check denies everything.
-        let wasi = WasiCtxBuilder::new().stdout(stdout.clone()).stderr(stderr.clone()).build();
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .build();
         HostState {
             wasi,
             table: ResourceTable::new(),
-            limiter: MemoryLimiter { max_bytes: limits.memory_bytes, exceeded: false },
-            logs: LogSink { lines_left: limits.log_lines, bytes_left: limits.log_bytes, dropped: 0 },
+            limiter: MemoryLimiter {
+                max_bytes: limits.memory_bytes,
+                exceeded: false,
+            },
+            logs: LogSink {
+                lines_left: limits.log_lines,
+                bytes_left: limits.log_bytes,
+                dropped: 0,
+            },
             stdout,
             stderr,
             deadline: limits.deadline,
@@ -54,7 +64,10 @@ impl HostState {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -65,7 +78,12 @@ pub struct MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.max_bytes {
             self.exceeded = true;
             return Ok(false);
@@ -73,7 +91,12 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
     }
 }
@@ -86,14 +109,22 @@ struct LogSink {
 
 impl log::Host for HostState {
     fn log(&mut self, level: LogLevel, message: String, fields: Vec<LogField>) {
-        let size = message.len() + fields.iter().map(|f| f.key.len() + f.value.len()).sum::<usize>();
+        let size = message.len()
+            + fields
+                .iter()
+                .map(|f| f.key.len() + f.value.len())
+                .sum::<usize>();
         if self.logs.lines_left == 0 || size > self.logs.bytes_left {
             self.logs.dropped += 1;
             return;
         }
         self.logs.lines_left -= 1;
         self.logs.bytes_left -= size;
-        let fields = fields.iter().map(|f| format!("{}={}", f.key, f.value)).collect::<Vec<_>>().join(" ");
+        let fields = fields
+            .iter()
+            .map(|f| format!("{}={}", f.key, f.value))
+            .collect::<Vec<_>>()
+            .join(" ");
         // The span of the current reconcile (operator, resource, phase) is entered by the caller.
         match level {
             LogLevel::Trace => tracing::trace!(target: "wasmpilot::guest", %fields, "{message}"),

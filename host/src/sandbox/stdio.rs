@@ -22,12 +22,19 @@ pub struct CappedOutput {
 
 impl CappedOutput {
     pub fn new(capacity: usize) -> Self {
-        CappedOutput { capacity, buffer: Arc::default(), dropped: Arc::default() }
+        CappedOutput {
+            capacity,
+            buffer: Arc::default(),
+            dropped: Arc::default(),
+        }
     }
 
     /// What the guest wrote, up to the cap.
     pub fn contents(&self) -> Vec<u8> {
-        self.buffer.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.buffer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Bytes written beyond the cap.
@@ -40,7 +47,8 @@ impl CappedOutput {
         let room = self.capacity.saturating_sub(buf.len());
         let kept = bytes.len().min(room);
         buf.extend_from_slice(&bytes[..kept]);
-        self.dropped.fetch_add(bytes.len() - kept, Ordering::Relaxed);
+        self.dropped
+            .fetch_add(bytes.len() - kept, Ordering::Relaxed);
     }
 }
 
@@ -82,7 +90,11 @@ impl Pollable for CappedOutput {
 }
 
 impl tokio::io::AsyncWrite for CappedOutput {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.append(buf);
         Poll::Ready(Ok(buf.len()))
     }
@@ -106,6 +118,10 @@ mod tests {
         out.write(Bytes::from_static(b"hello world")).unwrap();
         assert_eq!(out.contents(), b"hello");
         assert_eq!(out.dropped(), 6);
-        assert_eq!(out.check_write().unwrap(), WRITE_PERMIT, "a full sink still accepts writes");
+        assert_eq!(
+            out.check_write().unwrap(),
+            WRITE_PERMIT,
+            "a full sink still accepts writes"
+        );
     }
 }

@@ -17,7 +17,9 @@ pub async fn client() -> Client {
     if std::env::var_os("KUBECONFIG").is_none() {
         panic!("KUBECONFIG is not set: end-to-end tests need a cluster. Run scripts/test.sh (it starts deploy/local/cluster.sh), or export KUBECONFIG for any conformant cluster.");
     }
-    Client::try_default().await.expect("a client from KUBECONFIG")
+    Client::try_default()
+        .await
+        .expect("a client from KUBECONFIG")
 }
 
 /// The `wasmpilot run` process, killed when dropped; its log goes to a file.
@@ -67,22 +69,36 @@ impl Drop for Host {
 }
 
 /// Applies every document of a YAML text (server-side apply), defaulting to `namespace`.
-pub async fn apply_yaml(client: &Client, yaml: &str, namespace: Option<&str>) -> anyhow::Result<()> {
+pub async fn apply_yaml(
+    client: &Client,
+    yaml: &str,
+    namespace: Option<&str>,
+) -> anyhow::Result<()> {
     for doc in wasmpilot::offline::parse_documents(yaml)? {
         wasmpilot::deploy::apply_document(client, doc, namespace).await?;
     }
     Ok(())
 }
 
-pub async fn apply_file(client: &Client, path: &Path, namespace: Option<&str>) -> anyhow::Result<()> {
+pub async fn apply_file(
+    client: &Client,
+    path: &Path,
+    namespace: Option<&str>,
+) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
     apply_yaml(client, &text, namespace).await
 }
 
 /// An Api for any kind.
-pub async fn dynamic_api(client: &Client, api_version: &str, kind: &str, namespace: Option<&str>) -> anyhow::Result<Api<DynamicObject>> {
+pub async fn dynamic_api(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> anyhow::Result<Api<DynamicObject>> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let (ar, _) = kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await?;
+    let (ar, _) =
+        kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await?;
     Ok(match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
@@ -90,12 +106,27 @@ pub async fn dynamic_api(client: &Client, api_version: &str, kind: &str, namespa
 }
 
 /// The object as JSON, or None when absent.
-pub async fn get(client: &Client, api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> anyhow::Result<Option<Value>> {
+pub async fn get(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> anyhow::Result<Option<Value>> {
     let api = dynamic_api(client, api_version, kind, namespace).await?;
-    Ok(api.get_opt(name).await?.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)))
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(|o| serde_json::to_value(o).unwrap_or(Value::Null)))
 }
 
-pub async fn delete(client: &Client, api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> anyhow::Result<()> {
+pub async fn delete(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> anyhow::Result<()> {
     let api = dynamic_api(client, api_version, kind, namespace).await?;
     api.delete(name, &DeleteParams::background()).await?;
     Ok(())
@@ -116,7 +147,12 @@ where
             Err(e) => last_err = Some(e),
         }
         if start.elapsed() > timeout {
-            bail!("timed out after {timeout:?} waiting for {what}{}", last_err.map(|e| format!(" (last error: {e:#})")).unwrap_or_default());
+            bail!(
+                "timed out after {timeout:?} waiting for {what}{}",
+                last_err
+                    .map(|e| format!(" (last error: {e:#})"))
+                    .unwrap_or_default()
+            );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -124,7 +160,10 @@ where
 
 /// The condition of a type in `.status.conditions`.
 pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
 }
 
 /// Waits until a resource's condition has the given status and reason; returns the object.
@@ -138,36 +177,68 @@ pub async fn wait_condition(
 ) -> anyhow::Result<Value> {
     let what = format!("{kind} {name}: condition {type_}={status} reason {reason}");
     wait_for(&what, timeout, || async {
-        let Some(o) = get(client, api_version, kind, namespace, name).await? else { return Ok(None) };
-        let ok = condition(&o, type_).is_some_and(|c| c["status"] == status && c["reason"] == reason);
+        let Some(o) = get(client, api_version, kind, namespace, name).await? else {
+            return Ok(None);
+        };
+        let ok =
+            condition(&o, type_).is_some_and(|c| c["status"] == status && c["reason"] == reason);
         Ok(ok.then_some(o))
     })
     .await
 }
 
 /// Events (core/v1 view) about an object.
-pub async fn events_for(client: &Client, namespace: &str, name: &str) -> anyhow::Result<Vec<CoreEvent>> {
+pub async fn events_for(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Vec<CoreEvent>> {
     let api: Api<CoreEvent> = Api::namespaced(client.clone(), namespace);
-    let list = api.list(&ListParams::default().fields(&format!("involvedObject.name={name}"))).await?;
+    let list = api
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await?;
     Ok(list.items)
 }
 
-pub async fn wait_event(client: &Client, namespace: &str, name: &str, reason: &str, timeout: Duration) -> anyhow::Result<CoreEvent> {
+pub async fn wait_event(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+    timeout: Duration,
+) -> anyhow::Result<CoreEvent> {
     wait_for(&format!("an Event {reason} on {name}"), timeout, || async {
-        Ok(events_for(client, namespace, name).await?.into_iter().find(|e| e.reason.as_deref() == Some(reason)))
+        Ok(events_for(client, namespace, name)
+            .await?
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason)))
     })
     .await
 }
 
 pub async fn create_namespace(client: &Client, prefix: &str) -> anyhow::Result<String> {
-    let suffix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() % 1_000_000;
+    let suffix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis()
+        % 1_000_000;
     let name = format!("{prefix}-{suffix}");
-    apply_yaml(client, &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n"), None).await?;
+    apply_yaml(
+        client,
+        &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n"),
+        None,
+    )
+    .await?;
     Ok(name)
 }
 
 pub fn str_list(v: &Value) -> Vec<String> {
-    v.as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn must<T>(v: Option<T>, what: &str) -> anyhow::Result<T> {

@@ -10,7 +10,10 @@ pub fn wasm_dir() -> PathBuf {
         return PathBuf::from(dir);
     }
     let exe = std::env::current_exe().expect("test binary path");
-    let target = exe.ancestors().nth(3).expect("test binary lives in <target>/<profile>/deps");
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .expect("test binary lives in <target>/<profile>/deps");
     target.join("wasm32-wasip2").join("release")
 }
 
@@ -27,6 +30,9 @@ pub fn component(file: &str) -> Vec<u8> {
 }
 
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
 }
 pub mod cluster;

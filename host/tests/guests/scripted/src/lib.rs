@@ -6,7 +6,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use wasmpilot_guest::{Context, FinalizerWorker, Finalized, Inputs, Outcome, PhaseWorker, WorkerError};
+use wasmpilot_guest::{
+    Context, Finalized, FinalizerWorker, Inputs, Outcome, PhaseWorker, WorkerError,
+};
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -47,8 +49,16 @@ pub struct Resource {
 /// What a misbehaving guest does instead of deciding.
 fn misbehave(step: &Step) -> Option<WorkerError> {
     match step.mode.as_str() {
-        "fatal" => Some(WorkerError::fatal(step.message.clone().unwrap_or_else(|| "scripted fatal error".into()))),
-        "retryable" => Some(WorkerError::retryable(step.message.clone().unwrap_or_else(|| "scripted retryable error".into()))),
+        "fatal" => Some(WorkerError::fatal(
+            step.message
+                .clone()
+                .unwrap_or_else(|| "scripted fatal error".into()),
+        )),
+        "retryable" => Some(WorkerError::retryable(
+            step.message
+                .clone()
+                .unwrap_or_else(|| "scripted retryable error".into()),
+        )),
         "loop" => {
             let mut x: u64 = 0;
             loop {
@@ -62,7 +72,12 @@ fn misbehave(step: &Step) -> Option<WorkerError> {
                 std::hint::black_box(&hog);
             }
         }
-        "panic" => panic!("{}", step.message.clone().unwrap_or_else(|| "scripted panic".into())),
+        "panic" => panic!(
+            "{}",
+            step.message
+                .clone()
+                .unwrap_or_else(|| "scripted panic".into())
+        ),
         "print" => {
             for i in 0..10_000 {
                 println!("flooding stdout line {i}");
@@ -79,9 +94,22 @@ pub struct Scripted;
 impl PhaseWorker for Scripted {
     type Resource = Resource;
 
-    fn sync(&self, ctx: &Context, resource: Resource, inputs: &Inputs) -> Result<Outcome, WorkerError> {
-        let step = resource.spec.phases.get(ctx.phase()).cloned().unwrap_or_default();
-        ctx.info("scripted step", &[("phase", &ctx.phase()), ("mode", &step.mode)]);
+    fn sync(
+        &self,
+        ctx: &Context,
+        resource: Resource,
+        inputs: &Inputs,
+    ) -> Result<Outcome, WorkerError> {
+        let step = resource
+            .spec
+            .phases
+            .get(ctx.phase())
+            .cloned()
+            .unwrap_or_default();
+        ctx.info(
+            "scripted step",
+            &[("phase", &ctx.phase()), ("mode", &step.mode)],
+        );
         if let Some(e) = misbehave(&step) {
             return Err(e);
         }
@@ -89,12 +117,15 @@ impl PhaseWorker for Scripted {
         let mut outcome = Outcome::next(next).outputs(step.outputs.iter())?;
         let mut info = step.status_info.clone().unwrap_or(Value::Null);
         if step.count_inputs {
-            let counts: BTreeMap<String, usize> =
-                inputs.names().map(|n| (n.to_string(), inputs.get_raw(n).map_or(0, <[String]>::len))).collect();
+            let counts: BTreeMap<String, usize> = inputs
+                .names()
+                .map(|n| (n.to_string(), inputs.get_raw(n).map_or(0, <[String]>::len)))
+                .collect();
             if !info.is_object() {
                 info = Value::Object(Default::default());
             }
-            info["inputCounts"] = serde_json::to_value(counts).map_err(|e| WorkerError::fatal(e.to_string()))?;
+            info["inputCounts"] =
+                serde_json::to_value(counts).map_err(|e| WorkerError::fatal(e.to_string()))?;
         }
         if !info.is_null() {
             outcome = outcome.status(info);
@@ -116,8 +147,13 @@ impl FinalizerWorker for Scripted {
             return Err(e);
         }
         match step.mode.as_str() {
-            "pending" => Ok(Finalized::pending(Duration::from_millis(step.requeue_after_ms.unwrap_or(1000)))),
-            _ => Ok(Finalized::done().status(serde_json::json!({"finalizedAt": ctx.now().to_string()}))),
+            "pending" => Ok(Finalized::pending(Duration::from_millis(
+                step.requeue_after_ms.unwrap_or(1000),
+            ))),
+            _ => {
+                Ok(Finalized::done()
+                    .status(serde_json::json!({"finalizedAt": ctx.now().to_string()})))
+            }
         }
     }
 }
