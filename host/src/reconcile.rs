@@ -353,7 +353,7 @@ async fn run_phase(
             type_: SYNCED,
             status: true,
             reason: "PhaseCompleted".into(),
-            message: format!("phase {current} completed; now in phase {next}"),
+            message: format!("now in phase {next}"),
         }),
     };
     let wrote = write_status(api, &obj, &update, true).await?;

@@ -86,6 +86,7 @@ async fn operators_on_a_real_cluster() {
         }
     }
     cleanup_scripted(&client).await;
+    delete_test_namespaces(&client).await;
     assert!(alive, "the host process died");
     assert!(
         results.iter().all(|(_, r)| r.is_ok()),
@@ -640,5 +641,19 @@ async fn cleanup_scripted(client: &Client) {
             )
             .await;
         let _ = napi.delete(&name, &Default::default()).await;
+    }
+}
+
+/// Deletes the namespaces this suite created (their names start with `e2e-`).
+async fn delete_test_namespaces(client: &Client) {
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let Ok(list) = api.list(&Default::default()).await else {
+        return;
+    };
+    for ns in list.items {
+        let name = ns.metadata.name.unwrap_or_default();
+        if name.starts_with("e2e-") {
+            let _ = api.delete(&name, &Default::default()).await;
+        }
     }
 }
