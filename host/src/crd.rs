@@ -70,6 +70,29 @@ pub struct PhaseSpec {
     /// Kinds the worker may return as outputs; the host watches them and applies them owned by the resource.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<KindRef>,
+    /// Phases this phase's worker may move to (besides staying). Empty: any declared phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub next: Vec<String>,
+    /// Per-call limits for this phase's worker, overriding the host's defaults (never beyond
+    /// the host's ceilings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<WorkerLimits>,
+}
+
+/// Limits of one worker call.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerLimits {
+    /// Wall-clock deadline, e.g. `500ms`, `2s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// Linear memory limit in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub memory_mib: Option<u32>,
+    /// Most outputs one call may return.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_outputs: Option<u32>,
 }
 
 /// A named input: every object of a kind in the resource's namespace, optionally filtered by labels.
@@ -90,6 +113,9 @@ pub struct InputSpec {
 #[serde(rename_all = "camelCase")]
 pub struct FinalizerSpec {
     pub module: ModuleRef,
+    /// Per-call limits for the finalizer worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<WorkerLimits>,
 }
 
 /// Where a component comes from. Exactly one source must be set.

@@ -1,7 +1,8 @@
 //! Validates a `WasmOperator` spec into an `OperatorDefinition` the host can run.
 //! Every error names the offending field, so it can go straight into a Condition message.
 
-use crate::crd::{InputSpec, KindRef, ModuleRef, WasmOperatorSpec};
+use crate::crd::{InputSpec, KindRef, ModuleRef, WasmOperatorSpec, WorkerLimits};
+use crate::sandbox::LimitOverride;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -32,6 +33,16 @@ pub struct PhaseDefinition {
     pub module: Option<ModuleRef>,
     pub inputs: Vec<InputSpec>,
     pub outputs: Vec<KindRef>,
+    /// Phases the worker may move to besides staying; empty: any declared phase.
+    pub next: Vec<String>,
+    pub limits: LimitOverride,
+}
+
+impl PhaseDefinition {
+    /// Whether moving from this phase to `next` is declared.
+    pub fn allows(&self, next: &str) -> bool {
+        next == self.name || self.next.is_empty() || self.next.iter().any(|n| n == next)
+    }
 }
 
 /// A WasmOperator that passed validation.
@@ -42,6 +53,7 @@ pub struct OperatorDefinition {
     pub phases: Vec<PhaseDefinition>,
     pub initial_phase: String,
     pub finalizer: Option<ModuleRef>,
+    pub finalizer_limits: LimitOverride,
     pub resync: Duration,
 }
 
@@ -57,6 +69,12 @@ impl OperatorDefinition {
             let field = format!("spec.phases[{i}]");
             if p.name.trim().is_empty() {
                 return Err(invalid(format!("{field}.name"), "must not be empty"));
+            }
+            if !is_label_value(&p.name) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    format!("{:?} must be at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric (it labels outputs)", p.name),
+                ));
             }
             if !seen.insert(p.name.as_str()) {
                 return Err(invalid(
@@ -97,7 +115,19 @@ impl OperatorDefinition {
                 module: p.module.clone(),
                 inputs: p.inputs.clone(),
                 outputs: p.outputs.clone(),
+                next: p.next.clone(),
+                limits: limit_override(p.limits.as_ref(), &format!("{field}.limits"))?,
             });
+        }
+        for (i, p) in spec.phases.iter().enumerate() {
+            for (j, n) in p.next.iter().enumerate() {
+                if !seen.contains(n.as_str()) {
+                    return Err(invalid(
+                        format!("spec.phases[{i}].next[{j}]"),
+                        format!("{n:?} is not a declared phase"),
+                    ));
+                }
+            }
         }
         let initial: Vec<_> = spec
             .phases
@@ -137,6 +167,10 @@ impl OperatorDefinition {
             phases,
             initial_phase,
             finalizer: spec.finalizer.as_ref().map(|f| f.module.clone()),
+            finalizer_limits: limit_override(
+                spec.finalizer.as_ref().and_then(|f| f.limits.as_ref()),
+                "spec.finalizer.limits",
+            )?,
             resync,
         })
     }
@@ -179,8 +213,48 @@ impl OperatorDefinition {
     }
 }
 
+fn limit_override(l: Option<&WorkerLimits>, field: &str) -> Result<LimitOverride, DefinitionError> {
+    let Some(l) = l else {
+        return Ok(LimitOverride::default());
+    };
+    let deadline = match &l.deadline {
+        Some(d) => {
+            let d = humantime::parse_duration(d.trim()).map_err(|e| {
+                invalid(
+                    format!("{field}.deadline"),
+                    format!("{d:?} is not a duration like 500ms or 2s ({e})"),
+                )
+            })?;
+            if d < Duration::from_millis(10) {
+                return Err(invalid(
+                    format!("{field}.deadline"),
+                    "must be at least 10ms",
+                ));
+            }
+            Some(d)
+        }
+        None => None,
+    };
+    if l.memory_mib == Some(0) {
+        return Err(invalid(format!("{field}.memoryMib"), "must be at least 1"));
+    }
+    Ok(LimitOverride {
+        deadline,
+        memory_bytes: l.memory_mib.map(|m| (m as usize) << 20),
+        max_outputs: l.max_outputs.map(|m| m as usize),
+    })
+}
+
 /// The role name the finalizer module is reported under.
 pub const FINALIZER_ROLE: &str = "finalizer";
+
+fn is_label_value(s: &str) -> bool {
+    s.len() <= 63
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
 
 fn check_kind(k: &KindRef, field: &str) -> Result<(), DefinitionError> {
     if k.api_version.trim().is_empty() {
@@ -263,6 +337,8 @@ mod tests {
             module: if is_final { None } else { module("x.wasm") },
             inputs: vec![],
             outputs: vec![],
+            next: vec![],
+            limits: None,
         }
     }
 
@@ -326,6 +402,43 @@ mod tests {
         p.outputs.push(KindRef::new("", "Service"));
         let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
         assert_eq!(e.field, "spec.phases[0].outputs[0].apiVersion");
+    }
+
+    #[test]
+    fn transitions_and_limits() {
+        let mut a = phase("A", true, false);
+        a.next = vec!["B".into()];
+        a.limits = Some(WorkerLimits {
+            deadline: Some("500ms".into()),
+            memory_mib: Some(16),
+            max_outputs: None,
+        });
+        let d = OperatorDefinition::validate(
+            "a",
+            &spec(vec![
+                a.clone(),
+                phase("B", false, true),
+                phase("C", false, true),
+            ]),
+        )
+        .unwrap();
+        let p = d.phase("A").unwrap();
+        assert!(p.allows("A") && p.allows("B") && !p.allows("C"));
+        assert_eq!(p.limits.deadline, Some(Duration::from_millis(500)));
+        assert_eq!(p.limits.memory_bytes, Some(16 << 20));
+
+        a.next = vec!["Nowhere".into()];
+        let e = OperatorDefinition::validate("a", &spec(vec![a.clone(), phase("B", false, true)]))
+            .unwrap_err();
+        assert_eq!(e.field, "spec.phases[0].next[0]");
+
+        a.next = vec![];
+        a.limits = Some(WorkerLimits {
+            deadline: Some("fast".into()),
+            ..Default::default()
+        });
+        let e = OperatorDefinition::validate("a", &spec(vec![a])).unwrap_err();
+        assert_eq!(e.field, "spec.phases[0].limits.deadline");
     }
 
     #[test]

@@ -109,6 +109,8 @@ mod tests {
                 match_labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
             }],
             outputs: vec![],
+            next: vec![],
+            limits: Default::default(),
         };
         let source = Fixed(vec![
             deployment("b", "z", &[("tier", "web")]),

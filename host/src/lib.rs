@@ -41,3 +41,6 @@ pub fn field_manager(operator: &str) -> String {
 
 /// Label put on every output object, naming the operator that applied it.
 pub const OPERATOR_LABEL: &str = "wasmpilot.io/operator";
+
+/// Label put on every output object, naming the phase whose worker returned it (for pruning).
+pub const PHASE_LABEL: &str = "wasmpilot.io/phase";

@@ -235,7 +235,7 @@ impl Manager {
     ) -> Result<
         (
             Arc<OperatorContext>,
-            watch::InputWatches,
+            watch::CacheWatches,
             BTreeMap<String, String>,
         ),
         LoadFailure,
@@ -272,6 +272,7 @@ impl Manager {
                         role: format!("phase {}", p.name),
                         source,
                     })?;
+                let module = module.with_limits(self.modules.sandbox().call_limits(&p.limits));
                 digests.insert(p.name.clone(), module.digest.clone());
                 workers.insert(p.name.clone(), module);
             }
@@ -286,8 +287,12 @@ impl Manager {
                             role: FINALIZER_ROLE.into(),
                             source,
                         })?;
+                let limits = self
+                    .modules
+                    .sandbox()
+                    .call_limits(&definition.finalizer_limits);
                 digests.insert(FINALIZER_ROLE.into(), module.digest.clone());
-                Some(module)
+                Some(module.with_limits(limits))
             }
             None => None,
         };
@@ -296,7 +301,13 @@ impl Manager {
             .iter()
             .filter_map(|k| resolved.get(k).cloned())
             .collect();
-        let (caches, watches) = watch::input_caches(&input_kinds);
+        let output_kinds: Vec<ResolvedKind> = definition
+            .output_kinds()
+            .iter()
+            .filter(|k| **k != definition.resource)
+            .filter_map(|k| resolved.get(k).cloned())
+            .collect();
+        let (input_caches, output_caches, watches) = watch::caches(&input_kinds, &output_kinds);
         let namespaced = resolved
             .iter()
             .map(|(k, r)| (k.clone(), r.namespaced))
@@ -309,7 +320,8 @@ impl Manager {
             finalizer,
             kinds: resolved,
             namespaced,
-            inputs: caches,
+            inputs: input_caches,
+            outputs: output_caches,
             sandbox: self.modules.sandbox().clone(),
             recorder: self.recorder.clone(),
             backoff: Backoff::default(),

@@ -123,7 +123,10 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
     }
     let sandbox = Sandbox::new(limits)?;
     let modules = ModuleCache::new(sandbox.clone(), None, Some(run.module_dir.clone()));
-    let module = modules.phase(module_ref).await?;
+    let module = modules
+        .phase(module_ref)
+        .await?
+        .with_limits(sandbox.call_limits(&phase.limits));
     let request = SyncRequest {
         operator: name.clone(),
         phase: phase_name.clone(),
@@ -146,6 +149,13 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
         bail!(
             "worker for phase {phase_name} returned undeclared next phase {:?}",
             result.next_phase
+        );
+    }
+    if !phase.allows(&result.next_phase) {
+        bail!(
+            "worker for phase {phase_name} returned next phase {:?}, but {phase_name} may only move to {}",
+            result.next_phase,
+            phase.next.join(", ")
         );
     }
     let uid = resource.metadata.uid.clone().unwrap_or_default();

@@ -18,7 +18,14 @@ pub struct CheckedOutput {
     pub object: Value,
 }
 
+/// Identifies an output object: kind, namespace, name.
+pub type ObjectKey = (KindRef, Option<String>, String);
+
 impl CheckedOutput {
+    pub fn key(&self) -> ObjectKey {
+        (self.kind.clone(), self.namespace.clone(), self.name.clone())
+    }
+
     pub fn describe(&self) -> String {
         match &self.namespace {
             Some(ns) => format!("{} {ns}/{}", self.kind.kind, self.name),
@@ -70,6 +77,12 @@ pub enum OutputError {
         kind: String,
         name: String,
     },
+    #[error("could not delete {object}, which the worker no longer returns: {source}")]
+    PruneFailed {
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("could not apply {object}: {source}")]
     ApplyFailed {
         object: String,
@@ -86,7 +99,7 @@ impl OutputError {
                 source: kube::Error::Api(s),
                 ..
             } => (400..500).contains(&s.code) && s.code != 409 && s.code != 429,
-            OutputError::ApplyFailed { .. } => false,
+            OutputError::ApplyFailed { .. } | OutputError::PruneFailed { .. } => false,
             _ => true,
         }
     }
@@ -241,6 +254,7 @@ fn valid_name(name: &str) -> bool {
 pub async fn apply_outputs(
     client: &Client,
     operator: &str,
+    phase: &str,
     kinds: &HashMap<KindRef, ResolvedKind>,
     outputs: Vec<CheckedOutput>,
 ) -> Result<usize, (usize, OutputError)> {
@@ -261,6 +275,7 @@ pub async fn apply_outputs(
             ));
         };
         out.object["metadata"]["labels"][crate::OPERATOR_LABEL] = json!(operator);
+        out.object["metadata"]["labels"][crate::PHASE_LABEL] = json!(phase);
         let api: Api<DynamicObject> = match &out.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.api),
             None => Api::all_with(client.clone(), &resolved.api),
@@ -281,6 +296,91 @@ pub async fn apply_outputs(
     Ok(count)
 }
 
+/// Whose outputs to prune: one phase's outputs owned by one resource.
+pub struct Owned<'a> {
+    pub operator: &'a str,
+    pub phase: &'a PhaseDefinition,
+    pub owner_uid: &'a str,
+    pub namespace: Option<&'a str>,
+}
+
+impl Owned<'_> {
+    /// Applied by this operator's phase, controlled by this resource: created by the host for it.
+    fn created(&self, meta: &kube::api::ObjectMeta) -> bool {
+        let labels = meta.labels.as_ref();
+        let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+        label(crate::OPERATOR_LABEL) == Some(self.operator)
+            && label(crate::PHASE_LABEL) == Some(self.phase.name.as_str())
+            && meta.namespace.as_deref() == self.namespace.or(meta.namespace.as_deref())
+            && meta
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == self.owner_uid && o.controller == Some(true))
+    }
+}
+
+/// Deletes objects this phase applied for this resource before and no longer returns (read
+/// from the output watch caches). Objects the host did not create are never touched: they lack
+/// the operator/phase labels or the controller reference to the resource, which workers cannot
+/// set. Each delete is preconditioned on the cached uid. Returns how many were deleted.
+pub async fn prune_outputs(
+    client: &Client,
+    owned: &Owned<'_>,
+    kinds: &HashMap<KindRef, ResolvedKind>,
+    caches: &crate::reconcile::OutputCaches,
+    keep: &BTreeSet<ObjectKey>,
+) -> Result<usize, (usize, OutputError)> {
+    let mut deleted = 0;
+    for kind in &owned.phase.outputs {
+        let (Some(store), Some(resolved)) = (caches.0.get(kind), kinds.get(kind)) else {
+            continue;
+        };
+        for meta in store.state() {
+            let m = &meta.metadata;
+            let name = m.name.clone().unwrap_or_default();
+            if !owned.created(m)
+                || keep.contains(&(kind.clone(), m.namespace.clone(), name.clone()))
+            {
+                continue;
+            }
+            let api: Api<DynamicObject> = match &m.namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.api),
+                None => Api::all_with(client.clone(), &resolved.api),
+            };
+            let params = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: m.uid.clone(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            let describe = format!(
+                "{} {}/{name}",
+                kind.kind,
+                m.namespace.clone().unwrap_or_default()
+            );
+            match api.delete(&name, &params).await {
+                Ok(_) => {
+                    tracing::debug!(object = %describe, "pruned output");
+                    deleted += 1;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(source) => {
+                    return Err((
+                        deleted,
+                        OutputError::PruneFailed {
+                            object: describe,
+                            source,
+                        },
+                    ))
+                }
+            }
+        }
+    }
+    Ok(deleted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +395,8 @@ mod tests {
                 KindRef::new("v1", "Service"),
                 KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole"),
             ],
+            next: vec![],
+            limits: Default::default(),
         }
     }
 

@@ -5,20 +5,20 @@ use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::inputs::{self, ObjectSource};
 use crate::kinds::ResolvedKind;
-use crate::outputs::{self, OutputError, Owner};
+use crate::outputs::{self, CheckedOutput, ObjectKey, OutputError, Owner};
 use crate::sandbox::{
     FinalizeRequest, FinalizerModule, PhaseModule, RunError, Sandbox, SyncRequest,
 };
 use crate::schedule::Backoff;
 use crate::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Map, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -38,6 +38,7 @@ pub struct OperatorContext {
     pub kinds: HashMap<KindRef, ResolvedKind>,
     pub namespaced: HashMap<KindRef, bool>,
     pub inputs: InputCaches,
+    pub outputs: OutputCaches,
     pub sandbox: Arc<Sandbox>,
     pub recorder: Recorder,
     pub backoff: Backoff,
@@ -53,6 +54,10 @@ impl ObjectSource for InputCaches {
     }
 }
 
+/// Metadata caches of every output kind (for pruning; their watches also requeue owners).
+#[derive(Clone, Default)]
+pub struct OutputCaches(pub HashMap<KindRef, Store<PartialObjectMeta<DynamicObject>>>);
+
 /// Why a reconcile did not complete.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -67,6 +72,12 @@ pub enum ReconcileError {
         phase: String,
         next: String,
         declared: String,
+    },
+    #[error("worker for phase {phase} returned next phase {next:?}, but {phase} may only move to {allowed}")]
+    TransitionNotAllowed {
+        phase: String,
+        next: String,
+        allowed: String,
     },
     #[error("worker for phase {phase} returned status info that is not a JSON object: {problem}")]
     BadStatusInfo { phase: String, problem: String },
@@ -121,6 +132,7 @@ impl ReconcileError {
         match self {
             ReconcileError::UnknownPhase { .. }
             | ReconcileError::UnknownNextPhase { .. }
+            | ReconcileError::TransitionNotAllowed { .. }
             | ReconcileError::BadStatusInfo { .. } => true,
             ReconcileError::Worker { source, .. }
             | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
@@ -135,6 +147,7 @@ impl ReconcileError {
         match self {
             ReconcileError::UnknownPhase { .. } => "UnknownPhase",
             ReconcileError::UnknownNextPhase { .. } => "UnknownNextPhase",
+            ReconcileError::TransitionNotAllowed { .. } => "TransitionNotAllowed",
             ReconcileError::BadStatusInfo { .. } => "BadStatusInfo",
             ReconcileError::Worker { source, .. }
             | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
@@ -315,6 +328,13 @@ async fn run_phase(
             declared: declared_phases(def),
         });
     }
+    if !phase.allows(&result.next_phase) {
+        return Err(ReconcileError::TransitionNotAllowed {
+            allowed: phase.next.join(", "),
+            phase: current,
+            next: result.next_phase,
+        });
+    }
     let status_info = parse_status_info(&current, result.status_info.as_deref())?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
     let name = obj.name_any();
@@ -334,7 +354,8 @@ async fn run_phase(
             }
         })?;
     let total = checked.len();
-    let applied = outputs::apply_outputs(&ctx.client, &def.name, &ctx.kinds, checked)
+    let keep: BTreeSet<ObjectKey> = checked.iter().map(CheckedOutput::key).collect();
+    let applied = outputs::apply_outputs(&ctx.client, &def.name, &current, &ctx.kinds, checked)
         .await
         .map_err(|(applied, source)| ReconcileError::Apply {
             phase: current.clone(),
@@ -342,6 +363,23 @@ async fn run_phase(
             total,
             source: Box::new(source),
         })?;
+    let owned = outputs::Owned {
+        operator: &def.name,
+        phase,
+        owner_uid: &uid,
+        namespace: namespace.as_deref(),
+    };
+    let pruned = outputs::prune_outputs(&ctx.client, &owned, &ctx.kinds, &ctx.outputs, &keep)
+        .await
+        .map_err(|(applied, source)| ReconcileError::Apply {
+            phase: current.clone(),
+            applied,
+            total,
+            source: Box::new(source),
+        })?;
+    if pruned > 0 {
+        tracing::info!(pruned, "deleted outputs the worker no longer returns");
+    }
 
     let next = result.next_phase;
     let update = StatusUpdate {
@@ -358,7 +396,7 @@ async fn run_phase(
     };
     let wrote = write_status(api, &obj, &update, true).await?;
     if next != current {
-        tracing::info!(from = %current, to = %next, outputs = applied, "phase changed");
+        tracing::info!(from = %current, to = %next, outputs = applied, pruned, "phase changed");
         let reference = obj.object_ref(&ctx.resource.api);
         status::publish_event(
             &ctx.recorder,
@@ -367,7 +405,7 @@ async fn run_phase(
             "PhaseChanged",
             "Reconcile",
             format!(
-                "{current} → {next} ({applied} outputs applied, module {})",
+                "{current} → {next} ({applied} outputs applied, {pruned} pruned, module {})",
                 short(&module.digest)
             ),
         )

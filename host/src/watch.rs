@@ -3,9 +3,9 @@
 
 use crate::crd::KindRef;
 use crate::kinds::ResolvedKind;
-use crate::reconcile::{self, InputCaches, OperatorContext};
+use crate::reconcile::{self, InputCaches, OperatorContext, OutputCaches};
 use futures::StreamExt;
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Api, ResourceExt};
@@ -13,27 +13,47 @@ use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 
-/// Input caches before their watches run: the readers go into the context, the writers to `run`.
-pub struct InputWatches {
-    writers: Vec<(ResolvedKind, reflector::store::Writer<DynamicObject>)>,
+/// Caches before their watches run: the readers go into the context, the writers to `run`.
+pub struct CacheWatches {
+    inputs: Vec<(ResolvedKind, reflector::store::Writer<DynamicObject>)>,
+    outputs: Vec<(
+        ResolvedKind,
+        reflector::store::Writer<PartialObjectMeta<DynamicObject>>,
+    )>,
 }
 
-/// Creates one cache per input kind.
-pub fn input_caches(kinds: &[ResolvedKind]) -> (InputCaches, InputWatches) {
-    let mut readers = HashMap::new();
-    let mut writers = Vec::new();
-    for k in kinds {
+/// Creates one object cache per input kind and one metadata cache per output kind.
+pub fn caches(
+    inputs: &[ResolvedKind],
+    outputs: &[ResolvedKind],
+) -> (InputCaches, OutputCaches, CacheWatches) {
+    let mut input_readers = HashMap::new();
+    let mut watches = CacheWatches {
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+    };
+    for k in inputs {
         let writer = reflector::store::Writer::new(k.api.clone());
-        readers.insert(k.kind.clone(), writer.as_reader());
-        writers.push((k.clone(), writer));
+        input_readers.insert(k.kind.clone(), writer.as_reader());
+        watches.inputs.push((k.clone(), writer));
     }
-    (InputCaches(readers), InputWatches { writers })
+    let mut output_readers = HashMap::new();
+    for k in outputs {
+        let writer = reflector::store::Writer::new(k.api.clone());
+        output_readers.insert(k.kind.clone(), writer.as_reader());
+        watches.outputs.push((k.clone(), writer));
+    }
+    (
+        InputCaches(input_readers),
+        OutputCaches(output_readers),
+        watches,
+    )
 }
 
 /// Runs the operator's controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(
     ctx: Arc<OperatorContext>,
-    inputs: InputWatches,
+    watches: CacheWatches,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
@@ -44,8 +64,8 @@ pub async fn run(
     let owners = controller.store();
 
     let input_kinds: BTreeSet<KindRef> =
-        inputs.writers.iter().map(|(k, _)| k.kind.clone()).collect();
-    for (kind, writer) in inputs.writers {
+        watches.inputs.iter().map(|(k, _)| k.kind.clone()).collect();
+    for (kind, writer) in watches.inputs {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api);
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
@@ -54,15 +74,13 @@ pub async fn run(
         let mapper = requeue_namespace(owners.clone(), resource.clone());
         controller = controller.watches_stream_with(stream, mapper, kind.api.clone());
     }
-    for kind in ctx.definition.output_kinds() {
-        let Some(resolved) = ctx.kinds.get(&kind) else {
-            continue;
-        };
-        if kind == ctx.definition.resource {
-            continue;
-        }
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resolved.api);
-        controller = controller.owns_with(api, resolved.api.clone(), watcher::Config::default());
+    for (kind, writer) in watches.outputs {
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &kind.api);
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+        controller = controller.owns_stream_with(stream, kind.api.clone());
     }
     tracing::info!(
         operator = %ctx.definition.name,

@@ -44,14 +44,7 @@ async fn operators_on_a_real_cluster() {
 
     let wasm_dir = common::wasm_dir();
     let mut host = Host::start(
-        &[
-            "--deadline",
-            "500ms",
-            "--memory-limit-mib",
-            "32",
-            "--module-dir",
-            wasm_dir.to_str().expect("utf-8 path"),
-        ],
+        &["--module-dir", wasm_dir.to_str().expect("utf-8 path")],
         "wasmpilot-e2e",
     );
     for op in ["autoroute", "scripted"] {
@@ -238,6 +231,23 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
         "Service e",
     )?;
 
+    // A deployment goes away → its Service and VirtualService are pruned (r1 still exists, so
+    // this is the host's pruning, not garbage collection).
+    delete(client, "apps/v1", "Deployment", Some(ns), "b").await?;
+    wait_synced(client, ns, "r1", &["a", "e"])
+        .await
+        .context("resync after a deployment is deleted")?;
+    wait_for("Service b and VirtualService b.r1 pruned", T, || async {
+        let gone = get(client, "v1", "Service", Some(ns), "b").await?.is_none()
+            && get(client, VS.0, VS.1, Some(ns), "b.r1").await?.is_none();
+        Ok(gone.then_some(()))
+    })
+    .await?;
+    must(
+        get(client, "v1", "Service", Some(ns), "a").await?,
+        "Service a kept",
+    )?;
+
     // A worker error lands on that resource only; another resource reconciles meanwhile.
     apply_yaml(
         client,
@@ -288,7 +298,7 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
         "r1's outputs garbage-collected",
         Duration::from_secs(90),
         || async {
-            for dep in ["a", "b", "e"] {
+            for dep in ["a", "e"] {
                 if get(client, "v1", "Service", Some(ns), dep).await?.is_some()
                     || get(client, VS.0, VS.1, Some(ns), &format!("{dep}.r1"))
                         .await?
@@ -322,17 +332,24 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
     let ns = ns.as_str();
     // Hostile workers first, then a good one that must reconcile regardless.
     let hostile = [
+        // Start's limits in the WasmOperator (400ms, 24 MiB) override the host's defaults.
         (
             "s-loop",
             json!({"mode": "loop"}),
             "WorkerDeadlineExceeded",
-            "exceeded its 500ms deadline",
+            "exceeded its 400ms deadline",
         ),
         (
             "s-alloc",
             json!({"mode": "alloc"}),
             "WorkerMemoryLimitExceeded",
-            "memory limit of 32 MiB",
+            "memory limit of 24 MiB",
+        ),
+        (
+            "s-held",
+            json!({"mode": "ok", "next": "Held"}),
+            "TransitionNotAllowed",
+            "may only move to Done",
         ),
         (
             "s-panic",
@@ -424,9 +441,14 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
 
     // A labelled input appears → counted on the next run (after a spec change restarts the final phase).
     apply_yaml(client, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"in-1","labels":{"scripted-input":"yes"}}}"#, Some(ns)).await?;
+    // Looks like an output (same labels) but the host did not create it for s-good: never pruned.
+    apply_yaml(client, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"bystander","labels":{"wasmpilot.io/operator":"scripted","wasmpilot.io/phase":"Start"}}}"#, Some(ns)).await?;
+    // Round 2 returns a different ConfigMap: the one from round 1 is pruned.
+    let round2_cm =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good-out-2"}});
     let patch = scripted_yaml(
         "s-good",
-        json!({"mode": "ok", "next": "Done", "outputs": [good_cm], "countInputs": true, "statusInfo": {"round": 2}}),
+        json!({"mode": "ok", "next": "Done", "outputs": [round2_cm], "countInputs": true, "statusInfo": {"round": 2}}),
         json!({"mode": "done"}),
     );
     apply_yaml(client, &patch, Some(ns)).await?;
@@ -446,6 +468,22 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
     )
     .await?;
 
+    wait_for("round 1's output pruned", T, || async {
+        Ok(get(client, "v1", "ConfigMap", Some(ns), "good-out")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    must(
+        get(client, "v1", "ConfigMap", Some(ns), "good-out-2").await?,
+        "round 2's output",
+    )?;
+    must(
+        get(client, "v1", "ConfigMap", Some(ns), "bystander").await?,
+        "an object the host did not create survives pruning",
+    )?;
+
     // Delete → the finalizer worker runs, then the host releases the object; outputs are collected.
     delete(client, SC.0, SC.1, Some(ns), "s-good").await?;
     wait_for("s-good deleted after its finalizer", T, || async {
@@ -460,7 +498,7 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
         "s-good's output collected",
         Duration::from_secs(90),
         || async {
-            Ok(get(client, "v1", "ConfigMap", Some(ns), "good-out")
+            Ok(get(client, "v1", "ConfigMap", Some(ns), "good-out-2")
                 .await?
                 .is_none()
                 .then_some(()))

@@ -20,15 +20,21 @@ use tokio::sync::Semaphore;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store, Trap};
 
+/// No phase may return more outputs than this, whatever it asks for.
+const MAX_OUTPUTS_CEILING: usize = 10_000;
+
 /// How often the epoch ticks; deadlines are rounded up to this.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-/// Limits for every worker call, set on the host (`wasmpilot run` flags).
+/// Limits for every worker call, set on the host (`wasmpilot run` flags): defaults, and the
+/// ceilings a WasmOperator's per-phase overrides cannot exceed.
 #[derive(Clone, Debug)]
 pub struct SandboxLimits {
     pub deadline: Duration,
     pub memory_bytes: usize,
     pub max_outputs: usize,
+    pub max_deadline: Duration,
+    pub max_memory_bytes: usize,
     pub max_output_bytes: usize,
     pub log_lines: usize,
     pub log_bytes: usize,
@@ -42,6 +48,8 @@ impl Default for SandboxLimits {
             deadline: Duration::from_secs(2),
             memory_bytes: 64 << 20,
             max_outputs: 1000,
+            max_deadline: Duration::from_secs(30),
+            max_memory_bytes: 512 << 20,
             max_output_bytes: 8 << 20,
             log_lines: 200,
             log_bytes: 64 << 10,
@@ -122,18 +130,51 @@ pub enum LoadError {
     },
 }
 
-/// A phase component ready to be instantiated per call.
+/// The limits of one call: the host's defaults or a phase's overrides, within the ceilings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallLimits {
+    pub deadline: Duration,
+    pub memory_bytes: usize,
+    pub max_outputs: usize,
+}
+
+/// A phase's requested limits; unset fields take the host's defaults.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitOverride {
+    pub deadline: Option<Duration>,
+    pub memory_bytes: Option<usize>,
+    pub max_outputs: Option<usize>,
+}
+
+/// A phase component ready to be instantiated per call, with the limits of its calls.
 #[derive(Clone)]
 pub struct PhaseModule {
     pub digest: String,
+    pub limits: CallLimits,
     pre: PhasePre<HostState>,
 }
 
-/// A finalizer component ready to be instantiated per call.
+/// A finalizer component ready to be instantiated per call, with the limits of its calls.
 #[derive(Clone)]
 pub struct FinalizerModule {
     pub digest: String,
+    pub limits: CallLimits,
     pre: FinalizerPre<HostState>,
+}
+
+impl PhaseModule {
+    /// The same component with other limits (see [`Sandbox::call_limits`]).
+    pub fn with_limits(mut self, limits: CallLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+impl FinalizerModule {
+    pub fn with_limits(mut self, limits: CallLimits) -> Self {
+        self.limits = limits;
+        self
+    }
 }
 
 /// The Wasm engine, linker, epoch ticker and run limits shared by all operators.
@@ -189,6 +230,22 @@ impl Sandbox {
         &self.limits
     }
 
+    /// The host's defaults with a phase's overrides applied, capped at the host's ceilings.
+    pub fn call_limits(&self, o: &LimitOverride) -> CallLimits {
+        let l = &self.limits;
+        CallLimits {
+            deadline: o.deadline.unwrap_or(l.deadline).min(l.max_deadline),
+            memory_bytes: o
+                .memory_bytes
+                .unwrap_or(l.memory_bytes)
+                .min(l.max_memory_bytes),
+            max_outputs: o
+                .max_outputs
+                .unwrap_or(l.max_outputs)
+                .min(MAX_OUTPUTS_CEILING),
+        }
+    }
+
     /// Compiles component bytes to native code (CPU-heavy: call from a blocking thread).
     pub fn compile(&self, bytes: &[u8]) -> Result<Component, LoadError> {
         Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))
@@ -208,6 +265,7 @@ impl Sandbox {
         let pre = PhasePre::new(pre).map_err(wrong)?;
         Ok(PhaseModule {
             digest: digest.to_string(),
+            limits: self.call_limits(&LimitOverride::default()),
             pre,
         })
     }
@@ -226,6 +284,7 @@ impl Sandbox {
         let pre = FinalizerPre::new(pre).map_err(wrong)?;
         Ok(FinalizerModule {
             digest: digest.to_string(),
+            limits: self.call_limits(&LimitOverride::default()),
             pre,
         })
     }
@@ -243,10 +302,11 @@ impl Sandbox {
                 .flat_map(|i| i.objects.iter())
                 .map(String::len)
                 .sum::<usize>();
-        self.check_request_size(size)?;
+        let limits = module.limits;
+        Self::check_request_size(size, &limits)?;
         let pre = module.pre.clone();
         let result = self
-            .run_blocking(move |store| {
+            .run_blocking(limits, move |store| {
                 let instance = pre
                     .instantiate(&mut *store)
                     .map_err(|e| instantiate_error(store, e))?;
@@ -257,7 +317,7 @@ impl Sandbox {
             })
             .await?;
         let result = result.map_err(worker_error)?;
-        self.check_outputs(&result.outputs)?;
+        self.check_outputs(&result.outputs, &limits)?;
         Ok(result)
     }
 
@@ -267,10 +327,11 @@ impl Sandbox {
         module: &FinalizerModule,
         request: FinalizeRequest,
     ) -> Result<FinalizeResult, RunError> {
-        self.check_request_size(request.resource.len())?;
+        let limits = module.limits;
+        Self::check_request_size(request.resource.len(), &limits)?;
         let pre = module.pre.clone();
         let result = self
-            .run_blocking(move |store| {
+            .run_blocking(limits, move |store| {
                 let instance = pre
                     .instantiate(&mut *store)
                     .map_err(|e| instantiate_error(store, e))?;
@@ -283,23 +344,23 @@ impl Sandbox {
         result.map_err(worker_error)
     }
 
-    fn check_request_size(&self, size: usize) -> Result<(), RunError> {
+    fn check_request_size(size: usize, limits: &CallLimits) -> Result<(), RunError> {
         // Input is copied into linear memory and parsed there; beyond half the limit the call
         // would trap inside the guest allocator with no message.
-        if size > self.limits.memory_bytes / 2 {
+        if size > limits.memory_bytes / 2 {
             return Err(RunError::RequestTooLarge {
                 size,
-                limit: self.limits.memory_bytes,
+                limit: limits.memory_bytes,
             });
         }
         Ok(())
     }
 
-    fn check_outputs(&self, outputs: &[String]) -> Result<(), RunError> {
-        if outputs.len() > self.limits.max_outputs {
+    fn check_outputs(&self, outputs: &[String], limits: &CallLimits) -> Result<(), RunError> {
+        if outputs.len() > limits.max_outputs {
             return Err(RunError::TooManyOutputs {
                 count: outputs.len(),
-                limit: self.limits.max_outputs,
+                limit: limits.max_outputs,
             });
         }
         let size: usize = outputs.iter().map(String::len).sum();
@@ -314,6 +375,7 @@ impl Sandbox {
 
     async fn run_blocking<R: Send + 'static>(
         &self,
+        call_limits: CallLimits,
         call: impl FnOnce(&mut Store<HostState>) -> Result<R, RunError> + Send + 'static,
     ) -> Result<R, RunError> {
         let _permit = self
@@ -328,15 +390,15 @@ impl Sandbox {
         tokio::task::spawn_blocking(move || {
             span.in_scope(|| {
                 let run_limits = RunLimits {
-                    deadline: limits.deadline,
-                    memory_bytes: limits.memory_bytes,
+                    deadline: call_limits.deadline,
+                    memory_bytes: call_limits.memory_bytes,
                     log_lines: limits.log_lines,
                     log_bytes: limits.log_bytes,
                     stdio_bytes: limits.stdio_bytes,
                 };
                 let mut store = Store::new(&engine, HostState::new(&run_limits));
                 store.limiter(|s| &mut s.limiter);
-                let ticks = limits
+                let ticks = call_limits
                     .deadline
                     .as_millis()
                     .div_ceil(EPOCH_TICK.as_millis())
