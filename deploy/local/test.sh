@@ -28,6 +28,7 @@ if [ "${WASMPILOT_USE_KUBECONFIG:-0}" != 1 ]; then
   if ! deploy/local/cluster.sh status >/dev/null 2>&1; then started_cluster=1; fi
   deploy/local/cluster.sh up
   eval "$(deploy/local/cluster.sh env)"
+  export WASMPILOT_LOCAL_CLUSTER=1 # lets the fault tests stop and start this apiserver
 fi
 cleanup() { if [ "$started_cluster" = 1 ]; then deploy/local/cluster.sh down || true; fi; }
 trap cleanup EXIT

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use wasmpilot::crd::WasmOperator;
+use wasmpilot::leader::{LeaderElection, LeaseTiming};
 use wasmpilot::manager::Manager;
 use wasmpilot::modules::ModuleCache;
 use wasmpilot::sandbox::{Sandbox, SandboxLimits};
@@ -80,14 +81,38 @@ struct RunArgs {
     /// Worker calls that may run at the same time (each on a blocking thread).
     #[arg(long, default_value_t = 4)]
     max_concurrent_workers: usize,
+    /// Ceiling for per-phase deadline overrides in WasmOperators.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    max_deadline: Duration,
+    /// Ceiling for per-phase memory overrides in WasmOperators, in MiB.
+    #[arg(long, default_value_t = 512)]
+    max_memory_limit_mib: usize,
+    /// Run controllers only while holding a Lease, so several replicas can run (one active).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "wasmpilot-leader")]
+    leader_election_id: String,
+    /// This host's identity in the Lease (default: $POD_NAME, else hostname-pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long a Lease stays valid without renewal; a standby takes over after this.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
 }
 
 pub fn init_tracing(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: log files and pod logs stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .init();
 }
@@ -147,6 +172,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         deadline: args.deadline,
         memory_bytes: args.memory_limit_mib << 20,
         concurrency: args.max_concurrent_workers,
+        max_deadline: args.max_deadline.max(args.deadline),
+        max_memory_bytes: args.max_memory_limit_mib.max(args.memory_limit_mib) << 20,
         ..SandboxLimits::default()
     };
     let sandbox = Sandbox::new(limits)?;
@@ -159,5 +186,45 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");
     };
-    Manager::new(client, modules).run(shutdown).await
+    if !args.leader_elect {
+        return Manager::new(client, modules).run(shutdown).await;
+    }
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let timing = LeaseTiming {
+        lease_duration: args.lease_duration,
+        renew_every: args.lease_duration / 3,
+        retry_every: (args.lease_duration / 5).max(Duration::from_millis(500)),
+    };
+    let election = LeaderElection::new(
+        client.clone(),
+        &args.leader_election_namespace,
+        &args.leader_election_id,
+        &identity,
+        timing,
+    );
+    tokio::pin!(shutdown);
+    tokio::select! {
+        () = election.acquire() => {}
+        () = &mut shutdown => return Ok(()),
+    }
+    let manager = Manager::new(client, modules);
+    tokio::select! {
+        result = manager.run(&mut shutdown) => {
+            election.release().await;
+            result
+        }
+        lost = election.hold() => {
+            // Controllers of a former leader must not keep writing: exit, and let the
+            // supervisor (Deployment) start a fresh candidate.
+            Err(anyhow::anyhow!("leadership lost: {lost}; exiting"))
+        }
+    }
+}
+
+/// `hostname-pid`: unique per process, readable in `kubectl get lease -o yaml`.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "wasmpilot".into());
+    format!("{host}-{}", std::process::id())
 }

@@ -19,6 +19,7 @@ pub mod definition;
 pub mod deploy;
 pub mod inputs;
 pub mod kinds;
+pub mod leader;
 pub mod manager;
 pub mod modules;
 pub mod offline;

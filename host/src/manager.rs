@@ -100,7 +100,7 @@ impl Manager {
     ) -> anyhow::Result<()> {
         let api: Api<WasmOperator> = Api::all(self.client.clone());
         let mut events = watcher::watcher(api.clone(), watcher::Config::default())
-            .default_backoff()
+            .backoff(crate::schedule::watch_backoff())
             .boxed();
         let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<String>();
         let mut listed: HashSet<String> = HashSet::new();

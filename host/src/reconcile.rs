@@ -198,25 +198,19 @@ pub async fn reconcile(
     );
     async move {
         let api = ctx.api_for(obj.namespace().as_deref());
-        let result = if ctx.finalizer.is_some() {
-            let name = crate::finalizer_name(&ctx.definition.name);
-            finalizer(&api, &name, obj.clone(), |event| async {
-                match event {
-                    FinalizerEvent::Apply(o) => run_phase(&ctx, &api, o).await,
-                    FinalizerEvent::Cleanup(o) => run_finalizer(&ctx, &api, o).await,
+        let mut result = decide(&ctx, &api, obj.clone()).await;
+        if matches!(result, Err(ReconcileError::StatusConflict)) {
+            // The cached object was stale (our decision was not written). Decide again at once
+            // from the object as the API server has it, instead of waiting for the watch.
+            match api.get_opt(&obj.name_any()).await {
+                Ok(Some(fresh)) => {
+                    tracing::debug!("status conflict: deciding again from a fresh read");
+                    result = decide(&ctx, &api, Arc::new(fresh)).await;
                 }
-            })
-            .await
-            .map_err(|e| match e {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-                other => ReconcileError::Finalizer(other.to_string()),
-            })
-        } else if obj.meta().deletion_timestamp.is_some() {
-            Ok(Action::await_change())
-        } else {
-            run_phase(&ctx, &api, obj.clone()).await
-        };
+                Ok(None) => result = Ok(Action::await_change()),
+                Err(_) => {}
+            }
+        }
         match result {
             Ok(action) => {
                 ctx.backoff.reset(&OperatorContext::key(&obj));
@@ -229,6 +223,33 @@ pub async fn reconcile(
     .await
 }
 
+/// Finalizer bookkeeping, then the phase worker (or the finalizer worker on deletion).
+async fn decide(
+    ctx: &OperatorContext,
+    api: &Api<DynamicObject>,
+    obj: Arc<DynamicObject>,
+) -> Result<Action, ReconcileError> {
+    if ctx.finalizer.is_some() {
+        let name = crate::finalizer_name(&ctx.definition.name);
+        finalizer(api, &name, obj, |event| async {
+            match event {
+                FinalizerEvent::Apply(o) => run_phase(ctx, api, o).await,
+                FinalizerEvent::Cleanup(o) => run_finalizer(ctx, api, o).await,
+            }
+        })
+        .await
+        .map_err(|e| match e {
+            kube::runtime::finalizer::Error::ApplyFailed(e)
+            | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+            other => ReconcileError::Finalizer(other.to_string()),
+        })
+    } else if obj.meta().deletion_timestamp.is_some() {
+        Ok(Action::await_change())
+    } else {
+        run_phase(ctx, api, obj).await
+    }
+}
+
 /// The controller's error policy: the worker's own delay for a pending finalizer, else backoff.
 pub fn error_policy(
     obj: Arc<DynamicObject>,
@@ -237,6 +258,8 @@ pub fn error_policy(
 ) -> Action {
     match err {
         ReconcileError::FinalizerPending(after) => Action::requeue(*after),
+        // Not a failure of the resource: the watch will bring the new object shortly.
+        ReconcileError::StatusConflict => Action::requeue(Duration::from_secs(1)),
         _ => {
             let delay = ctx.backoff.next_delay(&OperatorContext::key(&obj));
             tracing::debug!(resource = %OperatorContext::key(&obj), ?delay, "retrying after backoff");

@@ -74,3 +74,60 @@ mod tests {
         assert_eq!(b.next_delay("a"), Duration::from_secs(1));
     }
 }
+
+/// Backoff for watch streams after errors (connection lost, `410 Gone` relists): exponential
+/// from 250 ms to at most 5 s, so watches recover within seconds of an API server outage.
+/// (kube-runtime's default grows to 30 s and pauses every trigger of a controller meanwhile.)
+pub fn watch_backoff() -> kube::runtime::utils::ResetTimerBackoff<WatchBackoff> {
+    kube::runtime::utils::ResetTimerBackoff::new(WatchBackoff::default(), Duration::from_secs(30))
+}
+
+/// Doubling delays between `min` and `max`.
+#[derive(Clone, Debug)]
+pub struct WatchBackoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        let min = Duration::from_millis(250);
+        WatchBackoff {
+            min,
+            max: Duration::from_secs(5),
+            next: min,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let current = self.next;
+        self.next = (self.next * 2).min(self.max);
+        Some(current)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+#[cfg(test)]
+mod watch_backoff_tests {
+    use super::*;
+    use kube::runtime::utils::Backoff as _;
+
+    #[test]
+    fn grows_to_five_seconds_and_resets() {
+        let mut b = WatchBackoff::default();
+        let ms: Vec<u128> = b.by_ref().take(7).map(|d| d.as_millis()).collect();
+        assert_eq!(ms, [250, 500, 1000, 2000, 4000, 5000, 5000]);
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(250)));
+    }
+}

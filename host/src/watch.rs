@@ -68,7 +68,7 @@ pub async fn run(
     for (kind, writer) in watches.inputs {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api);
         let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(crate::schedule::watch_backoff())
             .reflect(writer)
             .touched_objects();
         let mapper = requeue_namespace(owners.clone(), resource.clone());
@@ -77,7 +77,7 @@ pub async fn run(
     for (kind, writer) in watches.outputs {
         let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &kind.api);
         let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(crate::schedule::watch_backoff())
             .reflect(writer)
             .touched_objects();
         controller = controller.owns_stream_with(stream, kind.api.clone());
@@ -92,6 +92,7 @@ pub async fn run(
     let name = ctx.definition.name.clone();
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(16))
+        .trigger_backoff(crate::schedule::watch_backoff())
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|res| async move {

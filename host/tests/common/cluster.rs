@@ -44,6 +44,12 @@ impl Host {
         Host { child, log }
     }
 
+    /// SIGKILL: no graceful shutdown, no Lease release.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn is_alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
