@@ -33,6 +33,7 @@ pub struct WasmOperatorSpec {
     pub finalizer: Option<FinalizerSpec>,
     /// How often every resource is reconciled even when nothing changed (e.g. `30s`, `5m`). Default 5m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub resync_interval: Option<String>,
 }
 
@@ -85,6 +86,7 @@ pub struct PhaseSpec {
 pub struct WorkerLimits {
     /// Wall-clock deadline, e.g. `500ms`, `2s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub deadline: Option<String>,
     /// Linear memory limit in MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -509,72 +509,145 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
 }
 
 async fn broken_operator(client: &Client) -> anyhow::Result<()> {
-    let op = json!({
-        "apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "broken"},
-        "spec": {
-            "resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted"},
-            "phases": [{"name": "Start", "initial": true, "module": {"configMap": {"name": "does-not-exist", "key": "component.wasm.gz", "sha256": "0".repeat(64)}}}]
+    let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
+    let scripted = json!({"apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted"});
+    let file = json!({"file": {"path": "wasmpilot_test_scripted.wasm"}});
+    let start = |module: Value| json!({"name": "Start", "initial": true, "module": module});
+    let zeros = "0".repeat(64);
+    // Module ConfigMaps: garbage whose digest matches (corrupt), and the real component under a
+    // wrong digest (tampered).
+    let component = common::component("wasmpilot_test_scripted.wasm");
+    let garbage = b"definitely not a wasm component".to_vec();
+    store_module(client, "corrupt-module", &garbage).await?;
+    store_module(client, "tampered-module", &component).await?;
+    let cm = |name: &str, sha: &str| json!({"configMap": {"name": name, "namespace": "wasmpilot-system", "key": "component.wasm.gz", "sha256": sha}});
+
+    let cases: Vec<(&str, Value, &str, Vec<&str>)> = vec![
+        (
+            "bad-missing",
+            json!({"resource": scripted, "phases": [start(cm("does-not-exist", &zeros))]}),
+            "ModuleLoadFailed",
+            vec!["does-not-exist", "phase Start"],
+        ),
+        (
+            "bad-noinitial",
+            json!({"resource": scripted, "phases": [{"name": "A", "module": file}]}),
+            "InvalidDefinition",
+            vec!["spec.phases", "no phase is marked initial"],
+        ),
+        (
+            "bad-twoinitial",
+            json!({"resource": scripted, "phases": [start(file.clone()), {"name": "B", "initial": true, "module": file}]}),
+            "InvalidDefinition",
+            vec!["2 phases are marked initial"],
+        ),
+        (
+            "bad-duplicate",
+            json!({"resource": scripted, "phases": [start(file.clone()), {"name": "Start", "module": file}]}),
+            "InvalidDefinition",
+            vec!["spec.phases[1].name", "duplicate"],
+        ),
+        (
+            "bad-kind",
+            json!({"resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Nope"}, "phases": [start(file.clone())]}),
+            "KindNotServed",
+            vec!["spec.resource", "Nope"],
+        ),
+        (
+            "bad-input",
+            json!({"resource": scripted, "phases": [{"name": "Start", "initial": true, "module": file, "inputs": [{"name": "x", "apiVersion": "nowhere.io/v1", "kind": "Ghost"}]}]}),
+            "KindNotServed",
+            vec!["spec.phases[0].inputs[0]", "Ghost"],
+        ),
+        (
+            "bad-corrupt",
+            json!({"resource": scripted, "phases": [start(cm("corrupt-module", &sha256_hex(&garbage)))]}),
+            "ModuleLoadFailed",
+            vec!["not a valid Wasm component"],
+        ),
+        (
+            "bad-tampered",
+            json!({"resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Probe"}, "phases": [start(cm("tampered-module", &zeros)), {"name": "Done", "final": true}]}),
+            "ModuleLoadFailed",
+            vec!["sha256 mismatch", &zeros],
+        ),
+    ];
+    for (name, spec, _, _) in &cases {
+        let op =
+            json!({"apiVersion": ops.0, "kind": ops.1, "metadata": {"name": name}, "spec": spec});
+        apply_yaml(client, &op.to_string(), None).await?;
+    }
+    for (name, _, reason, words) in &cases {
+        let o = wait_condition(client, ops, None, name, ("Ready", "False", reason), T).await?;
+        let msg = must(
+            condition(&o, "Ready").and_then(|c| c["message"].as_str()),
+            "message",
+        )?;
+        for w in words {
+            ensure!(msg.contains(w), "{name}: message {msg:?} should name {w:?}");
         }
-    });
-    apply_yaml(client, &op.to_string(), None).await?;
-    let o = wait_condition(
-        client,
-        ("wasmpilot.io/v1alpha1", "WasmOperator"),
-        None,
-        "broken",
-        ("Ready", "False", "ModuleLoadFailed"),
-        T,
-    )
-    .await?;
-    let msg = must(
-        condition(&o, "Ready").and_then(|c| c["message"].as_str()),
-        "message",
-    )?;
+    }
+    // Validated by the CRD schema: the API server refuses an invalid duration outright.
+    let bad_duration = json!({"apiVersion": ops.0, "kind": ops.1, "metadata": {"name": "bad-duration"},
+        "spec": {"resource": scripted, "resyncInterval": "soon", "phases": [start(file.clone())]}});
+    let refused = apply_yaml(client, &bad_duration.to_string(), None).await;
     ensure!(
-        msg.contains("does-not-exist") && msg.contains("phase Start"),
-        "message names the module: {msg}"
+        refused
+            .as_ref()
+            .is_err_and(|e| format!("{e:#}").contains("resyncInterval")),
+        "invalid duration accepted: {refused:?}"
     );
 
-    let invalid = json!({
-        "apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "invalid"},
-        "spec": {"resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted"},
-                 "phases": [{"name": "A", "module": {"file": {"path": "x.wasm"}}}]}
-    });
-    apply_yaml(client, &invalid.to_string(), None).await?;
-    let o = wait_condition(
+    // Fixing the object recovers without a restart: pin the right digest.
+    let fixed = json!({"spec": {"phases": [start(cm("tampered-module", &sha256_hex(&component))), {"name": "Done", "final": true}]}});
+    let api = dynamic_api(client, ops.0, ops.1, None).await?;
+    api.patch(
+        "bad-tampered",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&fixed),
+    )
+    .await?;
+    wait_condition(
         client,
-        ("wasmpilot.io/v1alpha1", "WasmOperator"),
+        ops,
         None,
-        "invalid",
-        ("Ready", "False", "InvalidDefinition"),
+        "bad-tampered",
+        ("Ready", "True", "ControllerRunning"),
         T,
     )
+    .await
+    .context("recovery after fixing the digest")?;
+    let ns = create_namespace(client, "e2e-probe").await?;
+    let probe = json!({"apiVersion": "test.wasmpilot.io/v1", "kind": "Probe", "metadata": {"name": "p"},
+                       "spec": {"phases": {"Start": {"mode": "ok", "next": "Done"}}}});
+    apply_yaml(client, &probe.to_string(), Some(&ns)).await?;
+    wait_for("the recovered operator reconciles", T, || async {
+        Ok(get(client, "test.wasmpilot.io/v1", "Probe", Some(&ns), "p")
+            .await?
+            .filter(|o| o["status"]["phase"] == "Done")
+            .map(|_| ()))
+    })
     .await?;
-    let msg = must(
-        condition(&o, "Ready").and_then(|c| c["message"].as_str()),
-        "message",
-    )?;
-    ensure!(
-        msg.contains("spec.phases") && msg.contains("initial"),
-        "message names the field: {msg}"
-    );
-    delete(
-        client,
-        "wasmpilot.io/v1alpha1",
-        "WasmOperator",
-        None,
-        "broken",
-    )
-    .await?;
-    delete(
-        client,
-        "wasmpilot.io/v1alpha1",
-        "WasmOperator",
-        None,
-        "invalid",
-    )
-    .await?;
+    for (name, _, _, _) in &cases {
+        delete(client, ops.0, ops.1, None, name).await?;
+    }
     Ok(())
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    wasmpilot::modules::digest_of(bytes)
+        .trim_start_matches("sha256:")
+        .to_string()
+}
+
+/// Stores bytes as a gzip module ConfigMap in wasmpilot-system, like `wasmpilot deploy`.
+async fn store_module(client: &Client, name: &str, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(bytes)?;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "wasmpilot-system"},
+                    "binaryData": {"component.wasm.gz": k8s_openapi::ByteString(gz.finish()?)}});
+    apply_yaml(client, &cm.to_string(), None).await
 }
 
 /// Changing a WasmOperator swaps its controller without a restart; deleting it stops it.
