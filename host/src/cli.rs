@@ -1,5 +1,6 @@
-//! Command line: `run` (the controller), `deploy` (ship an operator), `run-phase` (one phase
-//! offline from files) and `crd` (print the WasmOperator CRD).
+//! Command line: `run` (the controller), `deploy` (ship an operator), `push` (publish a component
+//! to an OCI registry), `run-phase` (one phase offline from files) and `crd` (print the
+//! WasmOperator CRD).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -65,6 +66,8 @@ enum Command {
     },
     /// Print the WasmOperator CustomResourceDefinition (YAML).
     Crd,
+    /// Publish a built component to an OCI registry as a Wasm artifact; print its digests.
+    Push(wasmpilot::modules::oci::PushArgs),
 }
 
 #[derive(clap::Args)]
@@ -102,6 +105,13 @@ struct RunArgs {
     /// How long a Lease stays valid without renewal; a standby takes over after this.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     lease_duration: Duration,
+    /// Directory for compiled components, so a restart does not recompile (default:
+    /// $XDG_CACHE_HOME/wasmpilot/compiled, else ~/.cache/wasmpilot/compiled).
+    #[arg(long, env = "WASMPILOT_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Keep compiled components in memory only.
+    #[arg(long)]
+    no_cache: bool,
 }
 
 pub fn init_tracing(filter: &str) {
@@ -160,6 +170,7 @@ impl Cli {
                 print!("{}", serde_yaml::to_string(&WasmOperator::crd())?);
                 Ok(())
             }
+            Command::Push(args) => wasmpilot::modules::oci::push_command(args).await,
         }
     }
 }
@@ -177,11 +188,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..SandboxLimits::default()
     };
     let sandbox = Sandbox::new(limits)?;
-    let modules = Arc::new(ModuleCache::new(
-        sandbox,
-        Some(client.clone()),
-        args.module_dir,
-    ));
+    let modules = Arc::new(
+        ModuleCache::new(sandbox, Some(client.clone()), args.module_dir).with_compile_cache(
+            wasmpilot::modules::compile_cache_dir(args.cache_dir, args.no_cache),
+        ),
+    );
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");

@@ -120,16 +120,79 @@ pub struct FinalizerSpec {
     pub limits: Option<WorkerLimits>,
 }
 
-/// Where a component comes from. Exactly one source must be set.
+/// Where a component comes from. Exactly one source must be set; every source resolves to the
+/// sha256 of the component bytes, and bytes that differ from a pin are refused.
 #[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ModuleRef {
+    /// A component in an OCI registry, published as a Wasm OCI artifact (`wasmpilot push`, wkg,
+    /// ORAS): the manifest's single `application/wasm` layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciModule>,
+    /// A component downloaded over HTTPS, pinned by digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<UrlModule>,
     /// A key of a ConfigMap's `binaryData`, pinned by digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapModule>,
     /// A file on the host's filesystem (development; relative paths resolve against `wasmpilot run --module-dir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<FileModule>,
+}
+
+impl ModuleRef {
+    /// The names of the sources that are set (exactly one in a valid reference).
+    pub fn sources(&self) -> Vec<&'static str> {
+        [
+            ("oci", self.oci.is_some()),
+            ("url", self.url.is_some()),
+            ("configMap", self.config_map.is_some()),
+            ("file", self.file.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+    }
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OciModule {
+    /// `registry/repository:tag` or `registry/repository@sha256:<manifest digest>`.
+    #[schemars(length(min = 1))]
+    pub reference: String,
+    /// Hex sha256 of the component bytes (the Wasm layer). Unset: the digest the manifest names,
+    /// verified while pulling; pin it (or reference the manifest by digest) for reproducibility.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(sha256:)?[0-9a-f]{64}$"))]
+    pub sha256: Option<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret with credentials for the registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<SecretRef>,
+    /// Plain HTTP instead of HTTPS (loopback or test registries only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
+}
+
+/// A Secret by name.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    pub name: String,
+    /// Namespace of the Secret. Default: the host's namespace (`wasmpilot-system`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UrlModule {
+    /// An `https://` URL of the component bytes (at most 64 MiB).
+    #[schemars(regex(pattern = r"^https://"))]
+    pub url: String,
+    /// Hex sha256 of the component bytes (required: a URL names no digest).
+    #[schemars(regex(pattern = r"^(sha256:)?[0-9a-f]{64}$"))]
+    pub sha256: String,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]

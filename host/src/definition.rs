@@ -273,34 +273,14 @@ fn check_kind(k: &KindRef, field: &str) -> Result<(), DefinitionError> {
 }
 
 fn check_module(m: &ModuleRef, field: &str) -> Result<(), DefinitionError> {
-    match (&m.config_map, &m.file) {
-        (Some(_), Some(_)) => Err(invalid(
-            field,
-            "set exactly one of configMap or file, not both",
-        )),
-        (None, None) => Err(invalid(field, "set exactly one of configMap or file")),
-        (Some(cm), None) => {
-            if cm.name.is_empty() || cm.key.is_empty() {
-                return Err(invalid(
-                    format!("{field}.configMap"),
-                    "name and key are required",
-                ));
-            }
-            crate::modules::normalize_digest(&cm.sha256)
-                .map_err(|p| invalid(format!("{field}.configMap.sha256"), p))?;
-            Ok(())
-        }
-        (None, Some(f)) => {
-            if f.path.is_empty() {
-                return Err(invalid(format!("{field}.file.path"), "must not be empty"));
-            }
-            if let Some(d) = &f.sha256 {
-                crate::modules::normalize_digest(d)
-                    .map_err(|p| invalid(format!("{field}.file.sha256"), p))?;
-            }
-            Ok(())
-        }
-    }
+    crate::modules::check_ref(m).map_err(|(sub, problem)| {
+        let field = if sub.is_empty() {
+            field.to_string()
+        } else {
+            format!("{field}.{sub}")
+        };
+        invalid(field, problem)
+    })
 }
 
 /// Parses `30s`, `5m`, `1h30m`; refuses zero and anything below one second.

@@ -195,7 +195,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
                 key: MODULE_KEY.into(),
                 sha256: digest,
             }),
-            file: None,
+            ..Default::default()
         };
     }
     let ops: Api<WasmOperator> = Api::all(client.clone());

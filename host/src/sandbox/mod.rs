@@ -230,6 +230,11 @@ impl Sandbox {
         &self.limits
     }
 
+    /// The engine components are compiled for (the module compile cache keys entries by it).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// The host's defaults with a phase's overrides applied, capped at the host's ceilings.
     pub fn call_limits(&self, o: &LimitOverride) -> CallLimits {
         let l = &self.limits;

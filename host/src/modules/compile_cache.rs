@@ -1,0 +1,359 @@
+//! Compiled components on disk, so a restarted host does not recompile (~1 s per component;
+//! loading a cached one takes milliseconds).
+//!
+//! Layout: `<dir>/<engine key>/<component sha256 hex>.cwasm` and, next to it, `….cwasm.sha256`.
+//! The engine key hashes `Engine::precompile_compatibility_hash()` (wasmtime version, target and
+//! every setting that changes generated code), so another engine never even looks at an entry.
+//!
+//! A `.cwasm` is native code that wasmtime loads without validation, so an entry is used only
+//! when its sidecar holds sha256(tag ‖ component digest ‖ engine key ‖ .cwasm bytes): a torn
+//! write, bit rot, a truncated file or an entry copied under another component's name fails the
+//! check, and wasmtime itself refuses an artifact from an incompatible engine. Any such entry is
+//! recompiled and overwritten; cache I/O errors are logged, never fatal. Both files are written to
+//! a temporary name and renamed into place. The directory is created private (0700): whoever
+//! can write it can run code in the host, like whoever can replace the host binary.
+
+use crate::sandbox::LoadError;
+use sha2::{Digest, Sha256};
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use wasmtime::component::Component;
+use wasmtime::Engine;
+
+/// Versioned tag mixed into every integrity digest.
+const TAG: &[u8] = b"wasmpilot-cwasm-v1\n";
+
+/// How a component was made ready.
+pub enum Loaded {
+    /// Compiled from Wasm now (and stored, when the cache is writable).
+    Compiled(Component),
+    /// Loaded from a verified cache entry.
+    Cached(Component),
+}
+
+impl Loaded {
+    pub fn component(&self) -> &Component {
+        match self {
+            Loaded::Compiled(c) | Loaded::Cached(c) => c,
+        }
+    }
+
+    pub fn was_cached(&self) -> bool {
+        matches!(self, Loaded::Cached(_))
+    }
+}
+
+/// One engine's directory of compiled components.
+pub struct CompileCache {
+    dir: PathBuf,
+    engine_key: String,
+}
+
+/// Feeds `Hash` output into sha256, so the engine key is stable across processes.
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// A short, stable name for an engine's compatibility hash.
+pub fn engine_key(engine: &Engine) -> String {
+    let mut h = Sha256Hasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut h);
+    hex::encode(&h.0.finalize()[..12])
+}
+
+impl CompileCache {
+    /// Creates (if needed) `<root>/<engine key>/`.
+    pub fn open(root: &Path, engine: &Engine) -> std::io::Result<Self> {
+        let engine_key = engine_key(engine);
+        let dir = root.join(&engine_key);
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&dir)?;
+        // Probe writability now, so a read-only directory is reported once at start.
+        let probe = dir.join(format!(".probe-{}", std::process::id()));
+        std::fs::write(&probe, b"")?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(CompileCache { dir, engine_key })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The entry and sidecar paths for a component digest (`sha256:<hex>`).
+    pub fn paths(&self, digest: &str) -> (PathBuf, PathBuf) {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        // Digests are computed by the host; refuse anything that is not plain hex anyway.
+        let hex: String = hex.chars().filter(char::is_ascii_hexdigit).collect();
+        (
+            self.dir.join(format!("{hex}.cwasm")),
+            self.dir.join(format!("{hex}.cwasm.sha256")),
+        )
+    }
+
+    fn integrity(&self, digest: &str, cwasm: &[u8]) -> String {
+        let mut h = Sha256::new();
+        h.update(TAG);
+        h.update(digest.as_bytes());
+        h.update(b"\n");
+        h.update(self.engine_key.as_bytes());
+        h.update(b"\n");
+        h.update(cwasm);
+        hex::encode(h.finalize())
+    }
+
+    /// The component of a verified entry; `None` (with a warning for a bad entry) otherwise.
+    pub fn load(&self, engine: &Engine, digest: &str) -> Option<Component> {
+        let (entry, sidecar) = self.paths(digest);
+        let cwasm = match std::fs::read(&entry) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(entry = %entry.display(), error = %e, "compile cache entry unreadable; recompiling");
+                return None;
+            }
+        };
+        let expected = std::fs::read_to_string(&sidecar).unwrap_or_default();
+        if expected.trim() != self.integrity(digest, &cwasm) {
+            tracing::warn!(entry = %entry.display(), %digest, "compile cache entry fails its integrity check (corrupt, truncated or foreign); recompiling");
+            return None;
+        }
+        // SAFETY: `deserialize` runs the bytes as native code without validating them. These
+        // bytes were written by this host's `precompile_component` for this digest and engine
+        // key: the sidecar check above (over exactly these bytes, read once) rules out torn or
+        // corrupted writes and entries of other components, and wasmtime refuses artifacts of an
+        // incompatible engine. The directory is private to the host's user.
+        match unsafe { Component::deserialize(engine, &cwasm) } {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(entry = %entry.display(), %digest, error = %format!("{e:#}"), "compile cache entry refused by the engine; recompiling");
+                None
+            }
+        }
+    }
+
+    /// Stores a precompiled component: each file is written under a temporary name and renamed.
+    pub fn store(&self, digest: &str, cwasm: &[u8]) -> std::io::Result<()> {
+        let (entry, sidecar) = self.paths(digest);
+        write_atomically(&entry, cwasm)?;
+        write_atomically(&sidecar, self.integrity(digest, cwasm).as_bytes())
+    }
+
+    /// A verified cached component, else compiles `bytes` (whose digest is `digest`), stores the
+    /// result and returns it. Only compile errors fail; cache problems are logged.
+    pub fn load_or_compile(
+        &self,
+        engine: &Engine,
+        digest: &str,
+        bytes: &[u8],
+    ) -> Result<Loaded, LoadError> {
+        if let Some(c) = self.load(engine, digest) {
+            return Ok(Loaded::Cached(c));
+        }
+        let cwasm = engine
+            .precompile_component(bytes)
+            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        if let Err(e) = self.store(digest, &cwasm) {
+            tracing::warn!(dir = %self.dir.display(), %digest, error = %e, "could not write the compile cache entry");
+        }
+        // SAFETY: `cwasm` was produced just now by `precompile_component` of this very engine.
+        let component = unsafe { Component::deserialize(engine, &cwasm) }
+            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        Ok(Loaded::Compiled(component))
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::Config;
+
+    /// The smallest valid component: magic, component version 0x0d, layer 1, no sections.
+    const EMPTY_COMPONENT: &[u8] = &[0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+
+    fn engine(epoch: bool) -> Engine {
+        let mut config = Config::new();
+        config.epoch_interruption(epoch);
+        config.wasm_component_model(true);
+        Engine::new(&config).unwrap()
+    }
+
+    fn setup() -> (tempfile::TempDir, Engine, CompileCache, String) {
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = engine(true);
+        let cache = CompileCache::open(tmp.path(), &engine).unwrap();
+        let digest = crate::modules::digest_of(EMPTY_COMPONENT);
+        (tmp, engine, cache, digest)
+    }
+
+    fn entry_verifies(cache: &CompileCache, engine: &Engine, digest: &str) -> bool {
+        cache.load(engine, digest).is_some()
+    }
+
+    #[test]
+    fn miss_compiles_and_stores_then_hits() {
+        let (_tmp, engine, cache, digest) = setup();
+        let first = cache
+            .load_or_compile(&engine, &digest, EMPTY_COMPONENT)
+            .unwrap();
+        assert!(!first.was_cached());
+        let (entry, sidecar) = cache.paths(&digest);
+        assert!(entry.exists() && sidecar.exists());
+        let second = cache
+            .load_or_compile(&engine, &digest, EMPTY_COMPONENT)
+            .unwrap();
+        assert!(second.was_cached());
+        // No temporary files are left behind.
+        let names: Vec<String> = std::fs::read_dir(cache.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+
+    #[test]
+    fn corrupt_entry_is_recompiled_and_overwritten() {
+        let (_tmp, engine, cache, digest) = setup();
+        cache
+            .load_or_compile(&engine, &digest, EMPTY_COMPONENT)
+            .unwrap();
+        let (entry, _) = cache.paths(&digest);
+        let mut bytes = std::fs::read(&entry).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        std::fs::write(&entry, &bytes).unwrap();
+        assert!(!entry_verifies(&cache, &engine, &digest));
+        let again = cache
+            .load_or_compile(&engine, &digest, EMPTY_COMPONENT)
+            .unwrap();
+        assert!(!again.was_cached(), "a corrupt entry must not be used");
+        assert!(
+            entry_verifies(&cache, &engine, &digest),
+            "rewritten entry verifies"
+        );
+    }
+
+    #[test]
+    fn truncated_empty_or_unsigned_entries_are_recompiled() {
+        let (_tmp, engine, cache, digest) = setup();
+        let (entry, sidecar) = cache.paths(&digest);
+        for damage in ["truncate", "empty", "no-sidecar", "garbage-sidecar"] {
+            cache
+                .load_or_compile(&engine, &digest, EMPTY_COMPONENT)
+                .unwrap();
+            match damage {
+                "truncate" => {
+                    let b = std::fs::read(&entry).unwrap();
+                    std::fs::write(&entry, &b[..b.len() / 3]).unwrap();
+                }
+                "empty" => std::fs::write(&entry, b"").unwrap(),
+                "no-sidecar" => std::fs::remove_file(&sidecar).unwrap(),
+                _ => std::fs::write(&sidecar, "not a digest").unwrap(),
+            }
+            let r = cache
+                .load_or_compile(&engine, &digest, EMPTY_COMPONENT)
+                .unwrap();
+            assert!(!r.was_cached(), "{damage}: entry must be recompiled");
+            assert!(entry_verifies(&cache, &engine, &digest), "{damage}");
+        }
+    }
+
+    #[test]
+    fn entry_of_another_component_is_not_trusted() {
+        let (_tmp, engine, cache, digest) = setup();
+        cache
+            .load_or_compile(&engine, &digest, EMPTY_COMPONENT)
+            .unwrap();
+        // Copy the entry (with its sidecar) under another component's digest.
+        let other = format!("sha256:{}", "b".repeat(64));
+        let (from_entry, from_sidecar) = cache.paths(&digest);
+        let (to_entry, to_sidecar) = cache.paths(&other);
+        std::fs::copy(from_entry, &to_entry).unwrap();
+        std::fs::copy(from_sidecar, to_sidecar).unwrap();
+        assert!(cache.load(&engine, &other).is_none());
+    }
+
+    #[test]
+    fn entry_of_an_incompatible_engine_is_recompiled() {
+        let (_tmp, engine, cache, digest) = setup();
+        // A well-formed artifact with a valid sidecar, but compiled by an engine with other
+        // settings (no epoch interruption): wasmtime refuses it, the cache recompiles.
+        let foreign = engine_without_epochs_cwasm();
+        cache.store(&digest, &foreign).unwrap();
+        assert!(cache.load(&engine, &digest).is_none());
+        let r = cache
+            .load_or_compile(&engine, &digest, EMPTY_COMPONENT)
+            .unwrap();
+        assert!(!r.was_cached());
+        assert!(entry_verifies(&cache, &engine, &digest));
+        assert_ne!(std::fs::read(cache.paths(&digest).0).unwrap(), foreign);
+    }
+
+    fn engine_without_epochs_cwasm() -> Vec<u8> {
+        engine(false).precompile_component(EMPTY_COMPONENT).unwrap()
+    }
+
+    #[test]
+    fn engines_with_other_settings_use_other_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = CompileCache::open(tmp.path(), &engine(true)).unwrap();
+        let b = CompileCache::open(tmp.path(), &engine(false)).unwrap();
+        assert_ne!(a.dir(), b.dir());
+        assert_eq!(
+            engine_key(&engine(true)),
+            engine_key(&engine(true)),
+            "stable"
+        );
+    }
+
+    #[test]
+    fn unwritable_cache_still_compiles() {
+        let (_tmp, engine, cache, digest) = setup();
+        // Make the entry path a directory: writes fail, compiling still succeeds.
+        let (entry, _) = cache.paths(&digest);
+        std::fs::create_dir_all(&entry).unwrap();
+        let r = cache
+            .load_or_compile(&engine, &digest, EMPTY_COMPONENT)
+            .unwrap();
+        assert!(!r.was_cached());
+    }
+
+    #[test]
+    fn invalid_wasm_is_a_compile_error() {
+        let (_tmp, engine, cache, digest) = setup();
+        assert!(matches!(
+            cache.load_or_compile(&engine, &digest, b"not wasm"),
+            Err(LoadError::Compile(_))
+        ));
+    }
+}

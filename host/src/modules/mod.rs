@@ -1,0 +1,578 @@
+//! Fetches component bytes (OCI registry, HTTPS URL, ConfigMap key or local file), verifies their
+//! sha256, and compiles each digest once: compiling costs ~1 s, instantiating a compiled component
+//! ~20 µs. Compiled code is also kept on disk ([`compile_cache`]), so a restart does not recompile.
+
+pub mod compile_cache;
+pub mod oci;
+pub mod url;
+
+use crate::crd::ModuleRef;
+use crate::sandbox::{FinalizerModule, LoadError, PhaseModule, Sandbox};
+use compile_cache::{CompileCache, Loaded};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wasmtime::component::Component;
+
+/// Namespace that holds module ConfigMaps and pull Secrets when the reference names none.
+pub const DEFAULT_MODULE_NAMESPACE: &str = "wasmpilot-system";
+
+/// Largest component accepted, after decompression or download.
+pub const MAX_MODULE_BYTES: u64 = 64 << 20;
+
+/// How long one download (OCI pull or URL) may take, all requests included.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A module could not be made ready; the message names the source (never credentials).
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleError {
+    #[error("module reference sets no source: set exactly one of oci, url, configMap or file")]
+    NoSource,
+    #[error("module reference sets {0}: set exactly one of oci, url, configMap or file")]
+    MultipleSources(String),
+    #[error("{source_name}: no cluster connection to read it from (offline run)")]
+    Offline { source_name: String },
+    #[error("ConfigMap {namespace}/{name} could not be read: {source}")]
+    ConfigMapUnreadable {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("ConfigMap {namespace}/{name} has no binaryData key {key:?} (keys: {keys})")]
+    KeyMissing {
+        namespace: String,
+        name: String,
+        key: String,
+        keys: String,
+    },
+    #[error(
+        "file modules are disabled on this host (start it with --module-dir to allow them): {path}"
+    )]
+    FilesDisabled { path: String },
+    #[error("module file {path} could not be read: {source}")]
+    FileUnreadable {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{source_name}: could not decompress: {source}")]
+    Decompress {
+        source_name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{source_name}: pull Secret {namespace}/{name}: {message}")]
+    PullSecret {
+        source_name: String,
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    /// A download (OCI pull or URL) failed: refused, unreachable, too large, wrong layout.
+    #[error("{source_name}: {message}")]
+    Fetch {
+        source_name: String,
+        message: String,
+    },
+    #[error(
+        "{source_name}: sha256 mismatch: the reference pins {expected}, the bytes hash to {actual}"
+    )]
+    DigestMismatch {
+        source_name: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("{source_name}: {source}")]
+    Load {
+        source_name: String,
+        #[source]
+        source: LoadError,
+    },
+}
+
+/// Normalizes `sha256:<hex>` or `<hex>` to `sha256:<hex>`, refusing anything else.
+pub fn normalize_digest(d: &str) -> Result<String, String> {
+    let hex = d.strip_prefix("sha256:").unwrap_or(d);
+    if hex.len() != 64
+        || !hex
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
+        return Err(format!(
+            "{d:?} is not a sha256 digest (64 lowercase hex characters)"
+        ));
+    }
+    Ok(format!("sha256:{hex}"))
+}
+
+/// `sha256:<hex>` of some bytes.
+pub fn digest_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// Checks that a reference sets exactly one source and that its fields are well formed.
+/// Returns the offending field (relative to the reference, e.g. `oci.reference`) and the problem.
+pub fn check_ref(m: &ModuleRef) -> Result<(), (String, String)> {
+    let set = m.sources();
+    match set.as_slice() {
+        [] => {
+            return Err((
+                String::new(),
+                "set exactly one of oci, url, configMap or file".into(),
+            ))
+        }
+        [_] => {}
+        more => {
+            return Err((
+                String::new(),
+                format!(
+                    "set exactly one of oci, url, configMap or file, not {}",
+                    more.join(" and ")
+                ),
+            ))
+        }
+    }
+    let digest = |field: &str, d: &str| normalize_digest(d).map_err(|p| (field.to_string(), p));
+    if let Some(o) = &m.oci {
+        oci::parse_reference(&o.reference).map_err(|p| ("oci.reference".to_string(), p))?;
+        if let Some(d) = &o.sha256 {
+            digest("oci.sha256", d)?;
+        }
+        if let Some(s) = &o.pull_secret {
+            if s.name.is_empty() {
+                return Err(("oci.pullSecret.name".into(), "must not be empty".into()));
+            }
+        }
+    }
+    if let Some(u) = &m.url {
+        url::check_url(&u.url, false).map_err(|p| ("url.url".to_string(), p))?;
+        digest("url.sha256", &u.sha256)?;
+    }
+    if let Some(cm) = &m.config_map {
+        if cm.name.is_empty() || cm.key.is_empty() {
+            return Err(("configMap".into(), "name and key are required".into()));
+        }
+        digest("configMap.sha256", &cm.sha256)?;
+    }
+    if let Some(f) = &m.file {
+        if f.path.is_empty() {
+            return Err(("file.path".into(), "must not be empty".into()));
+        }
+        if let Some(d) = &f.sha256 {
+            digest("file.sha256", d)?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes ring the process-wide rustls provider (kube uses ring too); the HTTP clients for OCI
+/// registries and URLs are built without a provider of their own. Idempotent.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The on-disk compile cache directory `wasmpilot run` uses: `--cache-dir`, else
+/// `$XDG_CACHE_HOME/wasmpilot/compiled`, else `~/.cache/wasmpilot/compiled`; `None` with
+/// `--no-cache` or when there is no home directory.
+pub fn compile_cache_dir(flag: Option<PathBuf>, disabled: bool) -> Option<PathBuf> {
+    if disabled {
+        return None;
+    }
+    if flag.is_some() {
+        return flag;
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })?;
+    Some(base.join("wasmpilot").join("compiled"))
+}
+
+/// Counts of how components were made ready (for logs and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Compiled from Wasm (cold).
+    pub compiled: usize,
+    /// Loaded from the on-disk compile cache.
+    pub loaded_from_disk: usize,
+}
+
+/// Fetches, verifies and compiles modules; compiled components are shared by digest.
+pub struct ModuleCache {
+    sandbox: Arc<Sandbox>,
+    client: Option<Client>,
+    module_dir: Option<PathBuf>,
+    compiled: Mutex<HashMap<String, Component>>,
+    disk: Option<Arc<CompileCache>>,
+    allow_http_urls: bool,
+    stats_compiled: AtomicUsize,
+    stats_disk: AtomicUsize,
+}
+
+impl ModuleCache {
+    /// `module_dir`: where relative `file` paths resolve; `None` refuses file modules.
+    pub fn new(sandbox: Arc<Sandbox>, client: Option<Client>, module_dir: Option<PathBuf>) -> Self {
+        ModuleCache {
+            sandbox,
+            client,
+            module_dir,
+            compiled: Mutex::new(HashMap::new()),
+            disk: None,
+            allow_http_urls: false,
+            stats_compiled: AtomicUsize::new(0),
+            stats_disk: AtomicUsize::new(0),
+        }
+    }
+
+    /// Keeps compiled components in `dir` (see [`compile_cache`]); `None` disables it. A directory
+    /// that cannot be created is reported and the host runs without a disk cache.
+    pub fn with_compile_cache(mut self, dir: Option<PathBuf>) -> Self {
+        self.disk = dir.and_then(
+            |dir| match CompileCache::open(&dir, self.sandbox.engine()) {
+                Ok(c) => {
+                    tracing::info!(dir = %c.dir().display(), "compile cache");
+                    Some(Arc::new(c))
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "compile cache unusable; compiling in memory only");
+                    None
+                }
+            },
+        );
+        self
+    }
+
+    /// Lets `url` modules use plain `http://` (tests with an in-process server). Not reachable
+    /// from a WasmOperator: there, URLs must be https.
+    pub fn allow_plain_http_urls(mut self) -> Self {
+        self.allow_http_urls = true;
+        self
+    }
+
+    pub fn sandbox(&self) -> &Arc<Sandbox> {
+        &self.sandbox
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            compiled: self.stats_compiled.load(Ordering::Relaxed),
+            loaded_from_disk: self.stats_disk.load(Ordering::Relaxed),
+        }
+    }
+
+    pub async fn phase(&self, r: &ModuleRef) -> Result<PhaseModule, ModuleError> {
+        let (name, digest, component) = self.component(r).await?;
+        self.sandbox
+            .phase_module(&digest, &component)
+            .map_err(|source| ModuleError::Load {
+                source_name: name,
+                source,
+            })
+    }
+
+    pub async fn finalizer(&self, r: &ModuleRef) -> Result<FinalizerModule, ModuleError> {
+        let (name, digest, component) = self.component(r).await?;
+        self.sandbox
+            .finalizer_module(&digest, &component)
+            .map_err(|source| ModuleError::Load {
+                source_name: name,
+                source,
+            })
+    }
+
+    /// Returns (source name, digest, compiled component).
+    async fn component(&self, r: &ModuleRef) -> Result<(String, String, Component), ModuleError> {
+        let (source_name, bytes, pinned) = self.fetch(r).await?;
+        let digest = digest_of(&bytes);
+        if let Some(expected) = pinned {
+            let expected =
+                normalize_digest(&expected).map_err(|_| ModuleError::DigestMismatch {
+                    source_name: source_name.clone(),
+                    expected: expected.clone(),
+                    actual: digest.clone(),
+                })?;
+            if expected != digest {
+                return Err(ModuleError::DigestMismatch {
+                    source_name,
+                    expected,
+                    actual: digest,
+                });
+            }
+        }
+        if let Some(c) = self.lock().get(&digest) {
+            return Ok((source_name, digest, c.clone()));
+        }
+        let sandbox = self.sandbox.clone();
+        let disk = self.disk.clone();
+        let key = digest.clone();
+        let started = Instant::now();
+        let loaded = tokio::task::spawn_blocking(move || match disk {
+            Some(disk) => disk.load_or_compile(sandbox.engine(), &key, &bytes),
+            None => sandbox.compile(&bytes).map(Loaded::Compiled),
+        })
+        .await
+        .map_err(|e| ModuleError::Load {
+            source_name: source_name.clone(),
+            source: LoadError::Compile(e.to_string()),
+        })?
+        .map_err(|source| ModuleError::Load {
+            source_name: source_name.clone(),
+            source,
+        })?;
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let compiled = match loaded {
+            Loaded::Compiled(c) => {
+                self.stats_compiled.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%digest, source = %source_name, elapsed_ms, "compiled module");
+                c
+            }
+            Loaded::Cached(c) => {
+                self.stats_disk.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%digest, source = %source_name, elapsed_ms, "loaded compiled module from the compile cache");
+                c
+            }
+        };
+        self.lock().insert(digest.clone(), compiled.clone());
+        Ok((source_name, digest, compiled))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Component>> {
+        self.compiled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Returns (source name for messages, component bytes, pinned digest).
+    async fn fetch(&self, r: &ModuleRef) -> Result<(String, Vec<u8>, Option<String>), ModuleError> {
+        match r.sources().as_slice() {
+            [] => return Err(ModuleError::NoSource),
+            [_] => {}
+            more => return Err(ModuleError::MultipleSources(more.join(" and "))),
+        }
+        if let Some(o) = &r.oci {
+            let source_name = format!("OCI {}", o.reference);
+            let auth = match &o.pull_secret {
+                None => oci::Auth::Anonymous,
+                Some(s) => {
+                    let namespace = s
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_MODULE_NAMESPACE.to_string());
+                    let client = self.client.clone().ok_or_else(|| ModuleError::Offline {
+                        source_name: source_name.clone(),
+                    })?;
+                    oci::auth_from_secret(&client, &namespace, &s.name, &o.reference)
+                        .await
+                        .map_err(|message| ModuleError::PullSecret {
+                            source_name: source_name.clone(),
+                            namespace,
+                            name: s.name.clone(),
+                            message,
+                        })?
+                }
+            };
+            let pulled = oci::pull(
+                &o.reference,
+                &auth,
+                o.insecure,
+                MAX_MODULE_BYTES,
+                FETCH_TIMEOUT,
+            )
+            .await
+            .map_err(|message| ModuleError::Fetch {
+                source_name: source_name.clone(),
+                message,
+            })?;
+            tracing::debug!(source = %source_name, manifest = %pulled.manifest_digest, layer = %pulled.layer_digest, "pulled module");
+            // The layer digest was verified against the bytes while pulling; a pin, when set,
+            // must match it too. Without a pin the manifest's layer digest is the component's.
+            let pin = o.sha256.clone().or(Some(pulled.layer_digest));
+            return Ok((source_name, pulled.bytes, pin));
+        }
+        if let Some(u) = &r.url {
+            let source_name = format!("URL {}", url::redact(&u.url));
+            let bytes = url::fetch(
+                &u.url,
+                self.allow_http_urls,
+                MAX_MODULE_BYTES,
+                FETCH_TIMEOUT,
+            )
+            .await
+            .map_err(|message| ModuleError::Fetch {
+                source_name: source_name.clone(),
+                message,
+            })?;
+            return Ok((source_name, bytes, Some(u.sha256.clone())));
+        }
+        if let Some(cm) = &r.config_map {
+            let namespace = cm
+                .namespace
+                .clone()
+                .unwrap_or_else(|| DEFAULT_MODULE_NAMESPACE.to_string());
+            let source_name = format!("ConfigMap {namespace}/{} key {}", cm.name, cm.key);
+            let client = self.client.clone().ok_or_else(|| ModuleError::Offline {
+                source_name: source_name.clone(),
+            })?;
+            let map = Api::<ConfigMap>::namespaced(client, &namespace)
+                .get(&cm.name)
+                .await
+                .map_err(|source| ModuleError::ConfigMapUnreadable {
+                    namespace: namespace.clone(),
+                    name: cm.name.clone(),
+                    source,
+                })?;
+            let data = map.binary_data.unwrap_or_default();
+            let Some(bytes) = data.get(&cm.key) else {
+                return Err(ModuleError::KeyMissing {
+                    namespace,
+                    name: cm.name.clone(),
+                    key: cm.key.clone(),
+                    keys: data.keys().cloned().collect::<Vec<_>>().join(", "),
+                });
+            };
+            let bytes = maybe_gunzip(&source_name, &cm.key, bytes.0.clone())?;
+            return Ok((source_name, bytes, Some(cm.sha256.clone())));
+        }
+        if let Some(f) = &r.file {
+            let Some(dir) = &self.module_dir else {
+                return Err(ModuleError::FilesDisabled {
+                    path: f.path.clone(),
+                });
+            };
+            let path = dir.join(&f.path);
+            let source_name = format!("file {}", path.display());
+            let bytes =
+                tokio::fs::read(&path)
+                    .await
+                    .map_err(|source| ModuleError::FileUnreadable {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
+            let bytes = maybe_gunzip(&source_name, &f.path, bytes)?;
+            return Ok((source_name, bytes, f.sha256.clone()));
+        }
+        Err(ModuleError::NoSource)
+    }
+}
+
+/// Modules stored under a name ending in `.gz` are gzip-compressed (ConfigMaps hold at most 1 MiB);
+/// the digest always covers the uncompressed component.
+fn maybe_gunzip(source_name: &str, name: &str, bytes: Vec<u8>) -> Result<Vec<u8>, ModuleError> {
+    if !name.ends_with(".gz") {
+        return Ok(bytes);
+    }
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes.as_slice())
+        .take(MAX_MODULE_BYTES)
+        .read_to_end(&mut out)
+        .map_err(|source| ModuleError::Decompress {
+            source_name: source_name.to_string(),
+            source,
+        })?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{FileModule, OciModule, UrlModule};
+
+    #[test]
+    fn digests_normalize() {
+        let hex = "a".repeat(64);
+        assert_eq!(normalize_digest(&hex).unwrap(), format!("sha256:{hex}"));
+        assert_eq!(
+            normalize_digest(&format!("sha256:{hex}")).unwrap(),
+            format!("sha256:{hex}")
+        );
+        assert!(normalize_digest("sha256:abc").is_err());
+        assert!(normalize_digest(&"A".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn gzip_round_trip() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(b"component bytes").unwrap();
+        let gz = enc.finish().unwrap();
+        assert_eq!(
+            maybe_gunzip("t", "m.wasm.gz", gz).unwrap(),
+            b"component bytes"
+        );
+        assert_eq!(
+            maybe_gunzip("t", "m.wasm", b"raw".to_vec()).unwrap(),
+            b"raw"
+        );
+        assert!(maybe_gunzip("t", "m.wasm.gz", b"not gzip".to_vec()).is_err());
+    }
+
+    #[test]
+    fn exactly_one_source() {
+        let file = Some(FileModule {
+            path: "x.wasm".into(),
+            sha256: None,
+        });
+        let oci = OciModule {
+            reference: "127.0.0.1:5000/ops/x:v1".into(),
+            sha256: None,
+            pull_secret: None,
+            insecure: true,
+        };
+        let none = ModuleRef::default();
+        assert!(check_ref(&none).unwrap_err().1.contains("exactly one"));
+        let both = ModuleRef {
+            file: file.clone(),
+            oci: Some(oci.clone()),
+            ..Default::default()
+        };
+        let e = check_ref(&both).unwrap_err().1;
+        assert!(e.contains("oci and file"), "{e}");
+        assert!(check_ref(&ModuleRef {
+            oci: Some(oci.clone()),
+            ..Default::default()
+        })
+        .is_ok());
+        let bad_pin = ModuleRef {
+            oci: Some(OciModule {
+                sha256: Some("nope".into()),
+                ..oci.clone()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(check_ref(&bad_pin).unwrap_err().0, "oci.sha256");
+        let bad_ref = ModuleRef {
+            oci: Some(OciModule {
+                reference: "Not A Reference".into(),
+                ..oci
+            }),
+            ..Default::default()
+        };
+        assert_eq!(check_ref(&bad_ref).unwrap_err().0, "oci.reference");
+        let http = ModuleRef {
+            url: Some(UrlModule {
+                url: "http://example.com/x.wasm".into(),
+                sha256: "a".repeat(64),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(check_ref(&http).unwrap_err().0, "url.url");
+    }
+
+    #[test]
+    fn cache_dir_defaults() {
+        assert_eq!(compile_cache_dir(Some("/x".into()), true), None);
+        assert_eq!(
+            compile_cache_dir(Some("/x".into()), false),
+            Some(PathBuf::from("/x"))
+        );
+    }
+}

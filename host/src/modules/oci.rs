@@ -1,0 +1,625 @@
+//! `oci` modules: components in OCI registries, pulled with `oci-client` (the ORAS project's
+//! Rust distribution client), and `wasmpilot push`, which publishes one.
+//!
+//! Accepted artifacts (the layout of the CNCF Wasm OCI artifact spec, written by `wasmpilot
+//! push`, wkg and `wasm-tools`-based tooling, and by ORAS with a `:application/wasm` file):
+//! an OCI image manifest (or Docker v2 manifest; an image index resolves to its `wasm`-platform
+//! or only entry) with **exactly one** layer whose media type is `application/wasm` (or the
+//! older `application/vnd.wasm.content.layer.v1+wasm`). The config blob is not read, so its
+//! media type does not matter: `application/vnd.wasm.config.v0+json` (wkg, `wasmpilot push`),
+//! `application/vnd.oci.empty.v1+json` (ORAS) and others are all fine. The layer bytes are the
+//! component; their sha256 is verified against the manifest while pulling and against the
+//! reference's `sha256` pin, when set.
+
+use super::{digest_of, install_crypto_provider};
+use anyhow::{bail, Context};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client as KubeClient};
+use oci_client::client::{ClientConfig, ClientProtocol, ImageLayer};
+use oci_client::manifest::{
+    ImageIndexEntry, OciDescriptor, OciImageManifest, OCI_IMAGE_MEDIA_TYPE,
+};
+pub use oci_client::secrets::RegistryAuth as Auth;
+use oci_client::{Client, Reference};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+/// Layer media types that carry a Wasm component.
+pub const WASM_LAYER_MEDIA_TYPES: &[&str] = &[
+    "application/wasm",
+    oci_client::manifest::WASM_LAYER_MEDIA_TYPE, // application/vnd.wasm.content.layer.v1+wasm
+];
+
+/// The config media type `wasmpilot push` writes (as wkg does).
+pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
+
+const USER_AGENT: &str = concat!("wasmpilot/", env!("CARGO_PKG_VERSION"));
+
+/// Parses `registry/repository:tag` or `registry/repository@sha256:…` (no `oci://` prefix).
+pub fn parse_reference(s: &str) -> Result<Reference, String> {
+    if s.contains("://") {
+        return Err(format!(
+            "{s:?}: write the reference without a scheme, e.g. registry.example.com/ops/worker:v1"
+        ));
+    }
+    Reference::try_from(s).map_err(|e| format!("{s:?} is not an OCI reference: {e}"))
+}
+
+fn client(insecure: bool) -> Result<Client, String> {
+    install_crypto_provider();
+    let config = ClientConfig {
+        protocol: if insecure {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        },
+        connect_timeout: Some(Duration::from_secs(10)),
+        read_timeout: Some(Duration::from_secs(30)),
+        platform_resolver: Some(Box::new(wasm_platform)),
+        user_agent: USER_AGENT,
+        ..Default::default()
+    };
+    Client::try_from(config).map_err(|e| format!("OCI client: {e}"))
+}
+
+/// In an image index: the `wasm` architecture entry, else the only entry.
+fn wasm_platform(entries: &[ImageIndexEntry]) -> Option<String> {
+    entries
+        .iter()
+        .find(|e| {
+            e.platform
+                .as_ref()
+                .is_some_and(|p| p.architecture.to_string() == "wasm")
+        })
+        .or(match entries {
+            [only] => Some(only),
+            _ => None,
+        })
+        .map(|e| e.digest.clone())
+}
+
+/// The single Wasm layer of an artifact's manifest.
+pub fn wasm_layer(manifest: &OciImageManifest) -> Result<&OciDescriptor, String> {
+    let wasm: Vec<&OciDescriptor> = manifest
+        .layers
+        .iter()
+        .filter(|l| WASM_LAYER_MEDIA_TYPES.contains(&l.media_type.as_str()))
+        .collect();
+    match wasm.as_slice() {
+        [one] => Ok(one),
+        [] => {
+            let found: Vec<&str> = manifest
+                .layers
+                .iter()
+                .map(|l| l.media_type.as_str())
+                .collect();
+            Err(format!(
+                "not a Wasm artifact: no layer of media type application/wasm (layers: {}); publish components with `wasmpilot push`, wkg or oras",
+                if found.is_empty() { "none".to_string() } else { found.join(", ") }
+            ))
+        }
+        more => Err(format!(
+            "the artifact has {} Wasm layers; exactly one is expected",
+            more.len()
+        )),
+    }
+}
+
+/// What a pull returned.
+pub struct Pulled {
+    pub bytes: Vec<u8>,
+    /// `sha256:…` of the manifest (what `@sha256:` references name).
+    pub manifest_digest: String,
+    /// `sha256:…` of the Wasm layer, verified against the bytes.
+    pub layer_digest: String,
+}
+
+/// Pulls the component of a Wasm OCI artifact, within `max_bytes` and `timeout`.
+pub async fn pull(
+    reference: &str,
+    auth: &Auth,
+    insecure: bool,
+    max_bytes: u64,
+    timeout: Duration,
+) -> Result<Pulled, String> {
+    let r = parse_reference(reference)?;
+    let client = client(insecure)?;
+    let pull = async {
+        let (manifest, manifest_digest) = client
+            .pull_image_manifest(&r, auth)
+            .await
+            .map_err(|e| format!("pulling the manifest: {e}"))?;
+        let layer = wasm_layer(&manifest)?;
+        if layer.size < 0 || layer.size as u64 > max_bytes {
+            return Err(format!(
+                "the Wasm layer is {} bytes, more than the limit of {} MiB",
+                layer.size,
+                max_bytes >> 20
+            ));
+        }
+        if !layer.digest.starts_with("sha256:") {
+            return Err(format!(
+                "the Wasm layer's digest {} is not sha256",
+                layer.digest
+            ));
+        }
+        let mut out = Capped::new(max_bytes);
+        client
+            .pull_blob(&r, layer, &mut out)
+            .await
+            .map_err(|e| format!("pulling the Wasm layer {}: {e}", layer.digest))?;
+        Ok(Pulled {
+            bytes: out.buf,
+            manifest_digest,
+            layer_digest: layer.digest.clone(),
+        })
+    };
+    tokio::time::timeout(timeout, pull)
+        .await
+        .map_err(|_| format!("the pull took longer than {timeout:?}"))?
+}
+
+/// An in-memory sink that refuses to grow beyond a limit.
+struct Capped {
+    buf: Vec<u8>,
+    max: u64,
+}
+
+impl Capped {
+    fn new(max: u64) -> Self {
+        Capped {
+            buf: Vec::new(),
+            max,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Capped {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        if this.buf.len() as u64 + data.len() as u64 > this.max {
+            return Poll::Ready(Err(std::io::Error::other(format!(
+                "the blob is larger than the limit of {} MiB",
+                this.max >> 20
+            ))));
+        }
+        this.buf.extend_from_slice(data);
+        Poll::Ready(Ok(data.len()))
+    }
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Credentials for the reference's registry from a `kubernetes.io/dockerconfigjson` (or legacy
+/// `kubernetes.io/dockercfg`) Secret. Errors name the Secret and registries, never credentials.
+pub async fn auth_from_secret(
+    client: &KubeClient,
+    namespace: &str,
+    name: &str,
+    reference: &str,
+) -> Result<Auth, String> {
+    let r = parse_reference(reference)?;
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(|e| format!("could not be read: {e}"))?;
+    let data = secret.data.unwrap_or_default();
+    let (json, legacy) = if let Some(d) = data.get(".dockerconfigjson") {
+        (&d.0, false)
+    } else if let Some(d) = data.get(".dockercfg") {
+        (&d.0, true)
+    } else {
+        return Err(
+            "has no .dockerconfigjson key (expected a Secret of type kubernetes.io/dockerconfigjson)"
+                .into(),
+        );
+    };
+    auth_for_registry(json, legacy, r.resolve_registry())
+}
+
+/// Finds the registry's entry in a docker config (`{"auths": {host: entry}}`, or `{host: entry}`
+/// when `legacy`); an entry has `username` + `password`, `auth` (base64 `user:password`) or
+/// `registrytoken`.
+pub fn auth_for_registry(json: &[u8], legacy: bool, registry: &str) -> Result<Auth, String> {
+    let v: Value = serde_json::from_slice(json)
+        .map_err(|e| format!("its docker config is not valid JSON: {e}"))?;
+    let auths = if legacy { &v } else { &v["auths"] };
+    let Some(auths) = auths.as_object() else {
+        return Err("its docker config has no \"auths\" object".into());
+    };
+    let wanted = registry_aliases(registry);
+    let entry = auths
+        .iter()
+        .find(|(k, _)| wanted.contains(&registry_host(k)))
+        .map(|(_, e)| e);
+    let Some(entry) = entry else {
+        let names: Vec<&str> = auths.keys().map(String::as_str).collect();
+        return Err(format!(
+            "has no credentials for registry {registry} (it has: {})",
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        ));
+    };
+    let field = |k: &str| entry[k].as_str().filter(|s| !s.is_empty());
+    if let (Some(u), Some(p)) = (field("username"), field("password")) {
+        return Ok(Auth::Basic(u.into(), p.into()));
+    }
+    if let Some(a) = field("auth") {
+        use base64::Engine as _;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(a.trim())
+            .map_err(|_| {
+                format!("the entry for {registry} has an \"auth\" field that is not base64")
+            })?;
+        let decoded = String::from_utf8(decoded).map_err(|_| {
+            format!("the entry for {registry} has an \"auth\" field that is not UTF-8")
+        })?;
+        let Some((u, p)) = decoded.split_once(':') else {
+            return Err(format!(
+                "the entry for {registry} has an \"auth\" field that is not user:password"
+            ));
+        };
+        return Ok(Auth::Basic(u.into(), p.into()));
+    }
+    if let Some(t) = field("registrytoken") {
+        return Ok(Auth::Bearer(t.into()));
+    }
+    Err(format!(
+        "the entry for {registry} has neither username/password, auth nor registrytoken"
+    ))
+}
+
+/// `https://host:port/v1/` → `host:port`.
+fn registry_host(key: &str) -> String {
+    let k = key
+        .trim()
+        .trim_start_matches("https://")
+        .trim_start_matches("http://");
+    k.split('/').next().unwrap_or(k).to_ascii_lowercase()
+}
+
+fn registry_aliases(registry: &str) -> Vec<String> {
+    let r = registry.to_ascii_lowercase();
+    if ["docker.io", "index.docker.io", "registry-1.docker.io"].contains(&r.as_str()) {
+        return vec![
+            "docker.io".into(),
+            "index.docker.io".into(),
+            "registry-1.docker.io".into(),
+        ];
+    }
+    vec![r]
+}
+
+/// What `wasmpilot push` published.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    /// The reference pushed to (with its tag).
+    pub reference: String,
+    /// `sha256:…` of the manifest: `<repository>@<manifest digest>` pins the artifact.
+    pub manifest_digest: String,
+    /// `sha256:…` of the component bytes (the Wasm layer): the module's `sha256` pin.
+    pub component_digest: String,
+}
+
+impl Pushed {
+    /// `registry/repository@sha256:<manifest digest>`.
+    pub fn pinned_reference(&self) -> String {
+        let base = match self.reference.rsplit_once('@') {
+            Some((b, _)) => b.to_string(),
+            None => match self.reference.rsplit_once(':') {
+                // A colon after the last slash is a tag; one before it is a registry port.
+                Some((b, tag)) if !tag.contains('/') => b.to_string(),
+                _ => self.reference.clone(),
+            },
+        };
+        format!("{base}@{}", self.manifest_digest)
+    }
+}
+
+/// The imports and exports of a component (for the artifact's config), validating it on the way.
+pub fn component_world(bytes: &[u8]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    let engine = wasmtime::Engine::new(&config).map_err(anyhow::Error::from)?;
+    let component = wasmtime::component::Component::new(&engine, bytes)
+        .map_err(|e| anyhow::anyhow!("not a valid Wasm component: {e:#}"))?;
+    let ty = component.component_type();
+    let imports = ty.imports(&engine).map(|(n, _)| n.to_string()).collect();
+    let exports = ty.exports(&engine).map(|(n, _)| n.to_string()).collect();
+    Ok((imports, exports))
+}
+
+/// The config blob of a Wasm OCI artifact (CNCF Wasm OCI artifact spec, as wkg writes it).
+/// `created` honours `SOURCE_DATE_EPOCH`, so a reproducible build pushes the same digests.
+pub fn wasm_config(component_digest: &str, imports: &[String], exports: &[String]) -> Vec<u8> {
+    let created = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+        .unwrap_or_else(jiff::Timestamp::now);
+    let config = json!({
+        "created": created.to_string(),
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [component_digest],
+        "component": {"imports": imports, "exports": exports, "target": null},
+    });
+    serde_json::to_vec(&config).expect("JSON values serialize")
+}
+
+/// Publishes a component as a Wasm OCI artifact under a tag; returns its digests.
+pub async fn push(
+    component: &[u8],
+    reference: &str,
+    auth: &Auth,
+    insecure: bool,
+    title: Option<&str>,
+) -> anyhow::Result<Pushed> {
+    let r = parse_reference(reference).map_err(anyhow::Error::msg)?;
+    if r.digest().is_some() {
+        bail!("push to a tag (registry/repository:tag), not to a digest");
+    }
+    let (imports, exports) = component_world(component)?;
+    let component_digest = digest_of(component);
+    let config = wasm_config(&component_digest, &imports, &exports);
+    let client = client(insecure).map_err(anyhow::Error::msg)?;
+    client
+        .store_auth_if_needed(r.resolve_registry(), auth)
+        .await;
+    let layer = ImageLayer::new(
+        component.to_vec(),
+        "application/wasm".to_string(),
+        title.map(|t| {
+            BTreeMap::from([("org.opencontainers.image.title".to_string(), t.to_string())])
+        }),
+    );
+    let manifest = OciImageManifest {
+        schema_version: 2,
+        media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_string()),
+        config: OciDescriptor {
+            media_type: WASM_CONFIG_MEDIA_TYPE.to_string(),
+            digest: digest_of(&config),
+            size: config.len() as i64,
+            ..Default::default()
+        },
+        layers: vec![OciDescriptor {
+            media_type: layer.media_type.clone(),
+            digest: component_digest.clone(),
+            size: component.len() as i64,
+            annotations: layer.annotations.clone(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    client
+        .push_blob(&r, layer.data, &component_digest)
+        .await
+        .with_context(|| format!("pushing the component to {}", r.whole()))?;
+    client
+        .push_blob(&r, config, &manifest.config.digest)
+        .await
+        .with_context(|| format!("pushing the config to {}", r.whole()))?;
+    let body = serde_json::to_vec(&manifest)?;
+    let manifest_digest = digest_of(&body);
+    client
+        .push_manifest_raw(
+            &r,
+            body,
+            reqwest::header::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE),
+        )
+        .await
+        .with_context(|| format!("pushing the manifest to {}", r.whole()))?;
+    Ok(Pushed {
+        reference: reference.to_string(),
+        manifest_digest,
+        component_digest,
+    })
+}
+
+/// `wasmpilot push <component.wasm> oci://registry/repository:tag`.
+#[derive(clap::Args, Debug)]
+pub struct PushArgs {
+    /// The component to publish, e.g. target/wasm32-wasip2/release/my_worker.wasm.
+    pub component: PathBuf,
+    /// Where to: `oci://registry/repository:tag`.
+    pub target: String,
+    /// Plain HTTP instead of HTTPS (loopback or test registries).
+    #[arg(long)]
+    pub insecure: bool,
+    /// Registry user name; the password comes from --password-stdin or
+    /// $WASMPILOT_REGISTRY_PASSWORD.
+    #[arg(long, env = "WASMPILOT_REGISTRY_USERNAME")]
+    pub username: Option<String>,
+    /// Read the registry password from standard input.
+    #[arg(long)]
+    pub password_stdin: bool,
+}
+
+/// Runs `wasmpilot push`: publishes the component and prints its digests and a module reference.
+pub async fn push_command(args: PushArgs) -> anyhow::Result<()> {
+    let reference = args
+        .target
+        .strip_prefix("oci://")
+        .unwrap_or(&args.target)
+        .to_string();
+    let bytes = std::fs::read(&args.component)
+        .with_context(|| format!("reading {}", args.component.display()))?;
+    let auth = match &args.username {
+        None => Auth::Anonymous,
+        Some(user) => {
+            let password = if args.password_stdin {
+                let mut s = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut s)
+                    .context("reading the password from standard input")?;
+                s.trim_end_matches(['\r', '\n']).to_string()
+            } else {
+                std::env::var("WASMPILOT_REGISTRY_PASSWORD").map_err(|_| {
+                    anyhow::anyhow!(
+                        "--username needs a password: --password-stdin or $WASMPILOT_REGISTRY_PASSWORD"
+                    )
+                })?
+            };
+            Auth::Basic(user.clone(), password)
+        }
+    };
+    let title = args.component.file_name().and_then(|n| n.to_str());
+    let pushed = push(&bytes, &reference, &auth, args.insecure, title).await?;
+    println!("pushed {}", pushed.reference);
+    println!("manifest digest:  {}", pushed.manifest_digest);
+    println!("component sha256: {}", pushed.component_digest);
+    println!("module:");
+    println!("  oci:");
+    println!("    reference: {}", pushed.pinned_reference());
+    println!("    sha256: {}", pushed.component_digest);
+    if args.insecure {
+        println!("    insecure: true");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(media_type: &str) -> OciDescriptor {
+        OciDescriptor {
+            media_type: media_type.into(),
+            digest: format!("sha256:{}", "a".repeat(64)),
+            size: 10,
+            ..Default::default()
+        }
+    }
+
+    fn manifest(config: &str, layers: &[&str]) -> OciImageManifest {
+        OciImageManifest {
+            config: desc(config),
+            layers: layers.iter().map(|m| desc(m)).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn accepts_wasm_artifact_layouts() {
+        // wkg / wasmpilot push
+        let wkg = manifest(WASM_CONFIG_MEDIA_TYPE, &["application/wasm"]);
+        assert!(wasm_layer(&wkg).is_ok());
+        // ORAS: empty config, one application/wasm file
+        let oras = manifest("application/vnd.oci.empty.v1+json", &["application/wasm"]);
+        assert!(wasm_layer(&oras).is_ok());
+        // older wasm-to-oci layout
+        let legacy = manifest(
+            "application/vnd.wasm.config.v1+json",
+            &["application/vnd.wasm.content.layer.v1+wasm"],
+        );
+        assert!(wasm_layer(&legacy).is_ok());
+        // a container image is not a module
+        let image = manifest(
+            "application/vnd.oci.image.config.v1+json",
+            &["application/vnd.oci.image.layer.v1.tar+gzip"],
+        );
+        let e = wasm_layer(&image).unwrap_err();
+        assert!(
+            e.contains("tar+gzip") && e.contains("application/wasm"),
+            "{e}"
+        );
+        let two = manifest(
+            WASM_CONFIG_MEDIA_TYPE,
+            &["application/wasm", "application/wasm"],
+        );
+        assert!(wasm_layer(&two).unwrap_err().contains("2 Wasm layers"));
+        assert!(wasm_layer(&manifest(WASM_CONFIG_MEDIA_TYPE, &[])).is_err());
+    }
+
+    #[test]
+    fn references_parse() {
+        let r = parse_reference("127.0.0.1:5000/ops/worker:v1").unwrap();
+        assert_eq!(r.registry(), "127.0.0.1:5000");
+        assert_eq!(r.repository(), "ops/worker");
+        assert_eq!(r.tag(), Some("v1"));
+        let d = format!("registry.example.com/ops/worker@sha256:{}", "c".repeat(64));
+        assert!(parse_reference(&d).unwrap().digest().is_some());
+        assert!(parse_reference("oci://registry.example.com/x:v1").is_err());
+        assert!(parse_reference("UPPER/Case:v1").is_err());
+    }
+
+    #[test]
+    fn pinned_reference_replaces_the_tag() {
+        let p = Pushed {
+            reference: "127.0.0.1:5000/ops/worker:v1".into(),
+            manifest_digest: "sha256:abc".into(),
+            component_digest: String::new(),
+        };
+        assert_eq!(p.pinned_reference(), "127.0.0.1:5000/ops/worker@sha256:abc");
+        let untagged = Pushed {
+            reference: "127.0.0.1:5000/ops/worker".into(),
+            ..p
+        };
+        assert_eq!(
+            untagged.pinned_reference(),
+            "127.0.0.1:5000/ops/worker@sha256:abc"
+        );
+    }
+
+    #[test]
+    fn docker_config_credentials() {
+        let cfg = br#"{"auths": {
+            "https://127.0.0.1:5000/v1/": {"username": "alice", "password": "s3cret"},
+            "ghcr.io": {"auth": "Ym9iOmh1bnRlcjI="},
+            "tokens.example.com": {"registrytoken": "tok"},
+            "empty.example.com": {}
+        }}"#;
+        match auth_for_registry(cfg, false, "127.0.0.1:5000").unwrap() {
+            Auth::Basic(u, p) => assert_eq!((u.as_str(), p.as_str()), ("alice", "s3cret")),
+            other => panic!("{other:?}"),
+        }
+        match auth_for_registry(cfg, false, "ghcr.io").unwrap() {
+            Auth::Basic(u, p) => assert_eq!((u.as_str(), p.as_str()), ("bob", "hunter2")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            auth_for_registry(cfg, false, "tokens.example.com").unwrap(),
+            Auth::Bearer(_)
+        ));
+        let missing = auth_for_registry(cfg, false, "quay.io").unwrap_err();
+        assert!(missing.contains("quay.io") && missing.contains("ghcr.io"));
+        assert!(!missing.contains("s3cret") && !missing.contains("hunter2"));
+        let e = auth_for_registry(cfg, false, "empty.example.com").unwrap_err();
+        assert!(e.contains("neither"), "{e}");
+        let legacy = br#"{"docker.io": {"auth": "Ym9iOmh1bnRlcjI="}}"#;
+        assert!(auth_for_registry(legacy, true, "index.docker.io").is_ok());
+        assert!(auth_for_registry(b"not json", false, "x").is_err());
+    }
+
+    #[test]
+    fn config_names_the_layer() {
+        let c: Value =
+            serde_json::from_slice(&wasm_config("sha256:x", &["a".into()], &["b".into()])).unwrap();
+        assert_eq!(c["architecture"], "wasm");
+        assert_eq!(c["os"], "wasip2");
+        assert_eq!(c["layerDigests"], json!(["sha256:x"]));
+        assert_eq!(c["component"]["exports"], json!(["b"]));
+    }
+}

@@ -1,0 +1,225 @@
+//! `url` modules: a component downloaded over HTTPS, pinned by sha256 (required, the URL names
+//! no digest). reqwest with rustls (ring), the same HTTP stack the OCI client uses, so URL
+//! downloads add no dependency; the body is read in chunks up to a size cap, the whole request
+//! has a deadline, and redirects may not leave https.
+
+use std::time::Duration;
+
+/// Most redirects followed.
+const MAX_REDIRECTS: usize = 5;
+
+/// Parses a module URL: `https://` only, unless `allow_http` (tests with an in-process server).
+pub fn check_url(raw: &str, allow_http: bool) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+    match url.scheme() {
+        "https" => {}
+        "http" if allow_http => {}
+        "http" => {
+            return Err(format!(
+                "{} is plain http: module URLs must be https",
+                redact(raw)
+            ))
+        }
+        other => return Err(format!("scheme {other:?} is not supported: use https")),
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("the URL names no host".into());
+    }
+    Ok(url)
+}
+
+/// The URL without credentials, query or fragment, for messages and logs.
+pub fn redact(raw: &str) -> String {
+    match reqwest::Url::parse(raw) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            let had_query = u.query().is_some();
+            u.set_query(None);
+            u.set_fragment(None);
+            let mut s = u.to_string();
+            if had_query {
+                s.push_str("?…");
+            }
+            s
+        }
+        Err(_) => "(unparseable URL)".into(),
+    }
+}
+
+/// Downloads the body of `raw`, refusing more than `max_bytes` and anything slower than `timeout`.
+pub async fn fetch(
+    raw: &str,
+    allow_http: bool,
+    max_bytes: u64,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
+    let url = check_url(raw, allow_http)?;
+    super::install_crypto_provider();
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() >= MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else if attempt.url().scheme() != "https" && !allow_http {
+            attempt.error("redirected away from https")
+        } else {
+            attempt.follow()
+        }
+    });
+    let client = reqwest::Client::builder()
+        .redirect(policy)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .timeout(timeout)
+        .user_agent(concat!("wasmpilot/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("HTTP client: {}", error_chain(e)))?;
+    let download = async {
+        let mut response = client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("request failed: {}", error_chain(e)))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("the server answered {status}"));
+        }
+        if let Some(len) = response.content_length() {
+            if len > max_bytes {
+                return Err(too_large(max_bytes));
+            }
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("reading the body: {}", error_chain(e)))?
+        {
+            if body.len() as u64 + chunk.len() as u64 > max_bytes {
+                return Err(too_large(max_bytes));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    };
+    // reqwest's own timeout covers the request; this one also bounds a slow trickle of chunks.
+    tokio::time::timeout(timeout, download)
+        .await
+        .map_err(|_| format!("download took longer than {timeout:?}"))?
+}
+
+fn too_large(max: u64) -> String {
+    format!(
+        "the component is larger than the limit of {} MiB",
+        max >> 20
+    )
+}
+
+/// An error with its causes, without the URL (reqwest puts the full URL, query and all, in
+/// its Display; messages name the redacted one instead).
+fn error_chain(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// Serves `respond(request path)` to every connection: (status line, body, delay).
+    async fn serve(
+        respond: impl Fn(&str) -> (&'static str, Vec<u8>, Duration) + Send + Sync + 'static,
+    ) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let respond = std::sync::Arc::new(respond);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let respond = respond.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let n = sock.read(&mut buf).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let (status, body, delay) = respond(&path);
+                    tokio::time::sleep(delay).await;
+                    let header = format!(
+                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = sock.write_all(header.as_bytes()).await;
+                    let _ = sock.write_all(&body).await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn downloads_within_limits() {
+        let base = serve(|path| match path {
+            "/ok.wasm" => ("200 OK", b"component".to_vec(), Duration::ZERO),
+            "/big.wasm" => ("200 OK", vec![0u8; 4096], Duration::ZERO),
+            "/slow.wasm" => ("200 OK", b"late".to_vec(), Duration::from_secs(5)),
+            _ => ("404 Not Found", Vec::new(), Duration::ZERO),
+        })
+        .await;
+        let t = Duration::from_secs(5);
+        let ok = fetch(&format!("{base}/ok.wasm"), true, 1024, t).await;
+        assert_eq!(ok.unwrap(), b"component");
+        let big = fetch(&format!("{base}/big.wasm"), true, 1024, t).await;
+        assert!(big.unwrap_err().contains("larger than the limit"));
+        let missing = fetch(&format!("{base}/nope.wasm?token=secret"), true, 1024, t).await;
+        let e = missing.unwrap_err();
+        assert!(e.contains("404"), "{e}");
+        let slow = fetch(
+            &format!("{base}/slow.wasm"),
+            true,
+            1024,
+            Duration::from_millis(300),
+        )
+        .await;
+        let e = slow.unwrap_err();
+        assert!(e.contains("longer than") || e.contains("timed out"), "{e}");
+        // Plain http needs the explicit test switch.
+        let refused = fetch(&format!("{base}/ok.wasm"), false, 1024, t).await;
+        assert!(refused.unwrap_err().contains("must be https"));
+    }
+
+    #[tokio::test]
+    async fn connection_errors_do_not_leak_the_query() {
+        // Nothing listens on port 9 of loopback (discard; not run here).
+        let e = fetch(
+            "http://user:pw@127.0.0.1:9/x.wasm?token=secret",
+            true,
+            1024,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert!(!e.contains("secret") && !e.contains("pw"), "{e}");
+    }
+
+    #[test]
+    fn urls_are_checked_and_redacted() {
+        assert!(check_url("https://example.com/x.wasm", false).is_ok());
+        assert!(check_url("http://example.com/x.wasm", false).is_err());
+        assert!(check_url("http://example.com/x.wasm", true).is_ok());
+        assert!(check_url("ftp://example.com/x.wasm", true).is_err());
+        assert!(check_url("not a url", true).is_err());
+        assert_eq!(
+            redact("https://user:pw@example.com/x.wasm?sig=abc#f"),
+            "https://example.com/x.wasm?…"
+        );
+    }
+}
