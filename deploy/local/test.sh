@@ -16,7 +16,8 @@ step "rustfmt"
 cargo fmt --all -- --check
 
 step "guest components (wasm32-wasip2, release)"
-GUESTS=(-p autoroute-initializing -p autoroute-syncing -p autoroute-ready -p wasmpilot-test-scripted)
+GUESTS=(-p autoroute-initializing -p autoroute-syncing -p autoroute-ready -p wasmpilot-test-scripted
+  -p myownshell-initializing -p myownshell-syncing -p myownshell-ready -p myownshell-finalizer)
 cargo build --release --target wasm32-wasip2 "${GUESTS[@]}"
 
 step "clippy"
