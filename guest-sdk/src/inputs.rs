@@ -46,6 +46,15 @@ impl Inputs {
         self.get_raw(name).ok_or_else(|| self.unknown(name))
     }
 
+    /// The samples of a metric query the phase declared (`queries` in the WasmOperator): the
+    /// host ran the PromQL against Prometheus and hands the result over as data.
+    ///
+    /// # Errors
+    /// As [`Inputs::list`].
+    pub fn samples(&self, name: &str) -> Result<Vec<Sample>, WorkerError> {
+        self.list(name)
+    }
+
     /// Parses every object of input `name` into `T`.
     ///
     /// # Errors
@@ -170,4 +179,16 @@ mod tests {
         assert_eq!(describe_object(2, "nope"), "#2 (not JSON)");
         assert_eq!(describe_object(1, "{}"), "#1");
     }
+}
+
+/// One sample of a metric query result: an instant-vector element, or a scalar (no labels).
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct Sample {
+    /// The series' labels (empty for a scalar).
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The value; `None` when Prometheus answered NaN or ±Inf.
+    pub value: Option<f64>,
+    /// Evaluation time, seconds since the Unix epoch.
+    pub timestamp: f64,
 }

@@ -46,7 +46,7 @@ pub mod testing;
 pub use context::{Context, LogLevel, LogRecord};
 pub use error::{ErrorKind, WorkerError};
 pub use export::{FinalizerWorker, PhaseWorker};
-pub use inputs::Inputs;
+pub use inputs::{Inputs, Sample};
 pub use outcome::{Finalized, Outcome};
 pub use status::HostStatus;
 

@@ -68,10 +68,27 @@ enum Command {
     Crd,
     /// Publish a built component to an OCI registry as a Wasm artifact; print its digests.
     Push(wasmpilot::modules::oci::PushArgs),
+    /// Print the least-privilege ClusterRole (and its binding) an operator needs, for `kubectl apply -f -`.
+    Rbac {
+        /// The WasmOperator manifest, e.g. examples/autoroute/operator.yaml.
+        operator: PathBuf,
+        /// The host's ServiceAccount as namespace/name; bound to the role.
+        #[arg(long, default_value = "wasmpilot-system/wasmpilot")]
+        service_account: String,
+        /// Print only the ClusterRole.
+        #[arg(long)]
+        no_binding: bool,
+    },
 }
 
 #[derive(clap::Args)]
 struct RunArgs {
+    /// Prometheus HTTP API for phases' metric queries (a WasmOperator may name its own).
+    #[arg(long, env = "WASMPILOT_PROMETHEUS_URL")]
+    prometheus_url: Option<String>,
+    /// Serve /metrics, /healthz and /readyz on this address, e.g. 0.0.0.0:8080.
+    #[arg(long, env = "WASMPILOT_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
     /// Allow `file` modules, resolved relative to this directory (development only).
     #[arg(long, env = "WASMPILOT_MODULE_DIR")]
     module_dir: Option<PathBuf>,
@@ -166,6 +183,14 @@ impl Cli {
                 print!("{}", serde_yaml::to_string(&outcome)?);
                 Ok(())
             }
+            Command::Rbac {
+                operator,
+                service_account,
+                no_binding,
+            } => {
+                print!("{}", rbac_yaml(&operator, &service_account, no_binding)?);
+                Ok(())
+            }
             Command::Crd => {
                 print!("{}", serde_yaml::to_string(&WasmOperator::crd())?);
                 Ok(())
@@ -187,6 +212,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_memory_bytes: args.max_memory_limit_mib.max(args.memory_limit_mib) << 20,
         ..SandboxLimits::default()
     };
+    if let Some(addr) = args.metrics_addr {
+        tokio::spawn(async move {
+            if let Err(e) = wasmpilot::metrics::serve(addr).await {
+                tracing::error!(%addr, error = %e, "metrics server stopped");
+            }
+        });
+    }
     let sandbox = Sandbox::new(limits)?;
     let modules = Arc::new(
         ModuleCache::new(sandbox, Some(client.clone()), args.module_dir).with_compile_cache(
@@ -198,7 +230,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
     };
     if !args.leader_elect {
-        return Manager::new(client, modules).run(shutdown).await;
+        return Manager::new(client, modules)
+            .with_prometheus(args.prometheus_url.clone())
+            .run(shutdown)
+            .await;
     }
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let timing = LeaseTiming {
@@ -214,11 +249,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         timing,
     );
     tokio::pin!(shutdown);
+    // A standby is healthy and ready (as a standby); it must not block rollouts.
+    wasmpilot::metrics::READINESS.mark_listed();
     tokio::select! {
         () = election.acquire() => {}
         () = &mut shutdown => return Ok(()),
     }
-    let manager = Manager::new(client, modules);
+    let manager = Manager::new(client, modules).with_prometheus(args.prometheus_url.clone());
     tokio::select! {
         result = manager.run(&mut shutdown) => {
             election.release().await;
@@ -238,4 +275,37 @@ fn default_identity() -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "wasmpilot".into());
     format!("{host}-{}", std::process::id())
+}
+
+/// `wasmpilot rbac`: the operator's ClusterRole (+ binding) as multi-document YAML.
+fn rbac_yaml(
+    operator: &std::path::Path,
+    service_account: &str,
+    no_binding: bool,
+) -> anyhow::Result<String> {
+    let doc = wasmpilot::offline::read_documents(operator)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("{} is empty", operator.display()))?;
+    let op: WasmOperator = serde_json::from_value(doc)
+        .with_context(|| format!("{} is not a WasmOperator", operator.display()))?;
+    let name = op
+        .metadata
+        .name
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("{}: metadata.name is required", operator.display()))?;
+    let sa = if no_binding {
+        None
+    } else {
+        Some(service_account.split_once('/').ok_or_else(|| {
+            anyhow::anyhow!("--service-account must be namespace/name, got {service_account:?}")
+        })?)
+    };
+    let rules = wasmpilot::rbac::rules_for(&op.spec, &Default::default());
+    let mut out = String::new();
+    for doc in wasmpilot::rbac::role_manifests(&name, &rules, sa) {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&doc)?);
+    }
+    Ok(out)
 }

@@ -35,6 +35,37 @@ pub struct WasmOperatorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub resync_interval: Option<String>,
+    /// The Prometheus that phases' `queries` run against; overrides `wasmpilot run --prometheus-url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusSpec>,
+}
+
+/// Where metric queries go.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusSpec {
+    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.istio-system:9090`.
+    pub url: String,
+    /// Per-query timeout (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
+}
+
+/// A named PromQL query the host runs before the phase's worker; its result reaches the worker
+/// as the input of the same name (one object per sample: `labels`, `value`, `timestamp`).
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct QuerySpec {
+    /// The input name the worker reads the samples by.
+    pub name: String,
+    /// PromQL with `{{param}}` placeholders, e.g.
+    /// `sum(rate(requests_total{deployment="{{target}}",code!~"5.."}[1m]))`.
+    pub query: String,
+    /// Placeholder → dotted field path into the resource (`spec.targetRef.name`, `metadata.namespace`).
+    /// Values are inserted escaped for a PromQL string literal; nothing else is templated.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, String>,
 }
 
 /// An apiVersion + kind pair, e.g. `apps/v1` `Deployment`.
@@ -78,6 +109,9 @@ pub struct PhaseSpec {
     /// the host's ceilings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<WorkerLimits>,
+    /// Metric queries run by the host (against Prometheus) before this phase's worker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queries: Vec<QuerySpec>,
 }
 
 /// Limits of one worker call.

@@ -1,7 +1,7 @@
 //! Validates a `WasmOperator` spec into an `OperatorDefinition` the host can run.
 //! Every error names the offending field, so it can go straight into a Condition message.
 
-use crate::crd::{InputSpec, KindRef, ModuleRef, WasmOperatorSpec, WorkerLimits};
+use crate::crd::{InputSpec, KindRef, ModuleRef, QuerySpec, WasmOperatorSpec, WorkerLimits};
 use crate::sandbox::LimitOverride;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -36,6 +36,8 @@ pub struct PhaseDefinition {
     /// Phases the worker may move to besides staying; empty: any declared phase.
     pub next: Vec<String>,
     pub limits: LimitOverride,
+    /// Metric queries run before the worker; their samples arrive as inputs of the same names.
+    pub queries: Vec<QuerySpec>,
 }
 
 impl PhaseDefinition {
@@ -54,6 +56,8 @@ pub struct OperatorDefinition {
     pub initial_phase: String,
     pub finalizer: Option<ModuleRef>,
     pub finalizer_limits: LimitOverride,
+    /// Prometheus for metric queries (URL, timeout), when the WasmOperator names one.
+    pub prometheus: Option<(String, Duration)>,
     pub resync: Duration,
 }
 
@@ -106,6 +110,19 @@ impl OperatorDefinition {
                 }
                 check_kind(&KindRef::new(&input.api_version, &input.kind), &f)?;
             }
+            for (j, q) in p.queries.iter().enumerate() {
+                let f = format!("{field}.queries[{j}]");
+                if !input_names.insert(q.name.as_str()) {
+                    return Err(invalid(
+                        format!("{f}.name"),
+                        format!(
+                            "{:?} is already the name of an input or query of this phase",
+                            q.name
+                        ),
+                    ));
+                }
+                crate::promql::check(q).map_err(|p| invalid(format!("{f}.query"), p))?;
+            }
             for (j, output) in p.outputs.iter().enumerate() {
                 check_kind(output, &format!("{field}.outputs[{j}]"))?;
             }
@@ -116,6 +133,7 @@ impl OperatorDefinition {
                 inputs: p.inputs.clone(),
                 outputs: p.outputs.clone(),
                 next: p.next.clone(),
+                queries: p.queries.clone(),
                 limits: limit_override(p.limits.as_ref(), &format!("{field}.limits"))?,
             });
         }
@@ -171,6 +189,23 @@ impl OperatorDefinition {
                 spec.finalizer.as_ref().and_then(|f| f.limits.as_ref()),
                 "spec.finalizer.limits",
             )?,
+            prometheus: match &spec.prometheus {
+                None => None,
+                Some(p) => {
+                    let timeout = match &p.timeout {
+                        None => crate::promql::DEFAULT_TIMEOUT,
+                        Some(t) => parse_interval_allowing_subsecond(t)
+                            .map_err(|e| invalid("spec.prometheus.timeout", e))?,
+                    };
+                    if !(p.url.starts_with("http://") || p.url.starts_with("https://")) {
+                        return Err(invalid(
+                            "spec.prometheus.url",
+                            format!("{:?} is not an http(s) URL", p.url),
+                        ));
+                    }
+                    Some((p.url.clone(), timeout))
+                }
+            },
             resync,
         })
     }
@@ -283,6 +318,11 @@ fn check_module(m: &ModuleRef, field: &str) -> Result<(), DefinitionError> {
     })
 }
 
+fn parse_interval_allowing_subsecond(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration like 500ms or 5s ({e})"))
+}
+
 /// Parses `30s`, `5m`, `1h30m`; refuses zero and anything below one second.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s.trim())
@@ -319,6 +359,7 @@ mod tests {
             outputs: vec![],
             next: vec![],
             limits: None,
+            queries: vec![],
         }
     }
 
@@ -328,6 +369,7 @@ mod tests {
             phases,
             finalizer: None,
             resync_interval: Some("30s".into()),
+            prometheus: None,
         }
     }
 

@@ -111,6 +111,7 @@ mod tests {
             outputs: vec![],
             next: vec![],
             limits: Default::default(),
+            queries: vec![],
         };
         let source = Fixed(vec![
             deployment("b", "z", &[("tier", "web")]),

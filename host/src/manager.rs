@@ -37,6 +37,10 @@ enum LoadFailure {
         #[source]
         source: crate::modules::ModuleError,
     },
+    #[error("the host lacks permissions this operator needs: {}; grant them with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    MissingPermissions(Vec<crate::rbac::Missing>),
+    #[error("could not check the host's permissions: {0}")]
+    PermissionCheck(#[source] kube::Error),
 }
 
 impl LoadFailure {
@@ -45,6 +49,8 @@ impl LoadFailure {
             LoadFailure::Invalid(_) => "InvalidDefinition",
             LoadFailure::KindNotServed(_) => "KindNotServed",
             LoadFailure::Module { .. } => "ModuleLoadFailed",
+            LoadFailure::MissingPermissions(_) => "MissingPermissions",
+            LoadFailure::PermissionCheck(_) => "PermissionCheckFailed",
         }
     }
 
@@ -75,6 +81,7 @@ pub struct Manager {
     running: HashMap<String, Running>,
     /// Specs that failed to load, so status-only updates don't retry them in a loop.
     failed: HashMap<String, WasmOperatorSpec>,
+    metrics_source: crate::reconcile::MetricsSource,
 }
 
 impl Manager {
@@ -90,7 +97,14 @@ impl Manager {
             recorder,
             running: HashMap::new(),
             failed: HashMap::new(),
+            metrics_source: crate::reconcile::MetricsSource::default(),
         }
+    }
+
+    /// Sets the Prometheus that metric queries use when a WasmOperator names none.
+    pub fn with_prometheus(mut self, url: Option<String>) -> Self {
+        self.metrics_source.default_url = url;
+        self
     }
 
     /// Runs until `shutdown` resolves.
@@ -119,6 +133,7 @@ impl Manager {
                         for name in gone {
                             self.stop(&name);
                         }
+                        crate::metrics::READINESS.mark_listed();
                     }
                     Some(Ok(Event::Apply(op))) => self.ensure(op, false, &retry_tx).await,
                     Some(Ok(Event::Delete(op))) => {
@@ -153,6 +168,10 @@ impl Manager {
         if self.running.remove(name).is_some() {
             tracing::info!(operator = %name, "stopping controller");
         }
+        crate::metrics::READINESS.synced(name);
+        crate::metrics::METRICS
+            .operators_running
+            .set(self.running.len() as i64);
     }
 
     /// Makes the running controller match the object's spec; `retry` forces a new attempt.
@@ -183,9 +202,14 @@ impl Manager {
                         shutdown: Some(tx),
                     },
                 );
+                crate::metrics::READINESS.syncing(&name);
+                tokio::spawn(report_synced(name.clone(), ctx.clone()));
                 tokio::spawn(watch::run(ctx, inputs, async move {
                     let _ = rx.await;
                 }));
+                crate::metrics::METRICS
+                    .operators_running
+                    .set(self.running.len() as i64);
                 let message = format!(
                     "{} controller for {} {} with {} module(s)",
                     if swapped {
@@ -209,6 +233,13 @@ impl Manager {
                 let message = format!("{failure}{still}");
                 tracing::warn!(operator = %name, reason = failure.reason(), "{message}");
                 self.failed.insert(name.clone(), op.spec.clone());
+                crate::metrics::METRICS
+                    .load_failures
+                    .get_or_create(&crate::metrics::LoadLabels {
+                        operator: name.clone(),
+                        reason: failure.reason().into(),
+                    })
+                    .inc();
                 self.report(&op, Some(failure.reason()), &message, BTreeMap::new())
                     .await;
                 let reference = op.object_ref(&());
@@ -259,6 +290,19 @@ impl Manager {
                 let r = kinds::resolve(&self.client, slot.key(), &field).await?;
                 slot.insert(r);
             }
+        }
+        // Fail here, naming verb and resource, rather than at the first write of a reconcile.
+        let mut known: std::collections::BTreeMap<KindRef, kube::discovery::ApiResource> = resolved
+            .iter()
+            .map(|(k, r)| (k.clone(), r.api.clone()))
+            .collect();
+        known.insert(definition.resource.clone(), resource.api.clone());
+        let missing =
+            crate::rbac::missing_permissions(&self.client, &crate::rbac::rules_for(spec, &known))
+                .await
+                .map_err(LoadFailure::PermissionCheck)?;
+        if !missing.is_empty() {
+            return Err(LoadFailure::MissingPermissions(missing));
         }
         let mut workers = HashMap::new();
         let mut digests = BTreeMap::new();
@@ -325,6 +369,7 @@ impl Manager {
             sandbox: self.modules.sandbox().clone(),
             recorder: self.recorder.clone(),
             backoff: Backoff::default(),
+            metrics_source: self.metrics_source.clone(),
         };
         Ok((Arc::new(ctx), watches, digests))
     }
@@ -348,10 +393,7 @@ impl Manager {
             reason: failure.unwrap_or("ControllerRunning").into(),
             message: message.into(),
         };
-        let modules_ok = !matches!(
-            failure,
-            Some("ModuleLoadFailed") | Some("InvalidDefinition") | Some("KindNotServed")
-        );
+        let modules_ok = failure.is_none();
         let modules = status::ConditionUpdate {
             type_: "ModulesLoaded",
             status: modules_ok,
@@ -397,6 +439,21 @@ impl Manager {
             tracing::warn!(operator = %op.name_any(), error = %e, "could not update WasmOperator status");
         }
     }
+}
+
+/// Marks an operator synced for `/readyz` once all its caches have their first list.
+async fn report_synced(name: String, ctx: Arc<OperatorContext>) {
+    for store in ctx.inputs.0.values() {
+        if store.wait_until_ready().await.is_err() {
+            return;
+        }
+    }
+    for store in ctx.outputs.0.values() {
+        if store.wait_until_ready().await.is_err() {
+            return;
+        }
+    }
+    crate::metrics::READINESS.synced(&name);
 }
 
 fn schedule_retry(tx: &mpsc::UnboundedSender<String>, name: String) {

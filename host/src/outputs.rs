@@ -397,6 +397,7 @@ mod tests {
             ],
             next: vec![],
             limits: Default::default(),
+            queries: vec![],
         }
     }
 

@@ -42,6 +42,14 @@ pub struct OperatorContext {
     pub sandbox: Arc<Sandbox>,
     pub recorder: Recorder,
     pub backoff: Backoff,
+    pub metrics_source: MetricsSource,
+}
+
+/// Where phases' metric queries go unless the WasmOperator names its own Prometheus.
+#[derive(Clone, Default)]
+pub struct MetricsSource {
+    pub client: crate::promql::Prometheus,
+    pub default_url: Option<String>,
 }
 
 /// The watch caches of every input kind.
@@ -112,6 +120,12 @@ pub enum ReconcileError {
         #[source]
         source: Box<OutputError>,
     },
+    #[error("metric input for phase {phase}: {source}")]
+    Query {
+        phase: String,
+        #[source]
+        source: crate::promql::QueryError,
+    },
     #[error("input cache for {0} has not synced yet")]
     InputsNotSynced(String),
     #[error("status of the resource changed while the worker ran; deciding again")]
@@ -139,6 +153,7 @@ impl ReconcileError {
             ReconcileError::Outputs { source, .. } | ReconcileError::Apply { source, .. } => {
                 source.is_fatal()
             }
+            ReconcileError::Query { source, .. } => source.is_fatal(),
             _ => false,
         }
     }
@@ -154,6 +169,7 @@ impl ReconcileError {
             ReconcileError::FinalizerPending(_) => "FinalizerPending",
             ReconcileError::Apply { .. } => "ApplyFailed",
             ReconcileError::Outputs { .. } => "OutputRefused",
+            ReconcileError::Query { .. } => "MetricQueryFailed",
             ReconcileError::InputsNotSynced(_) => "InputsNotSynced",
             ReconcileError::StatusConflict => "StatusConflict",
             ReconcileError::Api { .. } => "ApiError",
@@ -197,6 +213,16 @@ pub async fn reconcile(
         phase = tracing::field::Empty,
     );
     async move {
+        let metrics = &crate::metrics::METRICS;
+        metrics.reconciles_in_flight.inc();
+        let phase_label = obj
+            .data
+            .get("status")
+            .and_then(|s| s.get("phase"))
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+            .unwrap_or(&ctx.definition.initial_phase)
+            .to_string();
         let api = ctx.api_for(obj.namespace().as_deref());
         let mut result = decide(&ctx, &api, obj.clone()).await;
         if matches!(result, Err(ReconcileError::StatusConflict)) {
@@ -211,12 +237,22 @@ pub async fn reconcile(
                 Err(_) => {}
             }
         }
+        metrics.reconciles_in_flight.dec();
+        let labels = |result: &str| crate::metrics::ReconcileLabels {
+            operator: ctx.definition.name.clone(),
+            phase: phase_label.clone(),
+            result: result.to_string(),
+        };
         match result {
             Ok(action) => {
+                metrics.reconciles.get_or_create(&labels("ok")).inc();
                 ctx.backoff.reset(&OperatorContext::key(&obj));
                 Ok(action)
             }
-            Err(e) => report_error(&ctx, &api, &obj, e).await,
+            Err(e) => {
+                metrics.reconciles.get_or_create(&labels(e.reason())).inc();
+                report_error(&ctx, &api, &obj, e).await
+            }
         }
     }
     .instrument(span)
@@ -325,23 +361,49 @@ async fn run_phase(
             declared: declared_phases(def),
         })?;
     wait_for_inputs(ctx, phase).await?;
+    let now = now_rfc3339();
+    let resource = inputs::to_worker_json(&obj, &def.resource);
+    let mut phase_inputs = inputs::gather(phase, obj.namespace().as_deref(), &ctx.inputs);
+    if !phase.queries.is_empty() {
+        let (url, timeout) = match &def.prometheus {
+            Some((url, timeout)) => (Some(url.as_str()), *timeout),
+            None => (
+                ctx.metrics_source.default_url.as_deref(),
+                crate::promql::DEFAULT_TIMEOUT,
+            ),
+        };
+        let as_value: Value = serde_json::from_str(&resource).unwrap_or(Value::Null);
+        let samples = ctx
+            .metrics_source
+            .client
+            .run(&phase.queries, &as_value, url, timeout, &now)
+            .await
+            .map_err(|source| ReconcileError::Query {
+                phase: current.clone(),
+                source,
+            })?;
+        phase_inputs.extend(samples);
+    }
     let request = SyncRequest {
         operator: def.name.clone(),
         phase: current.clone(),
-        resource: inputs::to_worker_json(&obj, &def.resource),
-        inputs: inputs::gather(phase, obj.namespace().as_deref(), &ctx.inputs),
-        now: now_rfc3339(),
+        resource,
+        inputs: phase_inputs,
+        now,
     };
     let started = std::time::Instant::now();
-    let result = ctx
-        .sandbox
-        .run_sync(module, request)
-        .await
-        .map_err(|source| ReconcileError::Worker {
-            phase: current.clone(),
-            digest: module.digest.clone(),
-            source,
-        })?;
+    let outcome = ctx.sandbox.run_sync(module, request).await;
+    record_worker_call(
+        &def.name,
+        &current,
+        started.elapsed(),
+        outcome.as_ref().err(),
+    );
+    let result = outcome.map_err(|source| ReconcileError::Worker {
+        phase: current.clone(),
+        digest: module.digest.clone(),
+        source,
+    })?;
     tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, next = %result.next_phase, outputs = result.outputs.len(), "worker decided");
 
     if def.phase(&result.next_phase).is_none() {
@@ -490,6 +552,30 @@ async fn run_finalizer(
             result.requeue_after_ms.unwrap_or(5_000),
         )))
     }
+}
+
+/// Worker call duration, and limit kills, for `/metrics`.
+fn record_worker_call(operator: &str, phase: &str, elapsed: Duration, error: Option<&RunError>) {
+    let m = &crate::metrics::METRICS;
+    let labels = crate::metrics::PhaseLabels {
+        operator: operator.to_string(),
+        phase: phase.to_string(),
+    };
+    m.worker_duration
+        .get_or_create(&labels)
+        .observe(elapsed.as_secs_f64());
+    let limit = match error {
+        Some(RunError::DeadlineExceeded(_)) => "deadline",
+        Some(RunError::MemoryLimit { .. }) => "memory",
+        _ => return,
+    };
+    m.limit_kills
+        .get_or_create(&crate::metrics::LimitLabels {
+            operator: labels.operator,
+            phase: labels.phase,
+            limit: limit.into(),
+        })
+        .inc();
 }
 
 /// Reports an error on the resource; fatal ones wait for a change, the rest go to backoff.

@@ -11,6 +11,7 @@ use bindings::phase::PhasePre;
 pub use bindings::{
     FinalizeRequest, FinalizeResult, NamedObjects, SyncRequest, SyncResult, WorkerError,
 };
+pub use bindings::{LogField, LogLevel};
 use state::HostState;
 pub use state::RunLimits;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -383,12 +384,11 @@ impl Sandbox {
         call_limits: CallLimits,
         call: impl FnOnce(&mut Store<HostState>) -> Result<R, RunError> + Send + 'static,
     ) -> Result<R, RunError> {
-        let _permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| RunError::ShuttingDown)?;
+        let waiting = &crate::metrics::METRICS.worker_calls_waiting;
+        waiting.inc();
+        let permit = self.permits.clone().acquire_owned().await;
+        waiting.dec();
+        let _permit = permit.map_err(|_| RunError::ShuttingDown)?;
         let engine = self.engine.clone();
         let limits = self.limits.clone();
         let span = tracing::Span::current();

@@ -30,12 +30,18 @@ pub struct Host {
 
 impl Host {
     pub fn start(args: &[&str], log_name: &str) -> Host {
+        Host::start_with_env(args, &[], log_name)
+    }
+
+    /// Like `start`, with extra environment (e.g. another KUBECONFIG).
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)], log_name: &str) -> Host {
         let log = std::env::temp_dir().join(format!("{log_name}-{}.log", std::process::id()));
         let file = std::fs::File::create(&log).expect("host log file");
         let child = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
             .arg("run")
             .args(args)
             .env("WASMPILOT_LOG", "info,wasmpilot=debug")
+            .envs(env.iter().copied())
             .stdout(Stdio::from(file.try_clone().expect("log fd")))
             .stderr(Stdio::from(file))
             .spawn()

@@ -1,0 +1,249 @@
+//! Prometheus metrics (`/metrics`, text format) and health endpoints (`/healthz`, `/readyz`),
+//! served by `wasmpilot run --metrics-addr`. One process-wide registry, like client-go's.
+
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub operator: String,
+    pub phase: String,
+    /// `ok`, or the failure reason (as in the Condition).
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub operator: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub operator: String,
+    pub phase: String,
+    /// `deadline` or `memory`.
+    pub limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LoadLabels {
+    pub operator: String,
+    pub reason: String,
+}
+
+/// Every metric the host exports.
+pub struct Metrics {
+    registry: Registry,
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    pub worker_duration: Family<PhaseLabels, Histogram>,
+    pub limit_kills: Family<LimitLabels, Counter>,
+    pub load_failures: Family<LoadLabels, Counter>,
+    pub reconciles_in_flight: Gauge,
+    pub worker_calls_waiting: Gauge,
+    pub operators_running: Gauge,
+}
+
+fn duration_histogram() -> Histogram {
+    // 50 µs … ~1.6 s
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("wasmpilot");
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Reconciles by operator, phase and result",
+            reconciles.clone(),
+        );
+        let worker_duration = Family::<PhaseLabels, Histogram>::new_with_constructor(
+            duration_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "worker_duration_seconds",
+            "Wall time of phase worker calls (fresh instance + sync), including waiting for a slot",
+            worker_duration.clone(),
+        );
+        let limit_kills = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "worker_limit_kills",
+            "Worker calls ended by the deadline or the memory limit",
+            limit_kills.clone(),
+        );
+        let load_failures = Family::<LoadLabels, Counter>::default();
+        registry.register(
+            "operator_load_failures",
+            "Failed loads of a WasmOperator (module fetch/verify/compile, kinds, permissions)",
+            load_failures.clone(),
+        );
+        let reconciles_in_flight = Gauge::default();
+        registry.register(
+            "reconciles_in_flight",
+            "Reconciles running now",
+            reconciles_in_flight.clone(),
+        );
+        let worker_calls_waiting = Gauge::default();
+        registry.register(
+            "worker_calls_waiting",
+            "Worker calls queued for a sandbox slot",
+            worker_calls_waiting.clone(),
+        );
+        let operators_running = Gauge::default();
+        registry.register(
+            "operators_running",
+            "WasmOperators with a running controller",
+            operators_running.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            worker_duration,
+            limit_kills,
+            load_failures,
+            reconciles_in_flight,
+            worker_calls_waiting,
+            operators_running,
+        }
+    }
+
+    /// The registry in Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The process-wide metrics.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// What `/readyz` reports: ready once WasmOperators were listed and every started controller's
+/// caches have synced.
+#[derive(Default)]
+pub struct Readiness {
+    listed: AtomicBool,
+    syncing: Mutex<BTreeSet<String>>,
+}
+
+impl Readiness {
+    pub fn mark_listed(&self) {
+        self.listed.store(true, Ordering::Relaxed);
+    }
+
+    pub fn syncing(&self, operator: &str) {
+        self.lock().insert(operator.to_string());
+    }
+
+    pub fn synced(&self, operator: &str) {
+        self.lock().remove(operator);
+    }
+
+    /// `Ok` when ready, else what is still pending.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.listed.load(Ordering::Relaxed) {
+            return Err("WasmOperators not listed yet (or waiting for leadership)".into());
+        }
+        let syncing = self.lock();
+        if syncing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "caches not synced for: {}",
+                syncing.iter().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.syncing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub static READINESS: LazyLock<Readiness> = LazyLock::new(Readiness::default);
+
+/// Serves `/metrics`, `/healthz` and `/readyz` until the process ends.
+pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(|| async {
+                (
+                    [("content-type", "text/plain; version=0.0.4")],
+                    METRICS.encode(),
+                )
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|| async {
+                match READINESS.check() {
+                    Ok(()) => (StatusCode::OK, "ok".to_string()),
+                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_encode_with_labels() {
+        let m = Metrics::new();
+        m.reconciles
+            .get_or_create(&ReconcileLabels {
+                operator: "autoroute".into(),
+                phase: "Syncing".into(),
+                result: "ok".into(),
+            })
+            .inc();
+        m.worker_duration
+            .get_or_create(&PhaseLabels {
+                operator: "autoroute".into(),
+                phase: "Syncing".into(),
+            })
+            .observe(0.001);
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"wasmpilot_reconciles_total{operator="autoroute",phase="Syncing",result="ok"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("wasmpilot_worker_duration_seconds_bucket"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn readiness_waits_for_listing_and_syncs() {
+        let r = Readiness::default();
+        assert!(r.check().is_err());
+        r.mark_listed();
+        r.syncing("a");
+        assert_eq!(r.check().unwrap_err(), "caches not synced for: a");
+        r.synced("a");
+        assert!(r.check().is_ok());
+    }
+}

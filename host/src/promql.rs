@@ -1,0 +1,283 @@
+//! Metric inputs: a phase's declared PromQL queries, rendered from the resource by explicit field
+//! paths and run against Prometheus by the host, handed to the worker as data (samples).
+
+use crate::crd::QuerySpec;
+use crate::sandbox::NamedObjects;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// Default per-query timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A query could not be rendered or answered.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("query {query}: parameter {param} reads {path}, which the resource does not have")]
+    MissingField {
+        query: String,
+        param: String,
+        path: String,
+    },
+    #[error("query {query}: no Prometheus configured (set `wasmpilot run --prometheus-url` or spec.prometheus.url)")]
+    NoPrometheus { query: String },
+    #[error("query {query} against {url}: {problem}")]
+    Failed {
+        query: String,
+        url: String,
+        problem: String,
+    },
+}
+
+impl QueryError {
+    /// A missing field is the resource's fault (fatal until it changes); Prometheus trouble is transient.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            QueryError::MissingField { .. } | QueryError::NoPrometheus { .. }
+        )
+    }
+}
+
+/// The `{{name}}` placeholders of a template, in order of appearance.
+pub fn placeholders(template: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else { break };
+        out.push(after[..end].trim().to_string());
+        rest = &after[end + 2..];
+    }
+    out
+}
+
+/// Checks a query declaration: placeholders and params match one to one. Returns a problem.
+pub fn check(q: &QuerySpec) -> Result<(), String> {
+    let used: BTreeSet<String> = placeholders(&q.query).into_iter().collect();
+    let declared: BTreeSet<String> = q.params.keys().cloned().collect();
+    if let Some(p) = used.difference(&declared).next() {
+        return Err(format!("placeholder {{{{{p}}}}} has no entry in params"));
+    }
+    if let Some(p) = declared.difference(&used).next() {
+        return Err(format!("param {p:?} is not used in the query"));
+    }
+    if q.query.trim().is_empty() {
+        return Err("query must not be empty".into());
+    }
+    Ok(())
+}
+
+/// Escapes a value for the inside of a PromQL double-quoted string.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn field<'a>(resource: &'a Value, path: &str) -> Option<&'a Value> {
+    path.trim_start_matches('.')
+        .split('.')
+        .try_fold(resource, |v, key| v.get(key))
+}
+
+/// Renders a query for one resource.
+pub fn render(q: &QuerySpec, resource: &Value) -> Result<String, QueryError> {
+    let mut out = q.query.clone();
+    for (param, path) in &q.params {
+        let value = field(resource, path)
+            .filter(|v| !v.is_null())
+            .ok_or_else(|| QueryError::MissingField {
+                query: q.name.clone(),
+                param: param.clone(),
+                path: path.clone(),
+            })?;
+        let text = match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let escaped = escape(&text);
+        for form in [format!("{{{{{param}}}}}"), format!("{{{{ {param} }}}}")] {
+            out = out.replace(&form, &escaped);
+        }
+    }
+    Ok(out)
+}
+
+/// Converts a Prometheus `/api/v1/query` answer into samples `{labels, value, timestamp}`.
+pub fn samples(answer: &Value) -> Result<Vec<Value>, String> {
+    if answer["status"] != "success" {
+        return Err(format!(
+            "Prometheus answered {}: {}",
+            answer["errorType"].as_str().unwrap_or("an error"),
+            answer["error"].as_str().unwrap_or("(no message)")
+        ));
+    }
+    let sample = |labels: &Value, pair: &Value| -> Result<Value, String> {
+        let ts = pair[0].as_f64().ok_or("sample without a timestamp")?;
+        let raw = pair[1].as_str().ok_or("sample without a value")?;
+        let value: f64 = raw
+            .parse()
+            .map_err(|_| format!("sample value {raw:?} is not a number"))?;
+        // NaN/Inf are not JSON numbers: pass them as null, the worker decides.
+        let value = if value.is_finite() {
+            json!(value)
+        } else {
+            Value::Null
+        };
+        Ok(json!({"labels": labels, "value": value, "timestamp": ts}))
+    };
+    let data = &answer["data"];
+    match data["resultType"].as_str() {
+        Some("vector") => data["result"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|i| sample(&i["metric"], &i["value"]))
+                    .collect()
+            })
+            .unwrap_or_else(|| Ok(vec![])),
+        Some("scalar") => Ok(vec![sample(&json!({}), &data["result"])?]),
+        other => Err(format!(
+            "unsupported result type {other:?} (use an instant vector or scalar query)"
+        )),
+    }
+}
+
+/// Runs queries against Prometheus.
+#[derive(Clone)]
+pub struct Prometheus {
+    http: reqwest::Client,
+}
+
+impl Default for Prometheus {
+    fn default() -> Self {
+        Prometheus {
+            http: reqwest::Client::new(),
+        }
+    }
+}
+
+impl Prometheus {
+    /// Renders and runs every query of a phase, at time `now` (RFC 3339).
+    pub async fn run(
+        &self,
+        queries: &[QuerySpec],
+        resource: &Value,
+        url: Option<&str>,
+        timeout: Duration,
+        now: &str,
+    ) -> Result<Vec<NamedObjects>, QueryError> {
+        let mut inputs = Vec::with_capacity(queries.len());
+        for q in queries {
+            let promql = render(q, resource)?;
+            let Some(url) = url else {
+                return Err(QueryError::NoPrometheus {
+                    query: q.name.clone(),
+                });
+            };
+            let failed = |problem: String| QueryError::Failed {
+                query: q.name.clone(),
+                url: url.to_string(),
+                problem,
+            };
+            let endpoint = format!("{}/api/v1/query", url.trim_end_matches('/'));
+            let endpoint = reqwest::Url::parse_with_params(
+                &endpoint,
+                &[("query", promql.as_str()), ("time", now)],
+            )
+            .map_err(|e| failed(format!("invalid URL: {e}")))?;
+            let response = self
+                .http
+                .get(endpoint)
+                .timeout(timeout)
+                .send()
+                .await
+                .map_err(|e| failed(format!("{e} (timeout {timeout:?})")))?;
+            let status = response.status();
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| failed(format!("HTTP {status}: {e}")))?;
+            let answer: Value = serde_json::from_slice(&body)
+                .map_err(|e| failed(format!("HTTP {status}, not a Prometheus API answer: {e}")))?;
+            let objects = samples(&answer).map_err(failed)?;
+            tracing::debug!(query = %q.name, %promql, samples = objects.len(), "metric query");
+            inputs.push(NamedObjects {
+                name: q.name.clone(),
+                objects: objects.iter().map(Value::to_string).collect(),
+            });
+        }
+        Ok(inputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn query(q: &str, params: &[(&str, &str)]) -> QuerySpec {
+        QuerySpec {
+            name: "rate".into(),
+            query: q.into(),
+            params: params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        }
+    }
+
+    #[test]
+    fn renders_by_field_path_with_promql_escaping_only() {
+        let q = query(
+            r#"sum(rate(req{app="{{target}}",ns="{{ ns }}"}[1m]))"#,
+            &[("target", "spec.target"), ("ns", "metadata.namespace")],
+        );
+        assert!(check(&q).is_ok());
+        let r = json!({"metadata": {"namespace": "prod"}, "spec": {"target": r#"we"b<&>\"#}});
+        assert_eq!(
+            render(&q, &r).unwrap(),
+            r#"sum(rate(req{app="we\"b<&>\\",ns="prod"}[1m]))"#
+        );
+        let missing = render(&q, &json!({"metadata": {"namespace": "x"}})).unwrap_err();
+        assert!(missing.to_string().contains("spec.target"), "{missing}");
+        assert!(missing.is_fatal());
+    }
+
+    #[test]
+    fn declarations_must_match_placeholders() {
+        assert!(check(&query("up{job=\"{{job}}\"}", &[]))
+            .unwrap_err()
+            .contains("{{job}}"));
+        assert!(check(&query("up", &[("job", "spec.job")]))
+            .unwrap_err()
+            .contains("not used"));
+    }
+
+    #[test]
+    fn answers_become_samples() {
+        let vector = json!({"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": {"code": "200"}, "value": [1700000000.5, "0.97"]},
+            {"metric": {"code": "500"}, "value": [1700000000.5, "NaN"]}]}});
+        let s = samples(&vector).unwrap();
+        assert_eq!(
+            s[0],
+            json!({"labels": {"code": "200"}, "value": 0.97, "timestamp": 1700000000.5})
+        );
+        assert_eq!(s[1]["value"], Value::Null);
+        let scalar =
+            json!({"status": "success", "data": {"resultType": "scalar", "result": [1.0, "3"]}});
+        assert_eq!(samples(&scalar).unwrap()[0]["value"], 3.0);
+        let error = json!({"status": "error", "errorType": "bad_data", "error": "parse error"});
+        assert!(samples(&error).unwrap_err().contains("parse error"));
+    }
+}

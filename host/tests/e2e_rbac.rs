@@ -1,0 +1,188 @@
+//! The shipped RBAC is enough, and no more: `kubectl apply -k deploy/`, then the host runs with
+//! exactly the deploy/ ServiceAccount's token plus `wasmpilot rbac` for AutoRoute, and drives an
+//! AutoRoute to Ready; an operator whose role was not granted is reported, naming what is missing.
+//! Also checks /metrics, /healthz and /readyz of that host.
+
+mod common;
+
+use anyhow::{anyhow, ensure, Context};
+use common::cluster::*;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::Client;
+use serde_json::json;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shipped_rbac_is_enough() {
+    let client = client().await;
+    if let Err(e) = scenario(&client).await {
+        panic!("{e:#}");
+    }
+}
+
+fn wasmpilot(args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+        .args(args)
+        .current_dir(common::repo_root())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "wasmpilot {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+fn kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<()> {
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .current_dir(common::repo_root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("running kubectl")?;
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .ok_or_else(|| anyhow!("stdin"))?
+            .write_all(text.as_bytes())?;
+    }
+    let status = child.wait()?;
+    ensure!(status.success(), "kubectl {args:?} failed");
+    Ok(())
+}
+
+/// A kubeconfig for the ServiceAccount's token, against the same server and CA.
+async fn service_account_kubeconfig(client: &Client) -> anyhow::Result<std::path::PathBuf> {
+    let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), "wasmpilot-system");
+    let secret_name = wait_for("the ServiceAccount token Secret", T, || async {
+        Ok(sas
+            .get_opt("wasmpilot")
+            .await?
+            .and_then(|sa| sa.secrets)
+            .and_then(|s| s.into_iter().next())
+            .and_then(|r| r.name))
+    })
+    .await?;
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), "wasmpilot-system");
+    let secret = secrets.get(&secret_name).await?;
+    let data = secret
+        .data
+        .ok_or_else(|| anyhow!("token Secret without data"))?;
+    let token = String::from_utf8(
+        data.get("token")
+            .ok_or_else(|| anyhow!("no token"))?
+            .0
+            .clone(),
+    )?;
+    let admin = kube::config::Kubeconfig::read()?;
+    let cluster = admin
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.clone())
+        .ok_or_else(|| anyhow!("no cluster in KUBECONFIG"))?;
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": cluster.server, "certificate-authority-data": cluster.certificate_authority_data}}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+    });
+    let path = std::env::temp_dir().join(format!("wasmpilot-sa-{}.kubeconfig", std::process::id()));
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    Ok(path)
+}
+
+async fn scenario(client: &Client) -> anyhow::Result<()> {
+    kubectl(&["apply", "-k", "deploy/"], None).context("kubectl apply -k deploy/")?;
+    wasmpilot(&["deploy", "--no-build", "examples/autoroute"])?;
+    let role = wasmpilot(&["rbac", "examples/autoroute/operator.yaml"])?;
+    kubectl(&["apply", "-f", "-"], Some(&role)).context("applying wasmpilot rbac output")?;
+    let kubeconfig = service_account_kubeconfig(client).await?;
+
+    let port = 18000 + (std::process::id() % 1000) as u16;
+    let addr = format!("127.0.0.1:{port}");
+    let mut host = Host::start_with_env(
+        &[
+            "--leader-elect",
+            "--leader-election-namespace",
+            "wasmpilot-system",
+            "--lease-duration",
+            "4s",
+            "--metrics-addr",
+            &addr,
+        ],
+        &[(
+            "KUBECONFIG",
+            kubeconfig.to_str().ok_or_else(|| anyhow!("path"))?,
+        )],
+        "wasmpilot-rbac",
+    );
+
+    // An operator whose role was never granted: reported, not failing at its first write.
+    let probe_op = json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "rbac-missing"},
+        "spec": {"resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Probe"},
+                 "phases": [{"name": "Start", "initial": true, "module": {"file": {"path": "x.wasm"}},
+                             "outputs": [{"apiVersion": "v1", "kind": "Secret"}]}]}});
+    apply_file(
+        client,
+        &common::repo_root().join("host/tests/manifests/scripted.yaml"),
+        None,
+    )
+    .await?;
+    // The manifest also declares the `scripted` operator: not granted either.
+    apply_yaml(client, &probe_op.to_string(), None).await?;
+
+    let ns = create_namespace(client, "e2e-rbac").await?;
+    apply_yaml(
+        client,
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"tier": "web"}},
+                "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": 80}]}]}}}})
+        .to_string(),
+        Some(&ns),
+    )
+    .await?;
+    apply_yaml(
+        client,
+        &json!({"apiVersion": "examples.io/v1", "kind": "AutoRoute", "metadata": {"name": "r"}, "spec": {"deploymentSelector": {"matchLabels": {"tier": "web"}}}}).to_string(),
+        Some(&ns),
+    )
+    .await?;
+    let result = async {
+        wait_for("AutoRoute Ready under the ServiceAccount", T, || async {
+            let o = get(client, "examples.io/v1", "AutoRoute", Some(&ns), "r").await?;
+            Ok(o.filter(|o| o["status"]["phase"] == "Ready" && str_list(&o["status"]["syncedDeployments"]) == ["web"]).map(|_| ()))
+        })
+        .await?;
+        must(get(client, "v1", "Service", Some(&ns), "web").await?, "Service web")?;
+        let o = wait_condition(client, ("wasmpilot.io/v1alpha1", "WasmOperator"), None, "rbac-missing", ("Ready", "False", "MissingPermissions"), T).await?;
+        let msg = condition(&o, "Ready").and_then(|c| c["message"].as_str()).unwrap_or_default().to_string();
+        ensure!(msg.contains("test.wasmpilot.io/probes") && msg.contains("core/secrets") && msg.contains("wasmpilot rbac"), "names what is missing: {msg}");
+
+        let http = |path: &str| {
+            let out = Command::new("curl").args(["-s", "-o", "/dev/stdout", "-w", "\n%{http_code}", &format!("http://{addr}{path}")]).output();
+            out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        };
+        let metrics = http("/metrics")?;
+        ensure!(metrics.contains(r#"wasmpilot_reconciles_total{operator="autoroute""#), "metrics: {metrics}");
+        ensure!(metrics.contains("wasmpilot_worker_duration_seconds_bucket"), "histogram exported");
+        ensure!(metrics.contains(r#"wasmpilot_operator_load_failures_total{operator="rbac-missing",reason="MissingPermissions"}"#), "load failures counted");
+        ensure!(http("/healthz")?.ends_with("200"), "healthz");
+        ensure!(http("/readyz")?.ends_with("200"), "readyz");
+        anyhow::Ok(())
+    }
+    .await;
+    ensure!(host.is_alive(), "host alive");
+    drop(host);
+    for op in ["rbac-missing", "scripted"] {
+        let _ = delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, op).await;
+    }
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let _ = api.delete(&ns, &Default::default()).await;
+    result
+}
