@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing wasmpilot needs on a Debian machine: the wasm32-wasip2
-# Rust target and kubectl. The local cluster's own packages are installed by cluster.sh.
+# Rust target, kubectl, and docker-registry + htpasswd for the module tests. The local
+# cluster's own packages are installed by cluster.sh.
 set -euo pipefail
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -16,4 +17,12 @@ if ! command -v kubectl >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client
+fi
+# The module tests run real OCI registries on loopback: Debian's docker-registry (distribution
+# v2) and htpasswd (apache2-utils) for the private one (deploy/local/registry.sh).
+if ! command -v docker-registry >/dev/null 2>&1 || ! command -v htpasswd >/dev/null 2>&1; then
+  echo "setup: installing docker-registry and apache2-utils (Debian packages)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry apache2-utils
 fi
