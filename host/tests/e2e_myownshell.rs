@@ -2,7 +2,8 @@
 //! the local one): `wasmpilot deploy examples/myownshell` and a host of its own, then what the
 //! operator-sdk tutorial promises — a Deployment of `spec.size` busybox pods owned by the
 //! MyOwnShell, resized when the spec changes, a finalizer that runs on delete, the Deployment
-//! garbage-collected after it. Also: a hand-scaled Deployment is put back to `spec.size`.
+//! garbage-collected after it. Also: a hand-scaled Deployment is put back to `spec.size`, and
+//! a deleted one is created again.
 
 mod common;
 
@@ -187,6 +188,23 @@ async fn scenario(client: &Client, ns: &str, started: Instant) -> anyhow::Result
         .context("a hand-scaled Deployment is put back to spec.size")?;
     wait_ready(client, ns, shell, 3).await?;
     step("hand-scaled to 5: back to 3");
+
+    // Someone deletes the Deployment: Ready finds it missing and Syncing creates it again.
+    let old_uid = must(
+        get(client, DEP.0, DEP.1, Some(ns), shell).await?,
+        "Deployment",
+    )?["metadata"]["uid"]
+        .clone();
+    delete(client, DEP.0, DEP.1, Some(ns), shell).await?;
+    wait_for("the Deployment re-created", T, || async {
+        let dep = get(client, DEP.0, DEP.1, Some(ns), shell).await?;
+        Ok(dep
+            .filter(|d| d["metadata"]["uid"] != old_uid && d["spec"]["replicas"] == 3)
+            .map(|_| ()))
+    })
+    .await?;
+    wait_ready(client, ns, shell, 3).await?;
+    step("Deployment deleted: re-created");
 
     // Delete: the finalizer worker runs and the host removes its finalizer (only its own);
     // once the MyOwnShell is gone, the Deployment is garbage-collected.
