@@ -124,6 +124,13 @@ async fn url_modules_download_verify_and_compile() {
 #[tokio::test]
 async fn compile_cache_makes_restarts_fast() {
     let cache_dir = tempfile::tempdir().unwrap();
+    // A private copy: guest builds running meanwhile must not change the bytes under the test.
+    let module_dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        module_dir.path().join(SCRIPTED),
+        common::component(SCRIPTED),
+    )
+    .unwrap();
     let module = ModuleRef {
         file: Some(FileModule {
             path: SCRIPTED.into(),
@@ -133,7 +140,7 @@ async fn compile_cache_makes_restarts_fast() {
     };
     // Each ModuleCache gets a fresh Sandbox (a new Engine): what a restarted host has.
     let start = |dir: &std::path::Path| {
-        ModuleCache::new(sandbox(), None, Some(common::wasm_dir()))
+        ModuleCache::new(sandbox(), None, Some(module_dir.path().to_path_buf()))
             .with_compile_cache(Some(dir.to_path_buf()))
     };
     let cold = start(cache_dir.path());
@@ -249,10 +256,13 @@ struct Pushed {
 }
 
 /// `wasmpilot push` as a user runs it.
-fn push(target: &str, credentials: Option<(&str, &str)>) -> anyhow::Result<Pushed> {
-    let file = common::wasm_dir().join(SCRIPTED);
+fn push(
+    file: &std::path::Path,
+    target: &str,
+    credentials: Option<(&str, &str)>,
+) -> anyhow::Result<Pushed> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmpilot"));
-    cmd.arg("push").arg(&file).arg(target).arg("--insecure");
+    cmd.arg("push").arg(file).arg(target).arg("--insecure");
     cmd.env_remove("WASMPILOT_REGISTRY_USERNAME")
         .env_remove("WASMPILOT_REGISTRY_PASSWORD");
     if let Some((u, p)) = credentials {
@@ -407,8 +417,13 @@ async fn scenario(
     host_args: &[&str],
 ) -> anyhow::Result<()> {
     let tag = format!("{}/wasmpilot/scripted:v1", public.addr);
-    let pushed = push(&format!("oci://{tag}"), None)?;
-    let expected = digest_of(&common::component(SCRIPTED));
+    // A private copy: guest builds running meanwhile must not change the bytes under the test.
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join(SCRIPTED);
+    let bytes = common::component(SCRIPTED);
+    std::fs::write(&file, &bytes)?;
+    let expected = digest_of(&bytes);
+    let pushed = push(&file, &format!("oci://{tag}"), None)?;
     ensure!(
         pushed.component == expected,
         "push printed component {} for a file hashing to {expected}",
@@ -481,10 +496,14 @@ async fn scenario(
     // 4. A private registry (htpasswd): anonymous pulls are refused, a pull Secret works.
     let private_tag = format!("{}/wasmpilot/scripted:v1", private.addr);
     ensure!(
-        push(&format!("oci://{private_tag}"), None).is_err(),
+        push(&file, &format!("oci://{private_tag}"), None).is_err(),
         "anonymous push to the private registry succeeded"
     );
-    let pushed_private = push(&format!("oci://{private_tag}"), Some((USER, PASSWORD)))?;
+    let pushed_private = push(
+        &file,
+        &format!("oci://{private_tag}"),
+        Some((USER, PASSWORD)),
+    )?;
     ensure!(pushed_private.component == expected);
     let anonymous = json!({"oci": {"reference": private_tag, "insecure": true}});
     apply_yaml(client, &operator(PRIVATE_OP, anonymous), None).await?;
