@@ -242,7 +242,10 @@ impl Manager {
                     .inc();
                 self.report(&op, Some(failure.reason()), &message, BTreeMap::new())
                     .await;
-                let reference = op.object_ref(&());
+                let mut reference = op.object_ref(&());
+                // WasmOperators are cluster-scoped; the events API (1.20) insists that the
+                // event's namespace matches the object's, so both say `default`.
+                reference.namespace = Some("default".into());
                 status::publish_event(
                     &self.recorder,
                     &reference,
