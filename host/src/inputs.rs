@@ -11,6 +11,65 @@ use std::sync::Arc;
 pub trait ObjectSource {
     /// Every known object of a kind, in any namespace.
     fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>>;
+
+    /// The object as workers see it (see [`to_worker_json`]); sources may cache this.
+    fn worker_json(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
+        Arc::from(to_worker_json(object, kind))
+    }
+}
+
+/// Worker JSON of cached objects, kept per uid and resourceVersion: an object is serialized
+/// once per change, not once per reconcile of every resource that reads it.
+#[derive(Default)]
+pub struct JsonCache {
+    entries: std::sync::Mutex<std::collections::HashMap<String, (String, Arc<str>)>>,
+    inserts_since_sweep: std::sync::atomic::AtomicUsize,
+}
+
+impl JsonCache {
+    /// Cached JSON for an object at its current resourceVersion, serializing on a miss.
+    pub fn get(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
+        let (Some(uid), Some(rv)) = (&object.metadata.uid, &object.metadata.resource_version)
+        else {
+            return Arc::from(to_worker_json(object, kind));
+        };
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((cached_rv, json)) = entries.get(uid) {
+            if cached_rv == rv {
+                return json.clone();
+            }
+        }
+        let json: Arc<str> = Arc::from(to_worker_json(object, kind));
+        entries.insert(uid.clone(), (rv.clone(), json.clone()));
+        self.inserts_since_sweep
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        json
+    }
+
+    /// Whether enough entries changed since the last sweep to look for deleted objects.
+    pub fn needs_sweep(&self) -> bool {
+        self.inserts_since_sweep
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 1024
+    }
+
+    /// Drops entries of objects no longer cached (call with the uids still present).
+    pub fn retain(&self, live: &std::collections::HashSet<&str>) {
+        self.inserts_since_sweep
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|uid, _| live.contains(uid.as_str()));
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The inputs of `phase` for a resource in `namespace` (`None`: a cluster-scoped resource sees all).
@@ -35,7 +94,10 @@ pub fn gather(
             });
             NamedObjects {
                 name: input.name.clone(),
-                objects: selected.iter().map(|o| to_worker_json(o, &kind)).collect(),
+                objects: selected
+                    .iter()
+                    .map(|o| source.worker_json(&kind, o).to_string())
+                    .collect(),
             }
         })
         .collect()
@@ -94,6 +156,29 @@ mod tests {
                 .collect(),
         );
         Arc::new(o)
+    }
+
+    #[test]
+    fn json_cache_serializes_once_per_resource_version() {
+        let cache = JsonCache::default();
+        let kind = KindRef::new("apps/v1", "Deployment");
+        let mut o = (*deployment("a", "d", &[])).clone();
+        o.metadata.uid = Some("u1".into());
+        o.metadata.resource_version = Some("1".into());
+        let first = cache.get(&kind, &o);
+        assert!(
+            Arc::ptr_eq(&first, &cache.get(&kind, &o)),
+            "same rv: cached"
+        );
+        o.metadata.resource_version = Some("2".into());
+        o.data["spec"]["replicas"] = serde_json::json!(3);
+        let second = cache.get(&kind, &o);
+        assert!(
+            !Arc::ptr_eq(&first, &second) && second.contains("\"replicas\":3"),
+            "new rv: re-serialized"
+        );
+        cache.retain(&std::collections::HashSet::new());
+        assert!(cache.is_empty());
     }
 
     #[test]

@@ -52,13 +52,35 @@ pub struct MetricsSource {
     pub default_url: Option<String>,
 }
 
-/// The watch caches of every input kind.
+/// The watch caches of every input kind, and the worker JSON of their objects.
 #[derive(Clone, Default)]
-pub struct InputCaches(pub HashMap<KindRef, Store<DynamicObject>>);
+pub struct InputCaches(
+    pub HashMap<KindRef, Store<DynamicObject>>,
+    pub Arc<inputs::JsonCache>,
+);
 
 impl ObjectSource for InputCaches {
     fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>> {
         self.0.get(kind).map(|s| s.state()).unwrap_or_default()
+    }
+
+    fn worker_json(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
+        self.1.get(kind, object)
+    }
+}
+
+impl InputCaches {
+    /// Forgets serialized objects that left the caches (bounded memory under churn).
+    pub fn sweep(&self) {
+        if !self.1.needs_sweep() {
+            return;
+        }
+        let states: Vec<Arc<DynamicObject>> = self.0.values().flat_map(|s| s.state()).collect();
+        let live: std::collections::HashSet<&str> = states
+            .iter()
+            .filter_map(|o| o.metadata.uid.as_deref())
+            .collect();
+        self.1.retain(&live);
     }
 }
 
@@ -364,6 +386,7 @@ async fn run_phase(
     let now = now_rfc3339();
     let resource = inputs::to_worker_json(&obj, &def.resource);
     let mut phase_inputs = inputs::gather(phase, obj.namespace().as_deref(), &ctx.inputs);
+    ctx.inputs.sweep();
     if !phase.queries.is_empty() {
         let (url, timeout) = match &def.prometheus {
             Some((url, timeout)) => (Some(url.as_str()), *timeout),
@@ -664,7 +687,7 @@ async fn wait_for_inputs(
     Ok(())
 }
 
-fn parse_status_info(
+pub(crate) fn parse_status_info(
     phase: &str,
     raw: Option<&str>,
 ) -> Result<Option<Map<String, Value>>, ReconcileError> {

@@ -44,7 +44,7 @@ pub fn caches(
         watches.outputs.push((k.clone(), writer));
     }
     (
-        InputCaches(input_readers),
+        InputCaches(input_readers, Default::default()),
         OutputCaches(output_readers),
         watches,
     )
