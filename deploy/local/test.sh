@@ -17,7 +17,8 @@ cargo fmt --all -- --check
 
 step "guest components (wasm32-wasip2, release)"
 GUESTS=(-p autoroute-initializing -p autoroute-syncing -p autoroute-ready -p wasmpilot-test-scripted
-  -p myownshell-initializing -p myownshell-syncing -p myownshell-ready -p myownshell-finalizer)
+  -p myownshell-initializing -p myownshell-syncing -p myownshell-ready -p myownshell-finalizer
+  -p canary-initializing -p canary-waiting -p canary-evaluating -p canary-promoting -p canary-rollback)
 cargo build --release --target wasm32-wasip2 "${GUESTS[@]}"
 
 step "clippy"
