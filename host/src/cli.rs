@@ -1,6 +1,6 @@
 //! Command line: `run` (the controller), `deploy` (ship an operator), `push` (publish a component
-//! to an OCI registry), `run-phase` (one phase offline from files) and `crd` (print the
-//! WasmOperator CRD).
+//! to an OCI registry), `run-phase` (one phase offline from files), `crd` (print the
+//! WasmOperator CRD), and the authoring loop: `init`, `build`, `simulate`, `graph`, `plan`.
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -64,6 +64,22 @@ enum Command {
         #[arg(long)]
         now: Option<String>,
     },
+    /// Scaffold an operator project: types crate, one worker crate per phase, operator.yaml.
+    Init(wasmpilot::authoring::init::InitArgs),
+    /// Build an operator directory's phase components (release, wasm32-wasip2); print sizes and digests.
+    Build {
+        /// The operator directory.
+        dir: PathBuf,
+    },
+    /// Run an operator's built components offline, reconcile after reconcile, printing each step.
+    Simulate(wasmpilot::authoring::simulate::SimulateArgs),
+    /// Print an operator's phase graph as a Mermaid state diagram.
+    Graph {
+        /// The WasmOperator manifest, or the operator directory holding operator.yaml.
+        operator: PathBuf,
+    },
+    /// Show what an operator would do to a live resource now (server-side dry run; writes nothing).
+    Plan(wasmpilot::authoring::plan::PlanArgs),
     /// Print the WasmOperator CustomResourceDefinition (YAML).
     Crd,
     /// Publish a built component to an OCI registry as a Wasm artifact; print its digests.
@@ -190,6 +206,30 @@ impl Cli {
             } => {
                 print!("{}", rbac_yaml(&operator, &service_account, no_binding)?);
                 Ok(())
+            }
+            Command::Init(args) => wasmpilot::authoring::init::init(&args).map(|_| ()),
+            Command::Build { dir } => {
+                print!("{}", wasmpilot::authoring::build::build_command(&dir)?);
+                Ok(())
+            }
+            Command::Simulate(args) => {
+                let mut out = std::io::stdout().lock();
+                wasmpilot::authoring::simulate::simulate(&args, SandboxLimits::default(), &mut out)
+                    .await
+                    .map(|_| ())
+            }
+            Command::Graph { operator } => {
+                print!("{}", wasmpilot::authoring::graph::graph_command(&operator)?);
+                Ok(())
+            }
+            Command::Plan(args) => {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the cluster (set KUBECONFIG)")?;
+                let mut out = std::io::stdout().lock();
+                wasmpilot::authoring::plan::plan(client, &args, SandboxLimits::default(), &mut out)
+                    .await
+                    .map(|_| ())
             }
             Command::Crd => {
                 print!("{}", serde_yaml::to_string(&WasmOperator::crd())?);

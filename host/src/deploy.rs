@@ -29,8 +29,24 @@ pub struct DeployOptions {
     pub module_namespace: String,
 }
 
-/// The operator directory's components, built: artifact file name → bytes.
-pub fn build_components(dir: &Path, build: bool) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
+/// The phase-component crates of an operator directory, as cargo sees them.
+pub struct ComponentCrates {
+    /// Package names of the cdylib crates whose manifests are under the directory.
+    pub packages: Vec<String>,
+    /// Where `cargo build --release --target wasm32-wasip2` puts them:
+    /// `<target dir>/wasm32-wasip2/release`.
+    pub out_dir: PathBuf,
+}
+
+impl ComponentCrates {
+    /// The artifact file name of a package: `my-worker` → `my_worker.wasm`.
+    pub fn artifact(package: &str) -> String {
+        format!("{}.wasm", package.replace('-', "_"))
+    }
+}
+
+/// Finds the cdylib crates under `dir` and the target directory (`cargo metadata`).
+pub fn component_crates(dir: &Path) -> anyhow::Result<ComponentCrates> {
     let dir = dir
         .canonicalize()
         .with_context(|| format!("operator directory {}", dir.display()))?;
@@ -69,26 +85,49 @@ pub fn build_components(dir: &Path, build: bool) -> anyhow::Result<BTreeMap<Stri
     if packages.is_empty() {
         bail!("no cdylib crates under {}: each phase worker is a crate with crate-type = [\"cdylib\"]", dir.display());
     }
+    Ok(ComponentCrates {
+        packages,
+        out_dir: target_dir.join("wasm32-wasip2").join("release"),
+    })
+}
+
+/// The operator directory's components, built: artifact file name → bytes.
+pub fn build_components(dir: &Path, build: bool) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
+    let crates = component_crates(dir)?;
     if build {
-        let mut cmd = Command::new("cargo");
-        cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
-            .current_dir(&dir);
-        for p in &packages {
-            cmd.args(["-p", p]);
-        }
-        eprintln!("building {} for wasm32-wasip2 …", packages.join(", "));
-        let status = cmd.status().context("running cargo build")?;
-        if !status.success() {
-            bail!("cargo build failed (if the target is missing: rustup target add wasm32-wasip2)");
-        }
+        cargo_build(dir, &crates.packages)?;
     }
-    let out_dir = target_dir.join("wasm32-wasip2").join("release");
+    read_components(&crates)
+}
+
+/// `cargo build --release --target wasm32-wasip2 -p …` in `dir`; cargo's own progress shows.
+pub fn cargo_build(dir: &Path, packages: &[String]) -> anyhow::Result<()> {
+    let mut cmd = Command::new("cargo");
+    cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
+        .current_dir(dir);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    eprintln!("building {} for wasm32-wasip2 …", packages.join(", "));
+    let status = cmd.status().context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build failed (if the target is missing: rustup target add wasm32-wasip2)");
+    }
+    Ok(())
+}
+
+/// The built components: artifact file name → bytes.
+pub fn read_components(crates: &ComponentCrates) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
     let mut built = BTreeMap::new();
-    for p in &packages {
-        let file = format!("{}.wasm", p.replace('-', "_"));
-        let path = out_dir.join(&file);
-        let bytes = std::fs::read(&path)
-            .with_context(|| format!("reading built component {}", path.display()))?;
+    for p in &crates.packages {
+        let file = ComponentCrates::artifact(p);
+        let path = crates.out_dir.join(&file);
+        let bytes = std::fs::read(&path).with_context(|| {
+            format!(
+                "reading built component {} (build it: wasmpilot build <dir>)",
+                path.display()
+            )
+        })?;
         built.insert(file, bytes);
     }
     Ok(built)

@@ -12,8 +12,10 @@
 //! ```
 //!
 //! `offline` runs one phase from files through the same definition, inputs, sandbox and output
-//! checks, without a cluster; `deploy` builds an operator's components and ships them.
+//! checks, without a cluster; `deploy` builds an operator's components and ships them;
+//! `authoring` is the project loop around them (init, build, simulate, graph, plan).
 
+pub mod authoring;
 pub mod crd;
 pub mod definition;
 pub mod deploy;

@@ -1,16 +1,20 @@
 //! Runs one phase of an operator from files, without a cluster: the same definition checks,
 //! input gathering, sandbox and output checks as the controller, printed instead of applied.
+//!
+//! [`decide`] is the reusable step (one worker decision through the host's own checks);
+//! `wasmpilot run-phase`, `simulate` and `plan` all go through it.
 
 use crate::crd::{KindRef, WasmOperator};
 use crate::definition::OperatorDefinition;
 use crate::inputs::{self, ObjectSource};
 use crate::modules::ModuleCache;
-use crate::outputs::{self, Owner};
-use crate::sandbox::{Sandbox, SandboxLimits, SyncRequest};
+use crate::outputs::{self, CheckedOutput, Owner};
+use crate::reconcile::ReconcileError;
+use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits, SyncRequest};
 use anyhow::{anyhow, bail, Context};
 use kube::api::DynamicObject;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,11 +49,48 @@ pub struct OfflineOutcome {
     pub outputs: Vec<Value>,
 }
 
-struct FileObjects(HashMap<KindRef, Vec<Arc<DynamicObject>>>);
+/// One worker decision that passed the host's checks: what a reconcile would apply and record.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    /// The phase that ran.
+    pub phase: String,
+    pub next_phase: String,
+    /// Digest of the component that decided.
+    pub module: String,
+    /// The worker's status patch (host-owned keys are dropped when it is merged).
+    pub status_info: Option<Map<String, Value>>,
+    pub requeue_after_ms: Option<u64>,
+    /// Outputs with namespace and controller ownerReference set, in the worker's order.
+    pub outputs: Vec<CheckedOutput>,
+}
 
-impl ObjectSource for FileObjects {
+/// Objects standing in for the cluster's watch caches, grouped by kind.
+#[derive(Clone, Default)]
+pub struct ObjectsByKind(pub HashMap<KindRef, Vec<Arc<DynamicObject>>>);
+
+impl ObjectSource for ObjectsByKind {
     fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>> {
         self.0.get(kind).cloned().unwrap_or_default()
+    }
+}
+
+impl ObjectsByKind {
+    /// Groups Kubernetes objects (JSON) by apiVersion and kind.
+    pub fn from_values(docs: impl IntoIterator<Item = Value>) -> anyhow::Result<Self> {
+        let mut objects: HashMap<KindRef, Vec<Arc<DynamicObject>>> = HashMap::new();
+        for doc in docs {
+            let o: DynamicObject =
+                serde_json::from_value(doc).context("an object is not a Kubernetes object")?;
+            let types = o
+                .types
+                .clone()
+                .ok_or_else(|| anyhow!("object {:?} has no apiVersion/kind", o.metadata.name))?;
+            objects
+                .entry(KindRef::new(types.api_version, types.kind))
+                .or_default()
+                .push(Arc::new(o));
+        }
+        Ok(ObjectsByKind(objects))
     }
 }
 
@@ -71,113 +112,174 @@ pub fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
     Ok(docs)
 }
 
-use serde::Deserialize;
-
-pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Result<OfflineOutcome> {
-    let op_doc = read_documents(&run.operator)?
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow!("{} is empty", run.operator.display()))?;
-    let op: WasmOperator = serde_json::from_value(op_doc)
-        .with_context(|| format!("{} is not a WasmOperator", run.operator.display()))?;
+/// Reads a WasmOperator manifest (its first WasmOperator document, else its first document)
+/// and validates it as the host does.
+pub fn load_operator(path: &Path) -> anyhow::Result<(WasmOperator, OperatorDefinition)> {
+    let docs = read_documents(path)?;
+    let doc = docs
+        .iter()
+        .find(|d| d["kind"] == "WasmOperator")
+        .or(docs.first())
+        .cloned()
+        .ok_or_else(|| anyhow!("{} is empty", path.display()))?;
+    let op: WasmOperator = serde_json::from_value(doc)
+        .with_context(|| format!("{} is not a WasmOperator", path.display()))?;
     let name = op.metadata.name.clone().unwrap_or_else(|| "offline".into());
-    let def = OperatorDefinition::validate(&name, &op.spec)?;
+    let def = OperatorDefinition::validate(&name, &op.spec)
+        .with_context(|| format!("{} is not a valid WasmOperator", path.display()))?;
+    Ok((op, def))
+}
 
+/// The phase a resource is in, as the host reads it: `.status.phase`, else the initial phase.
+pub fn current_phase(def: &OperatorDefinition, resource: &DynamicObject) -> String {
+    resource.data["status"]["phase"]
+        .as_str()
+        .filter(|p| !p.is_empty())
+        .unwrap_or(&def.initial_phase)
+        .to_string()
+}
+
+/// Runs `phase`'s worker once for `resource`, like a reconcile: the phase's declared inputs
+/// gathered from `source` (plus `extra_inputs`, e.g. metric samples), its component loaded
+/// through `modules` with the phase's limits, the decision checked (declared and allowed next
+/// phase, status info an object, outputs declared, named, in the resource's namespace, not
+/// owned by anyone else). Errors are the host's own ([`ReconcileError`]), so their messages
+/// read like the resource's `Synced` condition would.
+#[allow(clippy::too_many_arguments)]
+pub async fn decide(
+    modules: &ModuleCache,
+    def: &OperatorDefinition,
+    resource: &DynamicObject,
+    phase_name: &str,
+    source: &impl ObjectSource,
+    extra_inputs: Vec<NamedObjects>,
+    namespaced: &HashMap<KindRef, bool>,
+    now: &str,
+) -> anyhow::Result<Decision> {
+    let declared = || {
+        def.phases
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let phase = def
+        .phase(phase_name)
+        .ok_or_else(|| ReconcileError::UnknownPhase {
+            phase: phase_name.to_string(),
+            operator: def.name.clone(),
+            declared: declared(),
+        })?;
+    let Some(module_ref) = &phase.module else {
+        bail!("phase {phase_name} is final: it runs no worker")
+    };
+    let sandbox = modules.sandbox();
+    let module = modules
+        .phase(module_ref)
+        .await
+        .with_context(|| format!("loading the module of phase {phase_name}"))?
+        .with_limits(sandbox.call_limits(&phase.limits));
+    let mut phase_inputs = inputs::gather(phase, resource.metadata.namespace.as_deref(), source);
+    phase_inputs.extend(extra_inputs);
+    let request = SyncRequest {
+        operator: def.name.clone(),
+        phase: phase_name.to_string(),
+        resource: inputs::to_worker_json(resource, &def.resource),
+        inputs: phase_inputs,
+        now: now.to_string(),
+    };
+    let result =
+        sandbox
+            .run_sync(&module, request)
+            .await
+            .map_err(|source| ReconcileError::Worker {
+                phase: phase_name.to_string(),
+                digest: module.digest.clone(),
+                source,
+            })?;
+    if def.phase(&result.next_phase).is_none() {
+        return Err(ReconcileError::UnknownNextPhase {
+            phase: phase_name.to_string(),
+            next: result.next_phase,
+            declared: declared(),
+        }
+        .into());
+    }
+    if !phase.allows(&result.next_phase) {
+        return Err(ReconcileError::TransitionNotAllowed {
+            phase: phase_name.to_string(),
+            next: result.next_phase,
+            allowed: phase.next.join(", "),
+        }
+        .into());
+    }
+    let status_info =
+        crate::reconcile::parse_status_info(phase_name, result.status_info.as_deref())?;
+    let uid = resource.metadata.uid.clone().unwrap_or_default();
+    let name = resource.metadata.name.clone().unwrap_or_default();
+    let owner = Owner {
+        api_version: &def.resource.api_version,
+        kind: &def.resource.kind,
+        name: &name,
+        uid: &uid,
+        namespace: resource.metadata.namespace.as_deref(),
+    };
+    let outputs = outputs::check(phase, &owner, namespaced, &result.outputs).map_err(|source| {
+        ReconcileError::Outputs {
+            phase: phase_name.to_string(),
+            source: Box::new(source),
+        }
+    })?;
+    Ok(Decision {
+        phase: phase_name.to_string(),
+        next_phase: result.next_phase,
+        module: module.digest,
+        status_info,
+        requeue_after_ms: result.requeue_after_ms,
+        outputs,
+    })
+}
+
+/// `wasmpilot run-phase`: one decision from files.
+pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Result<OfflineOutcome> {
+    let (_, def) = load_operator(&run.operator)?;
     let resource_doc = read_documents(&run.resource)?
         .into_iter()
         .next()
         .ok_or_else(|| anyhow!("{} is empty", run.resource.display()))?;
     let resource: DynamicObject =
         serde_json::from_value(resource_doc).context("the resource is not a Kubernetes object")?;
-    let phase_name = run
+    let phase = run
         .phase
         .clone()
-        .or_else(|| {
-            resource.data["status"]["phase"]
-                .as_str()
-                .filter(|p| !p.is_empty())
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| def.initial_phase.clone());
-    let phase = def
-        .phase(&phase_name)
-        .ok_or_else(|| anyhow!("phase {phase_name:?} is not declared by {name}"))?;
-    let Some(module_ref) = &phase.module else {
-        bail!("phase {phase_name} is final: it runs no worker")
+        .unwrap_or_else(|| current_phase(&def, &resource));
+    let objects = match &run.objects {
+        Some(path) => ObjectsByKind::from_values(read_documents(path)?)
+            .with_context(|| format!("in {}", path.display()))?,
+        None => ObjectsByKind::default(),
     };
-
-    let mut objects: HashMap<KindRef, Vec<Arc<DynamicObject>>> = HashMap::new();
-    if let Some(path) = &run.objects {
-        for doc in read_documents(path)? {
-            let o: DynamicObject = serde_json::from_value(doc)
-                .context("an object in --objects is not a Kubernetes object")?;
-            let types = o
-                .types
-                .clone()
-                .ok_or_else(|| anyhow!("object {:?} has no apiVersion/kind", o.metadata.name))?;
-            objects
-                .entry(KindRef::new(types.api_version, types.kind))
-                .or_default()
-                .push(Arc::new(o));
-        }
-    }
-    let sandbox = Sandbox::new(limits)?;
-    let modules = ModuleCache::new(sandbox.clone(), None, Some(run.module_dir.clone()));
-    let module = modules
-        .phase(module_ref)
-        .await?
-        .with_limits(sandbox.call_limits(&phase.limits));
-    let request = SyncRequest {
-        operator: name.clone(),
-        phase: phase_name.clone(),
-        resource: inputs::to_worker_json(&resource, &def.resource),
-        inputs: inputs::gather(
-            phase,
-            resource.metadata.namespace.as_deref(),
-            &FileObjects(objects),
-        ),
-        now: run
-            .now
-            .clone()
-            .unwrap_or_else(crate::reconcile::now_rfc3339),
-    };
-    let result = sandbox
-        .run_sync(&module, request)
-        .await
-        .with_context(|| format!("worker for phase {phase_name}"))?;
-    if def.phase(&result.next_phase).is_none() {
-        bail!(
-            "worker for phase {phase_name} returned undeclared next phase {:?}",
-            result.next_phase
-        );
-    }
-    if !phase.allows(&result.next_phase) {
-        bail!(
-            "worker for phase {phase_name} returned next phase {:?}, but {phase_name} may only move to {}",
-            result.next_phase,
-            phase.next.join(", ")
-        );
-    }
-    let uid = resource.metadata.uid.clone().unwrap_or_default();
-    let rname = resource.metadata.name.clone().unwrap_or_default();
-    let owner = Owner {
-        api_version: &def.resource.api_version,
-        kind: &def.resource.kind,
-        name: &rname,
-        uid: &uid,
-        namespace: resource.metadata.namespace.as_deref(),
-    };
-    let checked = outputs::check(phase, &owner, &HashMap::new(), &result.outputs)?;
-    let status_info = match result.status_info.as_deref() {
-        Some(s) => Some(serde_json::from_str(s).context("status info is not JSON")?),
-        None => None,
-    };
+    let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(run.module_dir.clone()));
+    let now = run
+        .now
+        .clone()
+        .unwrap_or_else(crate::reconcile::now_rfc3339);
+    let decision = decide(
+        &modules,
+        &def,
+        &resource,
+        &phase,
+        &objects,
+        Vec::new(),
+        &HashMap::new(),
+        &now,
+    )
+    .await?;
     Ok(OfflineOutcome {
-        phase: phase_name,
-        next_phase: result.next_phase,
-        module: module.digest,
-        status_info,
-        requeue_after_ms: result.requeue_after_ms,
-        outputs: checked.into_iter().map(|c| c.object).collect(),
+        phase: decision.phase,
+        next_phase: decision.next_phase,
+        module: decision.module,
+        status_info: decision.status_info.map(Value::Object),
+        requeue_after_ms: decision.requeue_after_ms,
+        outputs: decision.outputs.into_iter().map(|c| c.object).collect(),
     })
 }

@@ -248,6 +248,13 @@ fn valid_name(name: &str) -> bool {
         && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
+/// Labels an output with the operator and the phase that returned it: how pruning (and
+/// `wasmpilot simulate` / `plan`) recognise what the host created.
+pub fn label(object: &mut Value, operator: &str, phase: &str) {
+    object["metadata"]["labels"][crate::OPERATOR_LABEL] = json!(operator);
+    object["metadata"]["labels"][crate::PHASE_LABEL] = json!(phase);
+}
+
 /// Server-side applies checked outputs, labelled with the operator, forcing ownership of their
 /// fields. On failure returns how many were applied before it (applying is idempotent: the
 /// next attempt applies them all again).
@@ -274,8 +281,7 @@ pub async fn apply_outputs(
                 },
             ));
         };
-        out.object["metadata"]["labels"][crate::OPERATOR_LABEL] = json!(operator);
-        out.object["metadata"]["labels"][crate::PHASE_LABEL] = json!(phase);
+        label(&mut out.object, operator, phase);
         let api: Api<DynamicObject> = match &out.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.api),
             None => Api::all_with(client.clone(), &resolved.api),
@@ -306,7 +312,7 @@ pub struct Owned<'a> {
 
 impl Owned<'_> {
     /// Applied by this operator's phase, controlled by this resource: created by the host for it.
-    fn created(&self, meta: &kube::api::ObjectMeta) -> bool {
+    pub fn created(&self, meta: &kube::api::ObjectMeta) -> bool {
         let labels = meta.labels.as_ref();
         let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
         label(crate::OPERATOR_LABEL) == Some(self.operator)

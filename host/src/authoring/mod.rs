@@ -1,0 +1,11 @@
+//! The authoring experience, Autopilot's `ap init/build/deploy` loop for wasmpilot:
+//! `init` scaffolds an operator project, `build` compiles its components, `simulate` runs them
+//! offline step by step, `graph` draws the phase graph, `plan` shows what the operator would
+//! do to a live resource (server-side dry run). See docs/tutorial.md.
+
+pub mod build;
+pub mod diff;
+pub mod graph;
+pub mod init;
+pub mod plan;
+pub mod simulate;

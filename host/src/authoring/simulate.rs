@@ -1,0 +1,490 @@
+//! `wasmpilot simulate`: runs an operator's real components offline, reconcile after reconcile,
+//! against objects from a file, and prints every step (phase, outputs, status) as YAML.
+//!
+//! Each step is one host reconcile through [`crate::offline::decide`] (the host's input
+//! gathering, sandbox, transition and output checks); then, as the host would:
+//! - outputs are applied to the simulated cluster (labelled with operator and phase; an output
+//!   replaces the object of the same kind/namespace/name) and objects this phase applied before
+//!   and no longer returns are pruned ([`crate::outputs::Owned::created`]);
+//! - the status info is merged into `.status` with phase, observedGeneration, moduleDigest and
+//!   the `Synced` condition ([`crate::status::status_patch`]);
+//! - the virtual clock moves like the host's schedule: a write (status or objects) triggers the
+//!   next reconcile at once (the host watches both); otherwise it waits for the worker's
+//!   requeue-after, or the resync interval. A step that changes nothing and asks for no requeue
+//!   has converged: the host would decide the same on every resync.
+//!
+//! A final phase stops the run (unless the generation changed: then the resource restarts at
+//! the initial phase, as the host does). The clock starts at `--now`, by default
+//! [`DEFAULT_NOW`], so the output is the same on every run: golden-file friendly.
+
+use crate::crd::KindRef;
+use crate::definition::OperatorDefinition;
+use crate::modules::{compile_cache_dir, ModuleCache};
+use crate::offline::{self, ObjectsByKind};
+use crate::outputs::{self, Owned};
+use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits};
+use crate::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
+use anyhow::{anyhow, bail, Context};
+use kube::api::{DynamicObject, ObjectMeta};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The clock a simulation starts at unless `--now` says otherwise (the SDK's test clock).
+pub const DEFAULT_NOW: &str = "2025-01-01T00:00:00Z";
+
+/// The uid a resource without one gets (outputs' ownerReferences name it).
+pub const SIMULATED_UID: &str = "00000000-0000-0000-0000-000000000001";
+
+/// `wasmpilot simulate` arguments.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SimulateArgs {
+    /// The operator directory (with operator.yaml and the worker crates) or its operator.yaml.
+    pub operator: PathBuf,
+    /// The top-level resource (YAML); its `.status` is the starting state.
+    #[arg(long)]
+    pub resource: PathBuf,
+    /// Objects already in the cluster (multi-document YAML): inputs, and outputs of earlier runs.
+    #[arg(long)]
+    pub objects: Option<PathBuf>,
+    /// Where the built components are (default: the operator directory's cargo target dir,
+    /// wasm32-wasip2/release, where `wasmpilot build` puts them).
+    #[arg(long)]
+    pub module_dir: Option<PathBuf>,
+    /// The clock at the first step, RFC 3339.
+    #[arg(long, default_value = DEFAULT_NOW)]
+    pub now: String,
+    /// Stop after this many reconciles at most.
+    #[arg(long, default_value_t = 10)]
+    pub steps: usize,
+}
+
+/// Kind, namespace and name of an object in the simulated cluster.
+type Key = (KindRef, Option<String>, String);
+
+fn describe((kind, ns, name): &Key) -> String {
+    match ns {
+        Some(ns) => format!("{} {ns}/{name}", kind.kind),
+        None => format!("{} {name}", kind.kind),
+    }
+}
+
+fn key_of(v: &Value) -> Option<Key> {
+    Some((
+        KindRef::new(v["apiVersion"].as_str()?, v["kind"].as_str()?),
+        v["metadata"]["namespace"].as_str().map(str::to_string),
+        v["metadata"]["name"].as_str()?.to_string(),
+    ))
+}
+
+/// One reconcile, as printed.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StepReport {
+    step: usize,
+    time: String,
+    phase: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    module: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_phase: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    changes: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    outputs: Vec<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    status: Value,
+    then: String,
+}
+
+/// How a simulation ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum End {
+    /// A step changed nothing and asked for no requeue.
+    Converged { phase: String },
+    /// The resource reached a final phase.
+    Final { phase: String },
+    /// `--steps` reconciles ran.
+    StepLimit { phase: String },
+}
+
+/// The simulated cluster: the resource and every other object, keyed.
+struct World {
+    resource: DynamicObject,
+    objects: BTreeMap<Key, Value>,
+}
+
+impl World {
+    fn source(&self) -> anyhow::Result<ObjectsByKind> {
+        let resource = serde_json::to_value(&self.resource)?;
+        ObjectsByKind::from_values(self.objects.values().cloned().chain([resource]))
+    }
+
+    fn status(&self) -> Value {
+        self.resource
+            .data
+            .get("status")
+            .cloned()
+            .unwrap_or_else(|| json!({}))
+    }
+
+    /// Merges a status update like the host; returns the top-level fields it changed.
+    fn write_status(&mut self, update: &StatusUpdate, now: &str) -> Vec<String> {
+        let current = self.resource.data.get("status");
+        let Some(patch) = status::status_patch(current, update, now) else {
+            return Vec::new();
+        };
+        let before = current.cloned().unwrap_or_else(|| json!({}));
+        let mut merged = before.clone();
+        json_patch::merge(&mut merged, &patch);
+        let changed = patch
+            .as_object()
+            .into_iter()
+            .flat_map(|p| p.keys())
+            .filter(|k| before.get(k.as_str()) != merged.get(k.as_str()))
+            .cloned()
+            .collect();
+        self.resource.data["status"] = merged;
+        changed
+    }
+}
+
+/// Where the project is: the directory and its operator.yaml.
+fn locate(operator: &Path) -> (PathBuf, PathBuf) {
+    let manifest = super::graph::operator_manifest(operator);
+    let dir = manifest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    (dir, manifest)
+}
+
+/// Runs the simulation, writing YAML documents to `out` as it goes.
+pub async fn simulate(
+    args: &SimulateArgs,
+    limits: SandboxLimits,
+    out: &mut dyn Write,
+) -> anyhow::Result<End> {
+    let (dir, manifest) = locate(&args.operator);
+    let (_, def) = offline::load_operator(&manifest)?;
+    let module_dir = match &args.module_dir {
+        Some(d) => d.clone(),
+        None => {
+            crate::deploy::component_crates(&dir)
+                .with_context(|| {
+                    format!(
+                    "finding the components of {} (pass --module-dir DIR to name where they are)",
+                    dir.display()
+                )
+                })?
+                .out_dir
+        }
+    };
+    check_modules_built(&def, &module_dir, &dir)?;
+    let mut world = load_world(args, &def)?;
+    let mut now: jiff::Timestamp = args.now.parse().map_err(|e| {
+        anyhow!(
+            "--now {:?} is not an RFC 3339 time like {DEFAULT_NOW}: {e}",
+            args.now
+        )
+    })?;
+    // The compile cache `wasmpilot run` uses: a rerun loads unchanged components in milliseconds.
+    let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(module_dir))
+        .with_compile_cache(compile_cache_dir(None, false));
+    let generation = world.resource.metadata.generation;
+    let name = describe(&(
+        def.resource.clone(),
+        world.resource.metadata.namespace.clone(),
+        world.resource.metadata.name.clone().unwrap_or_default(),
+    ));
+    writeln!(
+        out,
+        "# wasmpilot simulate: operator {}, {name}, clock from {now}",
+        def.name
+    )?;
+    let mut noted_queries = BTreeSet::new();
+    let mut last_phase = offline::current_phase(&def, &world.resource);
+    for step in 1..=args.steps {
+        let time = now.to_string();
+        let phase_name = offline::current_phase(&def, &world.resource);
+        last_phase = phase_name.clone();
+        let Some(phase) = def.phase(&phase_name) else {
+            bail!(
+                "step {step}: phase {phase_name:?} is not declared by {} (declared: {})",
+                def.name,
+                def.phases
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        };
+        let mut report = StepReport {
+            step,
+            time: time.clone(),
+            phase: phase_name.clone(),
+            module: None,
+            next_phase: None,
+            changes: Vec::new(),
+            outputs: Vec::new(),
+            error: None,
+            status: Value::Null,
+            then: String::new(),
+        };
+        if phase.is_final {
+            let observed = world.resource.data["status"]["observedGeneration"].as_i64();
+            if generation.is_none() || observed == generation {
+                writeln!(
+                    out,
+                    "# stop: {phase_name} is final; the host runs no worker until the spec changes"
+                )?;
+                return Ok(End::Final { phase: phase_name });
+            }
+            let update = StatusUpdate {
+                phase: Some(def.initial_phase.clone()),
+                condition: Some(ConditionUpdate {
+                    type_: SYNCED,
+                    status: true,
+                    reason: "SpecChanged".into(),
+                    message: format!(
+                        "generation {} changed after final phase {phase_name}; restarting at {}",
+                        generation.unwrap_or(0),
+                        def.initial_phase
+                    ),
+                }),
+                ..Default::default()
+            };
+            let changed = world.write_status(&update, &time);
+            report.next_phase = Some(def.initial_phase.clone());
+            report.status = world.status();
+            report.then = format!(
+                "reconcile again at once: the status ({}) changed",
+                changed.join(", ")
+            );
+            print_step(out, &report)?;
+            continue;
+        }
+        let extra: Vec<NamedObjects> = phase
+            .queries
+            .iter()
+            .map(|q| NamedObjects {
+                name: q.name.clone(),
+                objects: Vec::new(),
+            })
+            .collect();
+        if !phase.queries.is_empty() && noted_queries.insert(phase_name.clone()) {
+            eprintln!(
+                "note: phase {phase_name} declares metric queries; simulate gives them no samples"
+            );
+        }
+        let source = world.source()?;
+        let decision = match offline::decide(
+            &modules,
+            &def,
+            &world.resource,
+            &phase_name,
+            &source,
+            extra,
+            &HashMap::new(),
+            &time,
+        )
+        .await
+        {
+            Ok(d) => d,
+            Err(e) => {
+                report.error = Some(format!("{e:#}"));
+                report.status = world.status();
+                report.then = "stop: the host would record this in the Synced condition and retry (with backoff, or on the next change for a fatal error)".into();
+                print_step(out, &report)?;
+                bail!(
+                    "step {step} ({phase_name}) failed: {e:#}\nfix the worker (test it natively with cargo test), then run wasmpilot build again"
+                );
+            }
+        };
+        report.module = Some(decision.module.clone());
+        report.next_phase = Some(decision.next_phase.clone());
+
+        // Apply, then prune what this phase applied before and no longer returns.
+        let mut keep = BTreeSet::new();
+        let mut applied = Vec::new();
+        for o in &decision.outputs {
+            let mut object = o.object.clone();
+            outputs::label(&mut object, &def.name, &phase_name);
+            let key = (o.kind.clone(), o.namespace.clone(), o.name.clone());
+            match world.objects.insert(key.clone(), object.clone()) {
+                None => report.changes.push(format!("created {}", describe(&key))),
+                Some(previous) if previous != object => {
+                    report.changes.push(format!("updated {}", describe(&key)))
+                }
+                Some(_) => {}
+            }
+            keep.insert(key);
+            applied.push(object);
+        }
+        let uid = world.resource.metadata.uid.clone().unwrap_or_default();
+        let owned = Owned {
+            operator: &def.name,
+            phase,
+            owner_uid: &uid,
+            namespace: world.resource.metadata.namespace.as_deref(),
+        };
+        let pruned: Vec<Key> = world
+            .objects
+            .iter()
+            .filter(|(k, v)| {
+                phase.outputs.contains(&k.0)
+                    && !keep.contains(*k)
+                    && serde_json::from_value::<ObjectMeta>(v["metadata"].clone())
+                        .is_ok_and(|m| owned.created(&m))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in pruned {
+            world.objects.remove(&k);
+            report
+                .changes
+                .push(format!("deleted {} (no longer returned)", describe(&k)));
+        }
+        applied.sort_by_key(key_of);
+        report.outputs = applied;
+
+        let update = StatusUpdate {
+            phase: Some(decision.next_phase.clone()),
+            status_info: decision.status_info.clone(),
+            observed_generation: generation,
+            module_digest: Some(decision.module.clone()),
+            condition: Some(ConditionUpdate {
+                type_: SYNCED,
+                status: true,
+                reason: "PhaseCompleted".into(),
+                message: format!("now in phase {}", decision.next_phase),
+            }),
+        };
+        let status_changed = world.write_status(&update, &time);
+        report.status = world.status();
+        let objects_changed = !report.changes.is_empty();
+        let status_changed_what = format!("the status ({})", status_changed.join(", "));
+        let status_changed = !status_changed.is_empty();
+        let wait = match decision.requeue_after_ms {
+            Some(ms) => (Duration::from_millis(ms), "requeue-after"),
+            None => (def.resync, "resync interval"),
+        };
+        last_phase = decision.next_phase.clone();
+        if status_changed || objects_changed {
+            report.then = format!(
+                "reconcile again at once: {} changed",
+                match (status_changed, objects_changed) {
+                    (true, true) => format!("{status_changed_what} and outputs"),
+                    (true, false) => status_changed_what,
+                    _ => "outputs".to_string(),
+                }
+            );
+        } else if decision.requeue_after_ms.is_none() {
+            report.then = format!(
+                "stop: converged; nothing changed, the host would decide the same every {}",
+                humantime::format_duration(def.resync)
+            );
+            print_step(out, &report)?;
+            return Ok(End::Converged { phase: last_phase });
+        } else {
+            now = now
+                .checked_add(wait.0)
+                .map_err(|e| anyhow!("the virtual clock overflowed: {e}"))?;
+            report.then = format!(
+                "reconcile again after {} ({}), at {now}",
+                humantime::format_duration(wait.0),
+                wait.1
+            );
+        }
+        print_step(out, &report)?;
+    }
+    writeln!(
+        out,
+        "# stop: {} steps ran (raise --steps to see more); phase {last_phase}",
+        args.steps
+    )?;
+    Ok(End::StepLimit { phase: last_phase })
+}
+
+fn print_step(out: &mut dyn Write, report: &StepReport) -> anyhow::Result<()> {
+    writeln!(out, "---")?;
+    out.write_all(serde_yaml::to_string(report)?.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Every `file` module must exist in the module directory before a run starts.
+fn check_modules_built(
+    def: &OperatorDefinition,
+    module_dir: &Path,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let missing: Vec<String> = def
+        .phases
+        .iter()
+        .filter_map(|p| p.module.as_ref()?.file.as_ref())
+        .map(|f| f.path.clone())
+        .filter(|path| !module_dir.join(path).is_file())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{} not found in {}: build the components first (wasmpilot build {}), or pass --module-dir",
+            missing.join(", "),
+            module_dir.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The resource (first document of `--resource`, given a uid and generation when it has none)
+/// and the objects of `--objects` (without the resource itself).
+fn load_world(args: &SimulateArgs, def: &OperatorDefinition) -> anyhow::Result<World> {
+    let doc = offline::read_documents(&args.resource)?
+        .into_iter()
+        .find(|d| {
+            d["kind"] == def.resource.kind.as_str()
+                && d["apiVersion"] == def.resource.api_version.as_str()
+        })
+        .ok_or_else(|| {
+            anyhow!(
+                "{} holds no {} {}: pass a file with the resource to simulate",
+                args.resource.display(),
+                def.resource.api_version,
+                def.resource.kind
+            )
+        })?;
+    let mut resource: DynamicObject = serde_json::from_value(doc)
+        .with_context(|| format!("{} is not a Kubernetes object", args.resource.display()))?;
+    if resource.metadata.uid.is_none() {
+        resource.metadata.uid = Some(SIMULATED_UID.into());
+    }
+    if resource.metadata.generation.is_none() {
+        resource.metadata.generation = Some(1);
+    }
+    let resource_key = (
+        def.resource.clone(),
+        resource.metadata.namespace.clone(),
+        resource.metadata.name.clone().unwrap_or_default(),
+    );
+    let mut objects = BTreeMap::new();
+    if let Some(path) = &args.objects {
+        for doc in offline::read_documents(path)? {
+            let key = key_of(&doc).ok_or_else(|| {
+                anyhow!(
+                    "{}: every object needs apiVersion, kind and metadata.name",
+                    path.display()
+                )
+            })?;
+            if key != resource_key {
+                objects.insert(key, doc);
+            }
+        }
+    }
+    Ok(World { resource, objects })
+}
