@@ -81,6 +81,8 @@ pub struct Manager {
     running: HashMap<String, Running>,
     /// Specs that failed to load, so status-only updates don't retry them in a loop.
     failed: HashMap<String, WasmOperatorSpec>,
+    /// Operators with a retry timer running, so failures do not stack timers.
+    retry_pending: HashSet<String>,
     metrics_source: crate::reconcile::MetricsSource,
 }
 
@@ -97,7 +99,14 @@ impl Manager {
             recorder,
             running: HashMap::new(),
             failed: HashMap::new(),
+            retry_pending: HashSet::new(),
             metrics_source: crate::reconcile::MetricsSource::default(),
+        }
+    }
+
+    fn schedule_retry(&mut self, tx: &mpsc::UnboundedSender<String>, name: String) {
+        if self.retry_pending.insert(name.clone()) {
+            schedule_retry_after_delay(tx, name);
         }
     }
 
@@ -145,12 +154,13 @@ impl Manager {
                     None => break,
                 },
                 Some(name) = retry_rx.recv() => {
+                    self.retry_pending.remove(&name);
                     match api.get_opt(&name).await {
                         Ok(Some(op)) => self.ensure(op, true, &retry_tx).await,
                         Ok(None) => {}
                         Err(e) => {
                             tracing::warn!(operator = %name, error = %e, "could not read WasmOperator; retrying");
-                            schedule_retry(&retry_tx, name);
+                            self.schedule_retry(&retry_tx, name);
                         }
                     }
                 }
@@ -256,7 +266,7 @@ impl Manager {
                 )
                 .await;
                 if failure.retry() {
-                    schedule_retry(retry_tx, name);
+                    self.schedule_retry(retry_tx, name);
                 }
             }
         }
@@ -459,7 +469,8 @@ async fn report_synced(name: String, ctx: Arc<OperatorContext>) {
     crate::metrics::READINESS.synced(&name);
 }
 
-fn schedule_retry(tx: &mpsc::UnboundedSender<String>, name: String) {
+/// Asks for another load attempt of `name` after [`LOAD_RETRY`] (at most one pending per name).
+fn schedule_retry_after_delay(tx: &mpsc::UnboundedSender<String>, name: String) {
     let tx = tx.clone();
     tokio::spawn(async move {
         tokio::time::sleep(LOAD_RETRY).await;
