@@ -503,7 +503,7 @@ start_apiserver() {
     --token-auth-file="$PKI/tokens.csv" \
     --authorization-mode=RBAC \
     --anonymous-auth=false \
-    --service-cluster-ip-range=10.0.0.0/24 \
+    --service-cluster-ip-range=10.0.0.0/16 \
     --endpoint-reconciler-type=none \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-signing-key-file="$PKI/sa.key" \

@@ -511,7 +511,9 @@ async fn run_phase(
             &reference,
             false,
             "PhaseChanged",
-            "Reconcile",
+            // The action names the target phase: the event recorder folds repeats of the same
+            // (reason, action) into one series, and each transition should stay visible.
+            &format!("EnterPhase{next}"),
             format!(
                 "{current} → {next} ({applied} outputs applied, {pruned} pruned, module {})",
                 short(&module.digest)
