@@ -12,33 +12,14 @@
 //! files work both ways. `wasmpilot-guest` is a path dependency when the project is inside a
 //! wasmpilot checkout (relative path) or `--sdk-path` names one, else `--sdk-version`.
 
+use super::scaffold::Project;
+use super::workspace::{add_workspace_members, enclosing_workspace, relative_path, Workspace};
 use anyhow::{anyhow, bail, Context};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// Versions the generated crates depend on: the ones wasmpilot-guest is built against (a test
-/// checks them against this workspace's `Cargo.toml`).
-const KUBE_VERSION: &str = "5";
-const K8S_OPENAPI_VERSION: &str = "0.29";
-const K8S_FEATURE: &str = "v1_33";
-const SCHEMARS_VERSION: &str = "1";
 
 /// The guest SDK this `wasmpilot` was built from, used when nothing else names one.
 const BUILT_SDK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest-sdk");
-
-mod templates {
-    pub const WORKSPACE: &str = include_str!("templates/workspace.Cargo.toml");
-    pub const GITIGNORE: &str = include_str!("templates/gitignore");
-    pub const TYPES_CARGO: &str = include_str!("templates/types.Cargo.toml");
-    pub const TYPES_LIB: &str = include_str!("templates/types.lib.rs");
-    pub const TYPES_CRDGEN: &str = include_str!("templates/types.crdgen.rs");
-    pub const WORKER_CARGO: &str = include_str!("templates/worker.Cargo.toml");
-    pub const WORKER_LIB: &str = include_str!("templates/worker.lib.rs");
-    pub const OPERATOR: &str = include_str!("templates/operator.yaml");
-    pub const OPERATOR_PHASE: &str = include_str!("templates/operator.phase.yaml");
-    pub const SAMPLE: &str = include_str!("templates/sample.yaml");
-    pub const README: &str = include_str!("templates/README.md");
-}
 
 /// `wasmpilot init` arguments.
 #[derive(clap::Args, Clone, Debug)]
@@ -78,30 +59,6 @@ pub struct InitArgs {
     pub no_crdgen: bool,
 }
 
-/// One phase, with the names derived from it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PhaseNames {
-    /// As declared, e.g. `WaitingForPods`.
-    pub name: String,
-    /// Directory and crate suffix, e.g. `waiting-for-pods`.
-    pub kebab: String,
-    /// The worker type, e.g. `WaitingForPods`.
-    pub ident: String,
-    /// The constant in `phases`, e.g. `WAITING_FOR_PODS`.
-    pub constant: String,
-}
-
-/// Everything the templates are filled from.
-#[derive(Clone, Debug)]
-pub struct Project {
-    pub name: String,
-    pub kind: String,
-    pub group: String,
-    pub version: String,
-    pub plural: String,
-    pub phases: Vec<PhaseNames>,
-}
-
 /// How the crates depend on wasmpilot-guest.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Sdk {
@@ -111,15 +68,6 @@ pub enum Sdk {
     Version(String),
 }
 
-/// How cargo sees the project.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Workspace {
-    /// The project root has `[workspace]`.
-    Standalone,
-    /// The crates are members of the workspace whose `Cargo.toml` is at this path.
-    Member(PathBuf),
-}
-
 /// What `init` wrote.
 #[derive(Debug)]
 pub struct Scaffold {
@@ -127,456 +75,6 @@ pub struct Scaffold {
     pub files: Vec<PathBuf>,
     pub workspace: Workspace,
     pub sdk: Sdk,
-}
-
-impl Project {
-    pub fn new(
-        kind: &str,
-        group: &str,
-        version: &str,
-        phases: &[String],
-        name: Option<&str>,
-        plural: Option<&str>,
-    ) -> anyhow::Result<Project> {
-        if !kind.starts_with(|c: char| c.is_ascii_uppercase())
-            || !kind.chars().all(|c| c.is_ascii_alphanumeric())
-        {
-            bail!("--kind {kind:?} must be UpperCamelCase letters and digits, e.g. AutoRoute");
-        }
-        if !group.contains('.') || !is_dns_subdomain(group) {
-            bail!("--group {group:?} must be a lowercase DNS name with at least one dot, e.g. examples.io");
-        }
-        if !is_kube_version(version) {
-            bail!("--version {version:?} must look like v1, v2beta1 or v1alpha1");
-        }
-        let name = match name {
-            Some(n) => n.to_string(),
-            None => kind.to_ascii_lowercase(),
-        };
-        if !is_dns_label(&name) {
-            bail!("--name {name:?} must be lowercase letters, digits and '-' (it names the WasmOperator and the crates)");
-        }
-        let plural = match plural {
-            Some(p) => p.to_string(),
-            None => plural_of(&kind.to_ascii_lowercase()),
-        };
-        if !is_dns_label(&plural) {
-            bail!("--plural {plural:?} must be lowercase letters, digits and '-'");
-        }
-        if phases.is_empty() || phases.iter().any(|p| p.trim().is_empty()) {
-            bail!(
-                "--phases needs at least one phase name, e.g. --phases Initializing,Syncing,Ready"
-            );
-        }
-        let mut names: Vec<PhaseNames> = Vec::new();
-        for p in phases {
-            let p = p.trim();
-            let valid = p.len() <= 63
-                && p.starts_with(|c: char| c.is_ascii_alphanumeric())
-                && p.ends_with(|c: char| c.is_ascii_alphanumeric())
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-            if !valid {
-                bail!("phase {p:?}: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit");
-            }
-            let phase = PhaseNames::new(p);
-            if let Some(other) = names
-                .iter()
-                .find(|o| o.kebab == phase.kebab || o.name == phase.name)
-            {
-                bail!(
-                    "phases {:?} and {p:?} would get the same crate name {}-{}: rename one",
-                    other.name,
-                    name,
-                    phase.kebab
-                );
-            }
-            names.push(phase);
-        }
-        Ok(Project {
-            name,
-            kind: kind.to_string(),
-            group: group.to_string(),
-            version: version.to_string(),
-            plural,
-            phases: names,
-        })
-    }
-
-    fn api_version(&self) -> String {
-        format!("{}/{}", self.group, self.version)
-    }
-
-    fn types_crate(&self) -> String {
-        format!("{}-types", self.name)
-    }
-
-    fn crd_file(&self) -> String {
-        format!("{}.yaml", self.kind.to_ascii_lowercase())
-    }
-
-    fn worker_crate(&self, p: &PhaseNames) -> String {
-        format!("{}-{}", self.name, p.kebab)
-    }
-
-    /// The phase a stub moves to: the next one in the list; the last one stays.
-    fn next_of(&self, i: usize) -> &PhaseNames {
-        self.phases.get(i + 1).unwrap_or(&self.phases[i])
-    }
-
-    /// Crate directories relative to the project root, types first.
-    pub fn crate_dirs(&self) -> Vec<String> {
-        std::iter::once("types".to_string())
-            .chain(self.phases.iter().map(|p| format!("workers/{}", p.kebab)))
-            .collect()
-    }
-
-    fn phase_list(&self) -> String {
-        self.phases
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect::<Vec<_>>()
-            .join(" → ")
-    }
-
-    fn common_vars(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("name", self.name.clone()),
-            ("kind", self.kind.clone()),
-            ("kind_lower", self.kind.to_ascii_lowercase()),
-            ("group", self.group.clone()),
-            ("version", self.version.clone()),
-            ("api_version", self.api_version()),
-            ("plural", self.plural.clone()),
-            ("types_crate", self.types_crate()),
-            ("types_ident", self.types_crate().replace('-', "_")),
-            ("crdgen", format!("{}-crdgen", self.name)),
-            ("crd_file", self.crd_file()),
-            ("phase_list", self.phase_list()),
-            ("kube_version", KUBE_VERSION.into()),
-            ("k8s_openapi_version", K8S_OPENAPI_VERSION.into()),
-            ("k8s_feature", K8S_FEATURE.into()),
-            ("schemars_version", SCHEMARS_VERSION.into()),
-        ]
-    }
-
-    /// Every file of the project: path relative to the root → contents. `sdk_dep` renders the
-    /// wasmpilot-guest dependency line for a crate directory (relative to the root).
-    pub fn files(
-        &self,
-        workspace: &Workspace,
-        sdk_dep: &dyn Fn(&str) -> String,
-    ) -> anyhow::Result<Vec<(String, String)>> {
-        let common = self.common_vars();
-        let with = |extra: Vec<(&'static str, String)>| {
-            let mut v = common.clone();
-            v.extend(extra);
-            v
-        };
-        let mut files = Vec::new();
-        if *workspace == Workspace::Standalone {
-            let members: String = self
-                .crate_dirs()
-                .iter()
-                .map(|d| format!("    \"{d}\",\n"))
-                .collect();
-            files.push((
-                "Cargo.toml".into(),
-                render(templates::WORKSPACE, &with(vec![("members", members)]))?,
-            ));
-            files.push((".gitignore".into(), templates::GITIGNORE.to_string()));
-        }
-        let consts: String = self
-            .phases
-            .iter()
-            .map(|p| format!("    pub const {}: &str = {:?};\n", p.constant, p.name))
-            .collect();
-        let types_vars = with(vec![
-            ("sdk_dep", sdk_dep("types")),
-            ("phase_consts", consts),
-        ]);
-        files.push((
-            "types/Cargo.toml".into(),
-            render(templates::TYPES_CARGO, &types_vars)?,
-        ));
-        files.push((
-            "types/src/lib.rs".into(),
-            render(templates::TYPES_LIB, &types_vars)?,
-        ));
-        files.push((
-            "types/src/crdgen.rs".into(),
-            render(templates::TYPES_CRDGEN, &types_vars)?,
-        ));
-        let mut entries = Vec::new();
-        for (i, p) in self.phases.iter().enumerate() {
-            let next = self.next_of(i);
-            let stays = next.name == p.name;
-            let summary = if stays {
-                format!(
-                    "stays in {} (edit: what keeps it here, what sends it back).",
-                    p.name
-                )
-            } else {
-                format!(
-                    "moves on to {} (edit: what this phase does first).",
-                    next.name
-                )
-            };
-            let dir = format!("workers/{}", p.kebab);
-            let vars = with(vec![
-                ("sdk_dep", sdk_dep(&dir)),
-                ("crate", self.worker_crate(p)),
-                ("phase", p.name.clone()),
-                ("phase_ident", p.ident.clone()),
-                ("phase_const", p.constant.clone()),
-                ("next_const", next.constant.clone()),
-                ("summary", summary.clone()),
-                ("summary_lower", lower_first(&summary)),
-                (
-                    "log_message",
-                    if stays {
-                        format!("{}: scaffolded worker, staying", p.name)
-                    } else {
-                        format!("{}: scaffolded worker, moving on to {}", p.name, next.name)
-                    },
-                ),
-                (
-                    "test_name",
-                    if stays {
-                        format!("stays_{}", p.constant.to_ascii_lowercase())
-                    } else {
-                        format!("moves_to_{}", next.constant.to_ascii_lowercase())
-                    },
-                ),
-            ]);
-            files.push((
-                format!("{dir}/Cargo.toml"),
-                render(templates::WORKER_CARGO, &vars)?,
-            ));
-            files.push((
-                format!("{dir}/src/lib.rs"),
-                render(templates::WORKER_LIB, &vars)?,
-            ));
-            entries.push(render(
-                templates::OPERATOR_PHASE,
-                &with(vec![
-                    ("phase", p.name.clone()),
-                    (
-                        "summary_yaml",
-                        serde_json::to_string(&summary).unwrap_or_default(),
-                    ),
-                    (
-                        "initial",
-                        if i == 0 {
-                            "\n    initial: true".into()
-                        } else {
-                            String::new()
-                        },
-                    ),
-                    (
-                        "artifact",
-                        crate::deploy::ComponentCrates::artifact(&self.worker_crate(p)),
-                    ),
-                    ("next", next.name.clone()),
-                ]),
-            )?);
-        }
-        files.push((
-            "operator.yaml".into(),
-            render(
-                templates::OPERATOR,
-                &with(vec![(
-                    "phase_entries",
-                    entries.concat().trim_end().to_string(),
-                )]),
-            )?,
-        ));
-        files.push(("sample.yaml".into(), render(templates::SAMPLE, &common)?));
-        let mut table = String::from("| phase | worker crate | moves to |\n|---|---|---|\n");
-        for (i, p) in self.phases.iter().enumerate() {
-            table.push_str(&format!(
-                "| `{}`{} | `workers/{}` ({}) | `{}` |\n",
-                p.name,
-                if i == 0 { " (initial)" } else { "" },
-                p.kebab,
-                self.worker_crate(p),
-                self.next_of(i).name
-            ));
-        }
-        let workspace_note = match workspace {
-            Workspace::Standalone => "The project is a cargo workspace of its own (`Cargo.toml` at the root lists the\ncrates, with the release profile for components).".to_string(),
-            Workspace::Member(_) => "The crates are members of the enclosing cargo workspace (`wasmpilot init` added\nthem to its `members`); its release profile applies to the components.".to_string(),
-        };
-        let pad = " ".repeat(23usize.saturating_sub(5 + self.crd_file().len()).max(1));
-        files.push((
-            "README.md".into(),
-            render(
-                templates::README,
-                &with(vec![
-                    ("phase_table", table.trim_end().to_string()),
-                    ("workspace_note", workspace_note),
-                    ("crd_pad", pad),
-                ]),
-            )?,
-        ));
-        Ok(files)
-    }
-}
-
-impl PhaseNames {
-    pub fn new(name: &str) -> PhaseNames {
-        let words = words(name);
-        let kebab = words.join("-");
-        let mut ident: String = words.iter().map(|w| capitalize(w)).collect();
-        if ident.starts_with(|c: char| c.is_ascii_digit()) {
-            ident.insert_str(0, "Phase");
-        }
-        let mut constant = words.join("_").to_ascii_uppercase();
-        if constant.starts_with(|c: char| c.is_ascii_digit()) {
-            constant.insert_str(0, "PHASE_");
-        }
-        PhaseNames {
-            name: name.to_string(),
-            kebab,
-            ident,
-            constant,
-        }
-    }
-}
-
-/// Splits `WaitingForPods`, `waiting-for_pods`, `HTTPReady` into lowercase words.
-fn words(s: &str) -> Vec<String> {
-    let mut words: Vec<String> = Vec::new();
-    let mut current = String::new();
-    let chars: Vec<char> = s.chars().collect();
-    for (i, &c) in chars.iter().enumerate() {
-        if !c.is_ascii_alphanumeric() {
-            if !current.is_empty() {
-                words.push(std::mem::take(&mut current));
-            }
-            continue;
-        }
-        let prev = i.checked_sub(1).map(|j| chars[j]);
-        let next = chars.get(i + 1);
-        let boundary = c.is_ascii_uppercase()
-            && prev.is_some_and(|p| {
-                p.is_ascii_lowercase()
-                    || p.is_ascii_digit()
-                    || (p.is_ascii_uppercase() && next.is_some_and(|n| n.is_ascii_lowercase()))
-            });
-        if boundary && !current.is_empty() {
-            words.push(std::mem::take(&mut current));
-        }
-        current.push(c.to_ascii_lowercase());
-    }
-    if !current.is_empty() {
-        words.push(current);
-    }
-    words
-}
-
-fn capitalize(w: &str) -> String {
-    let mut c = w.chars();
-    match c.next() {
-        Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
-        None => String::new(),
-    }
-}
-
-fn lower_first(s: &str) -> String {
-    let mut c = s.chars();
-    match c.next() {
-        Some(f) => f.to_ascii_lowercase().to_string() + c.as_str(),
-        None => String::new(),
-    }
-}
-
-/// The English plural Kubernetes users expect for simple kinds.
-fn plural_of(s: &str) -> String {
-    if s.ends_with('s') || s.ends_with('x') || s.ends_with("ch") || s.ends_with("sh") {
-        format!("{s}es")
-    } else if s.ends_with('y') && !s.ends_with("ay") && !s.ends_with("ey") && !s.ends_with("oy") {
-        format!("{}ies", &s[..s.len() - 1])
-    } else {
-        format!("{s}s")
-    }
-}
-
-/// `v1`, `v2beta1`, `v1alpha1`: what Kubernetes accepts as a CRD version name and sorts.
-fn is_kube_version(v: &str) -> bool {
-    let Some(rest) = v.strip_prefix('v') else {
-        return false;
-    };
-    let major = rest.chars().take_while(char::is_ascii_digit).count();
-    if major == 0 {
-        return false;
-    }
-    let rest = &rest[major..];
-    if rest.is_empty() {
-        return true;
-    }
-    ["alpha", "beta"].iter().any(|tag| {
-        rest.strip_prefix(tag)
-            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
-    })
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && s.starts_with(|c: char| c.is_ascii_lowercase())
-        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label_or_digits)
-}
-
-fn is_dns_label_or_digits(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// Fills `{{key}}` placeholders; a placeholder without a value is a bug in the templates.
-pub fn render(template: &str, vars: &[(&str, String)]) -> anyhow::Result<String> {
-    let mut out = template.to_string();
-    for (k, v) in vars {
-        out = out.replace(&format!("{{{{{k}}}}}"), v);
-    }
-    if let Some(start) = out.find("{{") {
-        let rest = &out[start + 2..];
-        if let Some(end) = rest.find("}}") {
-            let key = &rest[..end];
-            if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                bail!("template placeholder {{{{{key}}}}} has no value (a wasmpilot bug)");
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// A path from directory `from` to `to` (both absolute), e.g. `../../guest-sdk`.
-pub fn relative_path(from: &Path, to: &Path) -> PathBuf {
-    let from: Vec<Component> = from.components().collect();
-    let to: Vec<Component> = to.components().collect();
-    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
-    let mut rel = PathBuf::new();
-    for _ in common..from.len() {
-        rel.push("..");
-    }
-    for c in &to[common..] {
-        rel.push(c.as_os_str());
-    }
-    if rel.as_os_str().is_empty() {
-        rel.push(".");
-    }
-    rel
 }
 
 /// Whether `dir` holds the wasmpilot-guest crate.
@@ -620,98 +118,6 @@ pub fn choose_sdk(
     bail!("cannot find the wasmpilot-guest SDK: pass --sdk-path <wasmpilot checkout>/guest-sdk, or --sdk-version <version> to use a published one")
 }
 
-/// The nearest ancestor `Cargo.toml` (above `dir`) that declares `[workspace]`.
-pub fn enclosing_workspace(dir: &Path) -> Option<PathBuf> {
-    dir.ancestors().skip(1).find_map(|a| {
-        let manifest = a.join("Cargo.toml");
-        let text = std::fs::read_to_string(&manifest).ok()?;
-        text.lines()
-            .any(|l| l.trim() == "[workspace]")
-            .then_some(manifest)
-    })
-}
-
-/// Adds `members` to the `[workspace]` `members = [...]` array of a Cargo.toml text, like
-/// `cargo new` does. `None` when the file has no such array this can edit safely.
-pub fn add_workspace_members(toml: &str, members: &[String]) -> Option<String> {
-    let lines: Vec<&str> = toml.lines().collect();
-    let ws = lines.iter().position(|l| l.trim() == "[workspace]")?;
-    let section_end = lines[ws + 1..]
-        .iter()
-        .position(|l| l.trim_start().starts_with('['))
-        .map_or(lines.len(), |i| ws + 1 + i);
-    let start = (ws + 1..section_end).find(|&i| {
-        let l = lines[i].trim_start();
-        l.starts_with("members") && l["members".len()..].trim_start().starts_with('=')
-    })?;
-    let missing: Vec<&String> = members
-        .iter()
-        .filter(|m| {
-            let quoted = format!("\"{m}\"");
-            !lines[start..section_end]
-                .iter()
-                .any(|l| l.contains(&quoted))
-        })
-        .collect();
-    let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    if missing.is_empty() {
-        return Some(toml.to_string());
-    }
-    let end = (start..section_end).find(|&i| lines[i].contains(']'))?;
-    if end == start {
-        // One line: members = ["a", "b"]
-        let line = lines[start];
-        let close = line.rfind(']')?;
-        let inner = line[line.find('[')? + 1..close]
-            .trim()
-            .trim_end_matches(',');
-        let mut items: Vec<String> = if inner.is_empty() {
-            Vec::new()
-        } else {
-            vec![inner.to_string()]
-        };
-        items.extend(missing.iter().map(|m| format!("\"{m}\"")));
-        out[start] = format!(
-            "{}[{}]{}",
-            &line[..line.find('[')?],
-            items.join(", "),
-            &line[close + 1..]
-        );
-    } else {
-        let indent = lines[start + 1..end]
-            .iter()
-            .find(|l| !l.trim().is_empty())
-            .map(|l| l[..l.len() - l.trim_start().len()].to_string())
-            .unwrap_or_else(|| "    ".into());
-        let closing = lines[end];
-        let bracket = closing.find(']')?;
-        let before = &closing[..bracket];
-        let mut new_lines = Vec::new();
-        if !before.trim().is_empty() {
-            // The last element shares the line with `]`.
-            let b = before.trim_end();
-            new_lines.push(if b.ends_with(',') {
-                b.to_string()
-            } else {
-                format!("{b},")
-            });
-        } else if let Some(last) = (start..end).rev().find(|&i| !out[i].trim().is_empty()) {
-            let l = out[last].trim_end().to_string();
-            if last > start && !l.ends_with(',') && !l.ends_with('[') {
-                out[last] = format!("{l},");
-            }
-        }
-        new_lines.extend(missing.iter().map(|m| format!("{indent}\"{m}\",")));
-        new_lines.push(closing[bracket..].to_string());
-        out.splice(end..=end, new_lines);
-    }
-    let mut text = out.join("\n");
-    if toml.ends_with('\n') {
-        text.push('\n');
-    }
-    Some(text)
-}
-
 /// Writes the project; runs the CRD generator unless `no_crdgen`. Prints what it did and what
 /// to do next.
 pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
@@ -743,11 +149,13 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
         Some(root) if !args.standalone => Workspace::Member(root),
         _ => Workspace::Standalone,
     };
+    // Inside the checkout that holds the SDK: a relative path, so the checkout can move.
     let sdk_dep = |crate_dir: &str| match &sdk {
-        Sdk::Path(p) => format!(
+        Sdk::Path(p) if p.parent().is_some_and(|checkout| dir.starts_with(checkout)) => format!(
             "wasmpilot-guest = {{ path = \"{}\" }}",
             relative_path(&dir.join(crate_dir), p).display()
         ),
+        Sdk::Path(p) => format!("wasmpilot-guest = {{ path = \"{}\" }}", p.display()),
         Sdk::Version(v) => format!("wasmpilot-guest = \"{v}\""),
     };
     let files = project.files(&workspace, &sdk_dep)?;
@@ -761,6 +169,10 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
         written.push(path);
     }
     std::fs::create_dir_all(dir.join("crds"))?;
+    format_rust(&written);
+    if let (Workspace::Standalone, Sdk::Path(sdk)) = (&workspace, &sdk) {
+        seed_lockfile(sdk, &dir);
+    }
     eprintln!(
         "created {} ({} files): {} {} with phases {}",
         dir.display(),
@@ -838,10 +250,35 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
     })
 }
 
+/// rustfmt on the generated Rust files (line breaks depend on the names filled in); skipped
+/// quietly when rustfmt is not installed.
+fn format_rust(files: &[PathBuf]) {
+    let rust: Vec<&PathBuf> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    let _ = Command::new("rustfmt")
+        .args(["--edition", "2021"])
+        .args(&rust)
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// A standalone project starts from the Cargo.lock of the wasmpilot checkout its SDK comes
+/// from: it resolves to the dependency versions wasmpilot is tested with (cargo drops the
+/// entries it does not need and adds the project's crates).
+fn seed_lockfile(sdk: &Path, dir: &Path) {
+    if let Some(lock) = sdk.parent().map(|checkout| checkout.join("Cargo.lock")) {
+        if lock.is_file() && !dir.join("Cargo.lock").exists() {
+            let _ = std::fs::copy(lock, dir.join("Cargo.lock"));
+        }
+    }
+}
+
 /// Runs the project's CRD generator and writes its output.
 fn generate_crd(dir: &Path, project: &Project, out: &Path) -> anyhow::Result<()> {
     let output = Command::new("cargo")
-        .args(["run", "-q", "-p", &project.types_crate(), "--bin"])
+        .args(["run", "-p", &project.types_crate(), "--bin"])
         .arg(format!("{}-crdgen", project.name))
         .current_dir(dir)
         .stderr(std::process::Stdio::inherit())
@@ -852,179 +289,4 @@ fn generate_crd(dir: &Path, project: &Project, out: &Path) -> anyhow::Result<()>
     }
     std::fs::write(out, &output.stdout).with_context(|| format!("writing {}", out.display()))?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn autoroute() -> Project {
-        Project::new(
-            "AutoRoute",
-            "examples.io",
-            "v1",
-            &["Initializing".into(), "Syncing".into(), "Ready".into()],
-            None,
-            None,
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn names_derive_from_phases() {
-        let p = PhaseNames::new("WaitingForPods");
-        assert_eq!(
-            (p.kebab.as_str(), p.ident.as_str(), p.constant.as_str()),
-            ("waiting-for-pods", "WaitingForPods", "WAITING_FOR_PODS")
-        );
-        let p = PhaseNames::new("http-ready_2");
-        assert_eq!(
-            (p.kebab.as_str(), p.ident.as_str(), p.constant.as_str()),
-            ("http-ready-2", "HttpReady2", "HTTP_READY_2")
-        );
-        assert_eq!(PhaseNames::new("HTTPReady").kebab, "http-ready");
-        assert_eq!(PhaseNames::new("3rd").ident, "Phase3rd");
-        assert_eq!(plural_of("autoroute"), "autoroutes");
-        assert_eq!(plural_of("policy"), "policies");
-        assert_eq!(plural_of("gateway"), "gateways");
-        assert_eq!(plural_of("mesh"), "meshes");
-    }
-
-    #[test]
-    fn bad_arguments_say_what_to_pass() {
-        let p = |kind: &str, group: &str, version: &str, phases: &[&str]| {
-            Project::new(
-                kind,
-                group,
-                version,
-                &phases.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-                None,
-                None,
-            )
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
-        };
-        assert!(p("autoRoute", "examples.io", "v1", &["A"]).contains("UpperCamelCase"));
-        assert!(p("AutoRoute", "examples", "v1", &["A"]).contains("at least one dot"));
-        assert!(p("AutoRoute", "examples.io", "1", &["A"]).contains("v1alpha1"));
-        assert!(p("AutoRoute", "examples.io", "v1", &["A b"]).contains("phase \"A b\""));
-        assert!(
-            p("AutoRoute", "examples.io", "v1", &["Ready", "ready"]).contains("same crate name")
-        );
-        for ok in ["v1", "v2beta1", "v1alpha12"] {
-            assert!(
-                Project::new("A", "a.io", ok, &["P".into()], None, None).is_ok(),
-                "{ok}"
-            );
-        }
-        for bad in ["v1beta", "valpha1", "v"] {
-            assert!(
-                Project::new("A", "a.io", bad, &["P".into()], None, None).is_err(),
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn every_template_placeholder_is_filled() {
-        let project = autoroute();
-        let sdk = |d: &str| format!("wasmpilot-guest = {{ path = \"{d}/sdk\" }}");
-        for ws in [
-            Workspace::Standalone,
-            Workspace::Member("/x/Cargo.toml".into()),
-        ] {
-            let files = project.files(&ws, &sdk).unwrap();
-            for (path, text) in &files {
-                assert!(!text.contains("{{"), "{path}: {text}");
-            }
-            let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
-            assert_eq!(names.contains(&"Cargo.toml"), ws == Workspace::Standalone);
-            assert!(names.contains(&"workers/syncing/src/lib.rs"));
-        }
-        assert!(render("a {{missing}} b", &[]).is_err());
-        assert_eq!(render("{{a}}", &[("a", "x".into())]).unwrap(), "x");
-    }
-
-    #[test]
-    fn operator_yaml_is_a_valid_definition_with_next_lists() {
-        let files = autoroute()
-            .files(&Workspace::Standalone, &|_| String::new())
-            .unwrap();
-        let yaml = &files.iter().find(|(p, _)| p == "operator.yaml").unwrap().1;
-        let op: crate::crd::WasmOperator = serde_yaml::from_str(yaml).unwrap();
-        let def = crate::definition::OperatorDefinition::validate("autoroute", &op.spec).unwrap();
-        assert_eq!(def.initial_phase, "Initializing");
-        assert_eq!(def.phase("Initializing").unwrap().next, ["Syncing"]);
-        assert_eq!(def.phase("Ready").unwrap().next, ["Ready"]);
-        let module = def.phase("Syncing").unwrap().module.clone().unwrap();
-        assert_eq!(module.file.unwrap().path, "autoroute_syncing.wasm");
-        let worker = &files
-            .iter()
-            .find(|(p, _)| p == "workers/ready/src/lib.rs")
-            .unwrap()
-            .1;
-        assert!(worker.contains("Outcome::next(phases::READY)"), "{worker}");
-        assert!(worker.contains("fn stays_ready()"), "{worker}");
-    }
-
-    #[test]
-    fn relative_paths() {
-        assert_eq!(
-            relative_path(Path::new("/r/examples/x/types"), Path::new("/r/guest-sdk")),
-            PathBuf::from("../../../guest-sdk")
-        );
-        assert_eq!(
-            relative_path(Path::new("/a/b"), Path::new("/a/b/c")),
-            PathBuf::from("c")
-        );
-        assert_eq!(
-            relative_path(Path::new("/a"), Path::new("/a")),
-            PathBuf::from(".")
-        );
-    }
-
-    #[test]
-    fn workspace_members_are_added_like_cargo_new() {
-        let multi = "[workspace]\nresolver = \"2\"\nmembers = [\n    \"host\",\n    \"guest-sdk\"\n]\ndefault-members = [\"host\"]\n\n[profile.release]\nlto = true\n";
-        let out = add_workspace_members(multi, &["ops/a/types".into(), "host".into()]).unwrap();
-        assert_eq!(
-            out,
-            "[workspace]\nresolver = \"2\"\nmembers = [\n    \"host\",\n    \"guest-sdk\",\n    \"ops/a/types\",\n]\ndefault-members = [\"host\"]\n\n[profile.release]\nlto = true\n"
-        );
-        let one = "[workspace]\nmembers = [\"a\", \"b\"]\n";
-        assert_eq!(
-            add_workspace_members(one, &["c".into()]).unwrap(),
-            "[workspace]\nmembers = [\"a\", \"b\", \"c\"]\n"
-        );
-        let trailing = "[workspace]\nmembers = [\n  \"a\",\n  \"b\"]\n";
-        assert_eq!(
-            add_workspace_members(trailing, &["c".into()]).unwrap(),
-            "[workspace]\nmembers = [\n  \"a\",\n  \"b\",\n  \"c\",\n]\n"
-        );
-        assert!(add_workspace_members("[package]\nname = \"x\"\n", &["c".into()]).is_none());
-        assert!(add_workspace_members("[workspace]\nresolver = \"2\"\n", &["c".into()]).is_none());
-        // This repository's own manifest can be edited.
-        let root = include_str!("../../../Cargo.toml");
-        let edited = add_workspace_members(root, &["examples/new/types".into()]).unwrap();
-        assert!(
-            edited.contains("    \"examples/new/types\",\n]"),
-            "{edited}"
-        );
-    }
-
-    #[test]
-    fn dependency_versions_match_this_workspace() {
-        let root = include_str!("../../../Cargo.toml");
-        let dep = |name: &str| {
-            root.lines()
-                .find(|l| l.starts_with(&format!("{name} = ")))
-                .unwrap_or_else(|| panic!("{name} in the workspace Cargo.toml"))
-                .to_string()
-        };
-        assert!(dep("kube").contains(&format!("version = \"{KUBE_VERSION}\"")));
-        assert!(dep("k8s-openapi").contains(&format!("version = \"{K8S_OPENAPI_VERSION}\"")));
-        assert!(dep("k8s-openapi").contains(K8S_FEATURE));
-        assert!(dep("schemars").contains(&format!("\"{SCHEMARS_VERSION}\"")));
-    }
 }

@@ -8,4 +8,6 @@ pub mod diff;
 pub mod graph;
 pub mod init;
 pub mod plan;
+pub mod scaffold;
 pub mod simulate;
+pub mod workspace;

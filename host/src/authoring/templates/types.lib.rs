@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use wasmpilot_guest::HostStatus;
 
-/// The desired state of a {{kind}}: the fields users set.
+/// The desired state of {{a_kind}}: the fields users set.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
     group = "{{group}}",
@@ -26,7 +26,7 @@ pub struct {{kind}}Spec {
     // pub deployment_selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 }
 
-/// The observed state of a {{kind}}: what the workers record (their status info) and the
+/// The observed state of {{a_kind}}: what the workers record (their status info) and the
 /// fields the wasmpilot host writes.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -39,7 +39,7 @@ pub struct {{kind}}Status {
     pub host: HostStatus,
 }
 
-/// The phases of a {{kind}}, as declared in operator.yaml.
+/// The phases of {{a_kind}}, as declared in operator.yaml.
 pub mod phases {
 {{phase_consts}}}
 

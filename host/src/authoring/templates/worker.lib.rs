@@ -1,11 +1,12 @@
-//! {{kind}}'s {{phase}} phase: {{summary}}
+//! {{kind}}'s {{phase}} phase. Scaffolded by `wasmpilot init`: it {{summary}}.
 
 use {{types_ident}}::{phases, {{kind}}};
 use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
 
-/// Decides the {{phase}} phase of a {{kind}}. Scaffolded by `wasmpilot init`: {{summary_lower}}
+/// Decides the {{phase}} phase of {{a_kind}}: replace the stub with what this phase does.
 /// Read inputs with `inputs.list::<T>("name")` (declared in operator.yaml), return objects to
-/// apply with `.output(&obj)?` / `.outputs(iter)?`, and record status with `.status(json)`.
+/// apply with `.output(&obj)?` / `.outputs(iter)?`, record status with `.status(json)`, and
+/// move on with `Outcome::next(phases::…)` (allowed moves: `next:` in operator.yaml).
 #[derive(Default)]
 pub struct {{phase_ident}};
 
@@ -19,7 +20,7 @@ impl PhaseWorker for {{phase_ident}} {
         _inputs: &Inputs,
     ) -> Result<Outcome, WorkerError> {
         let name = resource.metadata.name.unwrap_or_default();
-        ctx.info("{{log_message}}", &[("resource", &name)]);
+        ctx.info("scaffolded worker, edit me", &[("resource", &name)]);
         Ok(Outcome::next(phases::{{next_const}}))
     }
 }
@@ -29,17 +30,13 @@ wasmpilot_guest::export!(phase = {{phase_ident}});
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wasmpilot_guest::serde_json::json;
-    use wasmpilot_guest::testing::SyncTest;
+    use wasmpilot_guest::testing::{objects_from_yaml, SyncTest};
 
     #[test]
     fn {{test_name}}() {
-        let resource = json!({
-            "apiVersion": "{{api_version}}", "kind": "{{kind}}",
-            "metadata": { "name": "example", "namespace": "default" },
-            "spec": {},
-        });
-        let report = SyncTest::new(resource)
+        // The project's sample resource: keep sample.yaml valid as the spec grows.
+        let sample = objects_from_yaml(include_str!("../../../sample.yaml")).unwrap();
+        let report = SyncTest::new(&sample[0])
             .phase(phases::{{phase_const}})
             .run(&{{phase_ident}})
             .unwrap();

@@ -1,0 +1,598 @@
+//! The project `wasmpilot init` writes, as data: names derived from the kind and phases, and
+//! every file rendered from the templates in `templates/` (included at compile time).
+
+use super::workspace::Workspace;
+use anyhow::bail;
+
+/// Versions the generated crates depend on: the ones wasmpilot-guest is built against (a test
+/// checks them against this workspace's `Cargo.toml`).
+const KUBE_VERSION: &str = "5";
+const K8S_OPENAPI_VERSION: &str = "0.29";
+const K8S_FEATURE: &str = "v1_33";
+const SCHEMARS_VERSION: &str = "1";
+
+mod templates {
+    pub const WORKSPACE: &str = include_str!("templates/workspace.Cargo.toml");
+    pub const GITIGNORE: &str = include_str!("templates/gitignore");
+    pub const TYPES_CARGO: &str = include_str!("templates/types.Cargo.toml");
+    pub const TYPES_LIB: &str = include_str!("templates/types.lib.rs");
+    pub const TYPES_CRDGEN: &str = include_str!("templates/types.crdgen.rs");
+    pub const WORKER_CARGO: &str = include_str!("templates/worker.Cargo.toml");
+    pub const WORKER_LIB: &str = include_str!("templates/worker.lib.rs");
+    pub const OPERATOR: &str = include_str!("templates/operator.yaml");
+    pub const OPERATOR_PHASE: &str = include_str!("templates/operator.phase.yaml");
+    pub const SAMPLE: &str = include_str!("templates/sample.yaml");
+    pub const README: &str = include_str!("templates/README.md");
+}
+
+/// One phase, with the names derived from it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PhaseNames {
+    /// As declared, e.g. `WaitingForPods`.
+    pub name: String,
+    /// Directory and crate suffix, e.g. `waiting-for-pods`.
+    pub kebab: String,
+    /// The worker type, e.g. `WaitingForPods`.
+    pub ident: String,
+    /// The constant in `phases`, e.g. `WAITING_FOR_PODS`.
+    pub constant: String,
+}
+
+/// Everything the templates are filled from.
+#[derive(Clone, Debug)]
+pub struct Project {
+    pub name: String,
+    pub kind: String,
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pub phases: Vec<PhaseNames>,
+}
+
+impl Project {
+    pub fn new(
+        kind: &str,
+        group: &str,
+        version: &str,
+        phases: &[String],
+        name: Option<&str>,
+        plural: Option<&str>,
+    ) -> anyhow::Result<Project> {
+        if !kind.starts_with(|c: char| c.is_ascii_uppercase())
+            || !kind.chars().all(|c| c.is_ascii_alphanumeric())
+        {
+            bail!("--kind {kind:?} must be UpperCamelCase letters and digits, e.g. AutoRoute");
+        }
+        if !group.contains('.') || !is_dns_subdomain(group) {
+            bail!("--group {group:?} must be a lowercase DNS name with at least one dot, e.g. examples.io");
+        }
+        if !is_kube_version(version) {
+            bail!("--version {version:?} must look like v1, v2beta1 or v1alpha1");
+        }
+        let name = match name {
+            Some(n) => n.to_string(),
+            None => kind.to_ascii_lowercase(),
+        };
+        if !is_dns_label(&name) {
+            bail!("--name {name:?} must be lowercase letters, digits and '-' (it names the WasmOperator and the crates)");
+        }
+        let plural = match plural {
+            Some(p) => p.to_string(),
+            None => plural_of(&kind.to_ascii_lowercase()),
+        };
+        if !is_dns_label(&plural) {
+            bail!("--plural {plural:?} must be lowercase letters, digits and '-'");
+        }
+        if phases.is_empty() || phases.iter().any(|p| p.trim().is_empty()) {
+            bail!(
+                "--phases needs at least one phase name, e.g. --phases Initializing,Syncing,Ready"
+            );
+        }
+        let mut names: Vec<PhaseNames> = Vec::new();
+        for p in phases {
+            let p = p.trim();
+            let valid = p.len() <= 63
+                && p.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && p.ends_with(|c: char| c.is_ascii_alphanumeric())
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            if !valid {
+                bail!("phase {p:?}: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit");
+            }
+            let phase = PhaseNames::new(p);
+            if let Some(other) = names
+                .iter()
+                .find(|o| o.kebab == phase.kebab || o.name == phase.name)
+            {
+                bail!(
+                    "phases {:?} and {p:?} would get the same crate name {}-{}: rename one",
+                    other.name,
+                    name,
+                    phase.kebab
+                );
+            }
+            names.push(phase);
+        }
+        Ok(Project {
+            name,
+            kind: kind.to_string(),
+            group: group.to_string(),
+            version: version.to_string(),
+            plural,
+            phases: names,
+        })
+    }
+
+    pub fn api_version(&self) -> String {
+        format!("{}/{}", self.group, self.version)
+    }
+
+    pub fn types_crate(&self) -> String {
+        format!("{}-types", self.name)
+    }
+
+    pub fn crd_file(&self) -> String {
+        format!("{}.yaml", self.kind.to_ascii_lowercase())
+    }
+
+    fn worker_crate(&self, p: &PhaseNames) -> String {
+        format!("{}-{}", self.name, p.kebab)
+    }
+
+    /// The phase a stub moves to: the next one in the list; the last one stays.
+    fn next_of(&self, i: usize) -> &PhaseNames {
+        self.phases.get(i + 1).unwrap_or(&self.phases[i])
+    }
+
+    /// Crate directories relative to the project root, types first.
+    pub fn crate_dirs(&self) -> Vec<String> {
+        std::iter::once("types".to_string())
+            .chain(self.phases.iter().map(|p| format!("workers/{}", p.kebab)))
+            .collect()
+    }
+
+    pub fn phase_list(&self) -> String {
+        self.phases
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" → ")
+    }
+
+    fn common_vars(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("name", self.name.clone()),
+            ("kind", self.kind.clone()),
+            ("kind_lower", self.kind.to_ascii_lowercase()),
+            ("a_kind", with_article(&self.kind, "a", "an")),
+            ("a_kind_cap", with_article(&self.kind, "A", "An")),
+            ("group", self.group.clone()),
+            ("version", self.version.clone()),
+            ("api_version", self.api_version()),
+            ("plural", self.plural.clone()),
+            ("types_crate", self.types_crate()),
+            ("types_ident", self.types_crate().replace('-', "_")),
+            ("crdgen", format!("{}-crdgen", self.name)),
+            ("crd_file", self.crd_file()),
+            ("phase_list", self.phase_list()),
+            ("kube_version", KUBE_VERSION.into()),
+            ("k8s_openapi_version", K8S_OPENAPI_VERSION.into()),
+            ("k8s_feature", K8S_FEATURE.into()),
+            ("schemars_version", SCHEMARS_VERSION.into()),
+        ]
+    }
+
+    /// Every file of the project: path relative to the root → contents. `sdk_dep` renders the
+    /// wasmpilot-guest dependency line for a crate directory (relative to the root).
+    pub fn files(
+        &self,
+        workspace: &Workspace,
+        sdk_dep: &dyn Fn(&str) -> String,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        let common = self.common_vars();
+        let with = |extra: Vec<(&'static str, String)>| {
+            let mut v = common.clone();
+            v.extend(extra);
+            v
+        };
+        let mut files = Vec::new();
+        if *workspace == Workspace::Standalone {
+            let members: String = self
+                .crate_dirs()
+                .iter()
+                .map(|d| format!("    \"{d}\",\n"))
+                .collect();
+            files.push((
+                "Cargo.toml".into(),
+                render(templates::WORKSPACE, &with(vec![("members", members)]))?,
+            ));
+            files.push((".gitignore".into(), templates::GITIGNORE.to_string()));
+        }
+        let consts: String = self
+            .phases
+            .iter()
+            .map(|p| format!("    pub const {}: &str = {:?};\n", p.constant, p.name))
+            .collect();
+        let types_vars = with(vec![
+            ("sdk_dep", sdk_dep("types")),
+            ("phase_consts", consts),
+        ]);
+        files.push((
+            "types/Cargo.toml".into(),
+            render(templates::TYPES_CARGO, &types_vars)?,
+        ));
+        files.push((
+            "types/src/lib.rs".into(),
+            render(templates::TYPES_LIB, &types_vars)?,
+        ));
+        files.push((
+            "types/src/crdgen.rs".into(),
+            render(templates::TYPES_CRDGEN, &types_vars)?,
+        ));
+        let mut entries = Vec::new();
+        for (i, p) in self.phases.iter().enumerate() {
+            let next = self.next_of(i);
+            let stays = next.name == p.name;
+            let summary = if stays {
+                format!("stays in {}", p.name)
+            } else {
+                format!("moves on to {}", next.name)
+            };
+            let dir = format!("workers/{}", p.kebab);
+            let vars = with(vec![
+                ("sdk_dep", sdk_dep(&dir)),
+                ("crate", self.worker_crate(p)),
+                ("phase", p.name.clone()),
+                ("phase_ident", p.ident.clone()),
+                ("phase_const", p.constant.clone()),
+                ("next_const", next.constant.clone()),
+                ("summary", summary.clone()),
+                (
+                    "test_name",
+                    if stays {
+                        format!("stays_{}", p.constant.to_ascii_lowercase())
+                    } else {
+                        format!("moves_to_{}", next.constant.to_ascii_lowercase())
+                    },
+                ),
+            ]);
+            files.push((
+                format!("{dir}/Cargo.toml"),
+                render(templates::WORKER_CARGO, &vars)?,
+            ));
+            files.push((
+                format!("{dir}/src/lib.rs"),
+                render(templates::WORKER_LIB, &vars)?,
+            ));
+            entries.push(render(
+                templates::OPERATOR_PHASE,
+                &with(vec![
+                    ("phase", p.name.clone()),
+                    (
+                        "summary_yaml",
+                        serde_json::to_string(&format!("Scaffolded: {summary}."))
+                            .unwrap_or_default(),
+                    ),
+                    (
+                        "initial",
+                        if i == 0 {
+                            "\n    initial: true".into()
+                        } else {
+                            String::new()
+                        },
+                    ),
+                    (
+                        "artifact",
+                        crate::deploy::ComponentCrates::artifact(&self.worker_crate(p)),
+                    ),
+                    ("next", next.name.clone()),
+                ]),
+            )?);
+        }
+        files.push((
+            "operator.yaml".into(),
+            render(
+                templates::OPERATOR,
+                &with(vec![(
+                    "phase_entries",
+                    entries.concat().trim_end().to_string(),
+                )]),
+            )?,
+        ));
+        files.push(("sample.yaml".into(), render(templates::SAMPLE, &common)?));
+        let mut table = String::from("| phase | worker crate | moves to |\n|---|---|---|\n");
+        for (i, p) in self.phases.iter().enumerate() {
+            table.push_str(&format!(
+                "| `{}`{} | `workers/{}` ({}) | `{}` |\n",
+                p.name,
+                if i == 0 { " (initial)" } else { "" },
+                p.kebab,
+                self.worker_crate(p),
+                self.next_of(i).name
+            ));
+        }
+        let workspace_note = match workspace {
+            Workspace::Standalone => "The project is a cargo workspace of its own (`Cargo.toml` at the root lists the\ncrates, with the release profile for components).".to_string(),
+            Workspace::Member(_) => "The crates are members of the enclosing cargo workspace (`wasmpilot init` added\nthem to its `members`); its release profile applies to the components.".to_string(),
+        };
+        let pad = " ".repeat(23usize.saturating_sub(5 + self.crd_file().len()).max(1));
+        files.push((
+            "README.md".into(),
+            render(
+                templates::README,
+                &with(vec![
+                    ("phase_table", table.trim_end().to_string()),
+                    ("workspace_note", workspace_note),
+                    ("crd_pad", pad),
+                ]),
+            )?,
+        ));
+        Ok(files)
+    }
+}
+
+impl PhaseNames {
+    pub fn new(name: &str) -> PhaseNames {
+        let words = words(name);
+        let kebab = words.join("-");
+        let mut ident: String = words.iter().map(|w| capitalize(w)).collect();
+        if ident.starts_with(|c: char| c.is_ascii_digit()) {
+            ident.insert_str(0, "Phase");
+        }
+        let mut constant = words.join("_").to_ascii_uppercase();
+        if constant.starts_with(|c: char| c.is_ascii_digit()) {
+            constant.insert_str(0, "PHASE_");
+        }
+        PhaseNames {
+            name: name.to_string(),
+            kebab,
+            ident,
+            constant,
+        }
+    }
+}
+
+/// Splits `WaitingForPods`, `waiting-for_pods`, `HTTPReady` into lowercase words.
+fn words(s: &str) -> Vec<String> {
+    let mut words: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let chars: Vec<char> = s.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_ascii_alphanumeric() {
+            if !current.is_empty() {
+                words.push(std::mem::take(&mut current));
+            }
+            continue;
+        }
+        let prev = i.checked_sub(1).map(|j| chars[j]);
+        let next = chars.get(i + 1);
+        let boundary = c.is_ascii_uppercase()
+            && prev.is_some_and(|p| {
+                p.is_ascii_lowercase()
+                    || p.is_ascii_digit()
+                    || (p.is_ascii_uppercase() && next.is_some_and(|n| n.is_ascii_lowercase()))
+            });
+        if boundary && !current.is_empty() {
+            words.push(std::mem::take(&mut current));
+        }
+        current.push(c.to_ascii_lowercase());
+    }
+    if !current.is_empty() {
+        words.push(current);
+    }
+    words
+}
+
+fn capitalize(w: &str) -> String {
+    let mut c = w.chars();
+    match c.next() {
+        Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+/// `an AutoRoute`, `a Canary`.
+fn with_article(kind: &str, a: &str, an: &str) -> String {
+    let vowel = kind.starts_with(['A', 'E', 'I', 'O', 'U', 'a', 'e', 'i', 'o', 'u']);
+    format!("{} {kind}", if vowel { an } else { a })
+}
+
+/// The English plural Kubernetes users expect for simple kinds.
+fn plural_of(s: &str) -> String {
+    if s.ends_with('s') || s.ends_with('x') || s.ends_with("ch") || s.ends_with("sh") {
+        format!("{s}es")
+    } else if s.ends_with('y') && !s.ends_with("ay") && !s.ends_with("ey") && !s.ends_with("oy") {
+        format!("{}ies", &s[..s.len() - 1])
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// `v1`, `v2beta1`, `v1alpha1`: what Kubernetes accepts as a CRD version name and sorts.
+fn is_kube_version(v: &str) -> bool {
+    let Some(rest) = v.strip_prefix('v') else {
+        return false;
+    };
+    let major = rest.chars().take_while(char::is_ascii_digit).count();
+    if major == 0 {
+        return false;
+    }
+    let rest = &rest[major..];
+    if rest.is_empty() {
+        return true;
+    }
+    ["alpha", "beta"].iter().any(|tag| {
+        rest.strip_prefix(tag)
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+    })
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label_or_digits)
+}
+
+fn is_dns_label_or_digits(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Fills `{{key}}` placeholders; a placeholder without a value is a bug in the templates.
+pub fn render(template: &str, vars: &[(&str, String)]) -> anyhow::Result<String> {
+    let mut out = template.to_string();
+    for (k, v) in vars {
+        out = out.replace(&format!("{{{{{k}}}}}"), v);
+    }
+    if let Some(start) = out.find("{{") {
+        let rest = &out[start + 2..];
+        if let Some(end) = rest.find("}}") {
+            let key = &rest[..end];
+            if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                bail!("template placeholder {{{{{key}}}}} has no value (a wasmpilot bug)");
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn autoroute() -> Project {
+        Project::new(
+            "AutoRoute",
+            "examples.io",
+            "v1",
+            &["Initializing".into(), "Syncing".into(), "Ready".into()],
+            None,
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn names_derive_from_phases() {
+        let p = PhaseNames::new("WaitingForPods");
+        assert_eq!(
+            (p.kebab.as_str(), p.ident.as_str(), p.constant.as_str()),
+            ("waiting-for-pods", "WaitingForPods", "WAITING_FOR_PODS")
+        );
+        let p = PhaseNames::new("http-ready_2");
+        assert_eq!(
+            (p.kebab.as_str(), p.ident.as_str(), p.constant.as_str()),
+            ("http-ready-2", "HttpReady2", "HTTP_READY_2")
+        );
+        assert_eq!(PhaseNames::new("HTTPReady").kebab, "http-ready");
+        assert_eq!(PhaseNames::new("3rd").ident, "Phase3rd");
+        assert_eq!(plural_of("autoroute"), "autoroutes");
+        assert_eq!(plural_of("policy"), "policies");
+        assert_eq!(plural_of("gateway"), "gateways");
+        assert_eq!(plural_of("mesh"), "meshes");
+    }
+
+    #[test]
+    fn bad_arguments_say_what_to_pass() {
+        let p = |kind: &str, group: &str, version: &str, phases: &[&str]| {
+            Project::new(
+                kind,
+                group,
+                version,
+                &phases.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                None,
+                None,
+            )
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(p("autoRoute", "examples.io", "v1", &["A"]).contains("UpperCamelCase"));
+        assert!(p("AutoRoute", "examples", "v1", &["A"]).contains("at least one dot"));
+        assert!(p("AutoRoute", "examples.io", "1", &["A"]).contains("v1alpha1"));
+        assert!(p("AutoRoute", "examples.io", "v1", &["A b"]).contains("phase \"A b\""));
+        assert!(
+            p("AutoRoute", "examples.io", "v1", &["Ready", "ready"]).contains("same crate name")
+        );
+        for ok in ["v1", "v2beta1", "v1alpha12"] {
+            assert!(
+                Project::new("A", "a.io", ok, &["P".into()], None, None).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in ["v1beta", "valpha1", "v"] {
+            assert!(
+                Project::new("A", "a.io", bad, &["P".into()], None, None).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_template_placeholder_is_filled() {
+        let project = autoroute();
+        let sdk = |d: &str| format!("wasmpilot-guest = {{ path = \"{d}/sdk\" }}");
+        for ws in [
+            Workspace::Standalone,
+            Workspace::Member("/x/Cargo.toml".into()),
+        ] {
+            let files = project.files(&ws, &sdk).unwrap();
+            for (path, text) in &files {
+                assert!(!text.contains("{{"), "{path}: {text}");
+            }
+            let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+            assert_eq!(names.contains(&"Cargo.toml"), ws == Workspace::Standalone);
+            assert!(names.contains(&"workers/syncing/src/lib.rs"));
+        }
+        assert!(render("a {{missing}} b", &[]).is_err());
+        assert_eq!(render("{{a}}", &[("a", "x".into())]).unwrap(), "x");
+    }
+
+    #[test]
+    fn operator_yaml_is_a_valid_definition_with_next_lists() {
+        let files = autoroute()
+            .files(&Workspace::Standalone, &|_| String::new())
+            .unwrap();
+        let yaml = &files.iter().find(|(p, _)| p == "operator.yaml").unwrap().1;
+        let op: crate::crd::WasmOperator = serde_yaml::from_str(yaml).unwrap();
+        let def = crate::definition::OperatorDefinition::validate("autoroute", &op.spec).unwrap();
+        assert_eq!(def.initial_phase, "Initializing");
+        assert_eq!(def.phase("Initializing").unwrap().next, ["Syncing"]);
+        assert_eq!(def.phase("Ready").unwrap().next, ["Ready"]);
+        let module = def.phase("Syncing").unwrap().module.clone().unwrap();
+        assert_eq!(module.file.unwrap().path, "autoroute_syncing.wasm");
+        let worker = &files
+            .iter()
+            .find(|(p, _)| p == "workers/ready/src/lib.rs")
+            .unwrap()
+            .1;
+        assert!(worker.contains("Outcome::next(phases::READY)"), "{worker}");
+        assert!(worker.contains("fn stays_ready()"), "{worker}");
+    }
+
+    #[test]
+    fn dependency_versions_match_this_workspace() {
+        let root = include_str!("../../../Cargo.toml");
+        let dep = |name: &str| {
+            root.lines()
+                .find(|l| l.starts_with(&format!("{name} = ")))
+                .unwrap_or_else(|| panic!("{name} in the workspace Cargo.toml"))
+                .to_string()
+        };
+        assert!(dep("kube").contains(&format!("version = \"{KUBE_VERSION}\"")));
+        assert!(dep("k8s-openapi").contains(&format!("version = \"{K8S_OPENAPI_VERSION}\"")));
+        assert!(dep("k8s-openapi").contains(K8S_FEATURE));
+        assert!(dep("schemars").contains(&format!("\"{SCHEMARS_VERSION}\"")));
+    }
+}
