@@ -5,7 +5,7 @@
 //! `wasmpilot run-phase`, `simulate` and `plan` all go through it.
 
 use crate::crd::{KindRef, WasmOperator};
-use crate::definition::OperatorDefinition;
+use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::inputs::{self, ObjectSource};
 use crate::modules::ModuleCache;
 use crate::outputs::{self, CheckedOutput, Owner};
@@ -139,6 +139,27 @@ pub fn current_phase(def: &OperatorDefinition, resource: &DynamicObject) -> Stri
         .to_string()
 }
 
+/// The declared phases, comma-separated, for messages.
+fn phase_names(def: &OperatorDefinition) -> String {
+    def.phases
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The phase `name` of `def`, or the host's error for a resource in an undeclared phase.
+pub fn declared_phase<'a>(
+    def: &'a OperatorDefinition,
+    name: &str,
+) -> Result<&'a PhaseDefinition, ReconcileError> {
+    def.phase(name).ok_or_else(|| ReconcileError::UnknownPhase {
+        phase: name.to_string(),
+        operator: def.name.clone(),
+        declared: phase_names(def),
+    })
+}
+
 /// Runs `phase`'s worker once for `resource`, like a reconcile: the phase's declared inputs
 /// gathered from `source` (plus `extra_inputs`, e.g. metric samples), its component loaded
 /// through `modules` with the phase's limits, the decision checked (declared and allowed next
@@ -156,20 +177,7 @@ pub async fn decide(
     namespaced: &HashMap<KindRef, bool>,
     now: &str,
 ) -> anyhow::Result<Decision> {
-    let declared = || {
-        def.phases
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let phase = def
-        .phase(phase_name)
-        .ok_or_else(|| ReconcileError::UnknownPhase {
-            phase: phase_name.to_string(),
-            operator: def.name.clone(),
-            declared: declared(),
-        })?;
+    let phase = declared_phase(def, phase_name)?;
     let Some(module_ref) = &phase.module else {
         bail!("phase {phase_name} is final: it runs no worker")
     };
@@ -201,7 +209,7 @@ pub async fn decide(
         return Err(ReconcileError::UnknownNextPhase {
             phase: phase_name.to_string(),
             next: result.next_phase,
-            declared: declared(),
+            declared: phase_names(def),
         }
         .into());
     }

@@ -355,20 +355,8 @@ async fn run_phase(
     if phase.is_final {
         if generation.is_some() && observed != generation {
             tracing::info!(from = %current, to = %def.initial_phase, "spec changed after a final phase: starting again");
-            let update = StatusUpdate {
-                phase: Some(def.initial_phase.clone()),
-                condition: Some(ConditionUpdate {
-                    type_: SYNCED,
-                    status: true,
-                    reason: "SpecChanged".into(),
-                    message: format!(
-                        "generation {} changed after final phase {current}; restarting at {}",
-                        generation.unwrap_or(0),
-                        def.initial_phase
-                    ),
-                }),
-                ..Default::default()
-            };
+            let update =
+                StatusUpdate::restart_after_final(&current, &def.initial_phase, generation);
             write_status(api, &obj, &update, true).await?;
         }
         return Ok(Action::await_change());
@@ -490,18 +478,7 @@ async fn run_phase(
     }
 
     let next = result.next_phase;
-    let update = StatusUpdate {
-        phase: Some(next.clone()),
-        status_info,
-        observed_generation: generation,
-        module_digest: Some(module.digest.clone()),
-        condition: Some(ConditionUpdate {
-            type_: SYNCED,
-            status: true,
-            reason: "PhaseCompleted".into(),
-            message: format!("now in phase {next}"),
-        }),
-    };
+    let update = StatusUpdate::phase_completed(&next, status_info, generation, &module.digest);
     let wrote = write_status(api, &obj, &update, true).await?;
     if next != current {
         tracing::info!(from = %current, to = %next, outputs = applied, pruned, "phase changed");

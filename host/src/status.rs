@@ -30,6 +30,47 @@ pub struct StatusUpdate {
     pub condition: Option<ConditionUpdate>,
 }
 
+impl StatusUpdate {
+    /// After a worker's decision: the next phase, its status info, the generation it saw and
+    /// the component that decided, with `Synced=True`.
+    pub fn phase_completed(
+        next: &str,
+        status_info: Option<Map<String, Value>>,
+        observed_generation: Option<i64>,
+        module_digest: &str,
+    ) -> Self {
+        StatusUpdate {
+            phase: Some(next.to_string()),
+            status_info,
+            observed_generation,
+            module_digest: Some(module_digest.to_string()),
+            condition: Some(ConditionUpdate {
+                type_: SYNCED,
+                status: true,
+                reason: "PhaseCompleted".into(),
+                message: format!("now in phase {next}"),
+            }),
+        }
+    }
+
+    /// A resource in final phase `current` whose spec changed (generation): back to `initial`.
+    pub fn restart_after_final(current: &str, initial: &str, generation: Option<i64>) -> Self {
+        StatusUpdate {
+            phase: Some(initial.to_string()),
+            condition: Some(ConditionUpdate {
+                type_: SYNCED,
+                status: true,
+                reason: "SpecChanged".into(),
+                message: format!(
+                    "generation {} changed after final phase {current}; restarting at {initial}",
+                    generation.unwrap_or(0)
+                ),
+            }),
+            ..Default::default()
+        }
+    }
+}
+
 /// Keys the host owns in `.status`; a worker's status info cannot set them.
 pub const HOST_KEYS: [&str; 4] = ["phase", "observedGeneration", "conditions", "moduleDigest"];
 

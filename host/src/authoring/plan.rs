@@ -18,7 +18,7 @@ use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
 use crate::outputs::{self, ObjectKey, Owned};
 use crate::sandbox::{Sandbox, SandboxLimits};
-use crate::status::{ConditionUpdate, StatusUpdate, SYNCED};
+use crate::status::StatusUpdate;
 use anyhow::{anyhow, bail, Context};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
@@ -115,12 +115,7 @@ pub async fn plan(
     })?;
     let described = describe(&def.resource, namespace.as_deref(), name);
     let phase_name = offline::current_phase(&def, &resource);
-    let phase = def.phase(&phase_name).ok_or_else(|| {
-        anyhow!(
-            "{described} is in phase {phase_name:?}, which {} does not declare",
-            args.operator
-        )
-    })?;
+    let phase = offline::declared_phase(&def, &phase_name)?;
     writeln!(out, "plan for {described} (operator {})", args.operator)?;
     let generation = resource.metadata.generation;
     if phase.is_final {
@@ -288,18 +283,12 @@ pub async fn plan(
         }
     }
 
-    let update = StatusUpdate {
-        phase: Some(decision.next_phase.clone()),
-        status_info: decision.status_info.clone(),
-        observed_generation: generation,
-        module_digest: Some(decision.module.clone()),
-        condition: Some(ConditionUpdate {
-            type_: SYNCED,
-            status: true,
-            reason: "PhaseCompleted".into(),
-            message: format!("now in phase {}", decision.next_phase),
-        }),
-    };
+    let update = StatusUpdate::phase_completed(
+        &decision.next_phase,
+        decision.status_info.clone(),
+        generation,
+        &decision.module,
+    );
     let current = resource.data.get("status");
     let status_changed = match crate::status::status_patch(current, &update, &now) {
         None => {

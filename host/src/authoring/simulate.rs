@@ -23,7 +23,7 @@ use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
 use crate::outputs::{self, Owned};
 use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits};
-use crate::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
+use crate::status::{self, StatusUpdate};
 use anyhow::{anyhow, bail, Context};
 use kube::api::{DynamicObject, ObjectMeta};
 use serde::Serialize;
@@ -213,17 +213,8 @@ pub async fn simulate(
         let time = now.to_string();
         let phase_name = offline::current_phase(&def, &world.resource);
         last_phase = phase_name.clone();
-        let Some(phase) = def.phase(&phase_name) else {
-            bail!(
-                "step {step}: phase {phase_name:?} is not declared by {} (declared: {})",
-                def.name,
-                def.phases
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        };
+        let phase =
+            offline::declared_phase(&def, &phase_name).with_context(|| format!("step {step}"))?;
         let mut report = StepReport {
             step,
             time: time.clone(),
@@ -245,20 +236,8 @@ pub async fn simulate(
                 )?;
                 return Ok(End::Final { phase: phase_name });
             }
-            let update = StatusUpdate {
-                phase: Some(def.initial_phase.clone()),
-                condition: Some(ConditionUpdate {
-                    type_: SYNCED,
-                    status: true,
-                    reason: "SpecChanged".into(),
-                    message: format!(
-                        "generation {} changed after final phase {phase_name}; restarting at {}",
-                        generation.unwrap_or(0),
-                        def.initial_phase
-                    ),
-                }),
-                ..Default::default()
-            };
+            let update =
+                StatusUpdate::restart_after_final(&phase_name, &def.initial_phase, generation);
             let changed = world.write_status(&update, &time);
             report.next_phase = Some(def.initial_phase.clone());
             report.status = world.status();
@@ -353,18 +332,12 @@ pub async fn simulate(
         applied.sort_by_key(key_of);
         report.outputs = applied;
 
-        let update = StatusUpdate {
-            phase: Some(decision.next_phase.clone()),
-            status_info: decision.status_info.clone(),
-            observed_generation: generation,
-            module_digest: Some(decision.module.clone()),
-            condition: Some(ConditionUpdate {
-                type_: SYNCED,
-                status: true,
-                reason: "PhaseCompleted".into(),
-                message: format!("now in phase {}", decision.next_phase),
-            }),
-        };
+        let update = StatusUpdate::phase_completed(
+            &decision.next_phase,
+            decision.status_info.clone(),
+            generation,
+            &decision.module,
+        );
         let status_changed = world.write_status(&update, &time);
         report.status = world.status();
         let objects_changed = !report.changes.is_empty();
