@@ -1,0 +1,265 @@
+//! End to end on the local real cluster: N AutoRoutes (2 Deployments each, 20 per namespace)
+//! from creation to all Ready — wasmpilot (`wasmpilot run`, the example's Wasm workers) vs a
+//! native kube-rs controller with the same logic (`native_autoroute.rs`), in the same run on the
+//! same cluster. Prints time ratio, API requests per AutoRoute, controller peak RSS and CPU.
+//!
+//! Run: `deploy/local/bench.sh` (or, with a cluster up and components built,
+//! `cargo bench -p wasmpilot --bench e2e`). Sizes: `WASMPILOT_BENCH_E2E_SIZES=200,1000`.
+
+mod native_autoroute;
+
+use anyhow::{bail, Context};
+use futures::{stream, StreamExt, TryStreamExt};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use kube::{Api, Client};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PER_NAMESPACE: usize = 20;
+
+struct Run {
+    label: &'static str,
+    seconds: f64,
+    requests_per_route: f64,
+    peak_rss_mib: f64,
+    cpu_seconds: f64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    if std::env::args().any(|a| a == "--native-controller") {
+        return rt.block_on(native_autoroute::run());
+    }
+    if std::env::var_os("KUBECONFIG").is_none() {
+        bail!("KUBECONFIG is not set: start the local cluster (deploy/local/cluster.sh up) or run deploy/local/bench.sh");
+    }
+    let sizes: Vec<usize> = std::env::var("WASMPILOT_BENCH_E2E_SIZES")
+        .unwrap_or_else(|_| "200,1000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    rt.block_on(async {
+        let client = Client::try_default().await?;
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let host_bin = host_binary()?;
+        let status = Command::new(&host_bin).args(["deploy", "--no-build", "examples/autoroute"]).current_dir(&root).status()?;
+        if !status.success() {
+            bail!("wasmpilot deploy --no-build examples/autoroute failed (build the components: deploy/local/bench.sh)");
+        }
+        println!("\nEnd to end: AutoRoutes (2 Deployments each) from creation to all Ready, same cluster, same run\n");
+        println!("{:>6}  {:<10} {:>9} {:>12} {:>14} {:>10} {:>8}", "routes", "controller", "seconds", "ratio", "API req/route", "peak RSS", "CPU s");
+        let operators: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("wasmpilot.io", "v1alpha1", "WasmOperator")),
+        );
+        for n in sizes {
+            // Native first, with the autoroute WasmOperator removed: no wasmpilot host anywhere
+            // (another test's, say) may touch AutoRoutes meanwhile.
+            let _ = operators.delete("autoroute", &DeleteParams::default()).await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let native = measure(&client, n, "native", Command::new(std::env::current_exe()?).arg("--native-controller")).await?;
+            let status = Command::new(&host_bin).args(["deploy", "--no-build", "examples/autoroute"]).current_dir(&root).status()?;
+            if !status.success() {
+                bail!("wasmpilot deploy failed");
+            }
+            let mut run = Command::new(&host_bin);
+            run.arg("run");
+            let wasm = measure(&client, n, "wasmpilot", &mut run).await?;
+            for r in [&native, &wasm] {
+                println!(
+                    "{n:>6}  {:<10} {:>9.2} {:>11.2}× {:>14.1} {:>7.0} MiB {:>8.2}",
+                    r.label,
+                    r.seconds,
+                    r.seconds / native.seconds,
+                    r.requests_per_route,
+                    r.peak_rss_mib,
+                    r.cpu_seconds
+                );
+            }
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// The `wasmpilot` binary next to this bench (same target dir, dev profile).
+fn host_binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let target = exe.ancestors().nth(3).context("bench binary location")?;
+    for profile in ["release", "debug"] {
+        let p = target.join(profile).join("wasmpilot");
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "no wasmpilot binary under {}: cargo build -p wasmpilot",
+        target.display()
+    )
+}
+
+fn deployment(name: &str, group: &str, port: i32) -> serde_json::Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"route": group}},
+           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}},
+                                 "spec": {"containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": port}]}]}}}})
+}
+
+/// Sum of `apiserver_request_total` over everything except watches (the API server's own count).
+async fn api_requests(client: &Client) -> anyhow::Result<f64> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(req).await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && !l.contains("verb=\"WATCH\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+fn proc_stats(pid: u32) -> (f64, f64) {
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0;
+    let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let fields: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
+            Some(
+                (fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?)
+                    / 100.0,
+            )
+        })
+        .unwrap_or(0.0);
+    (rss, cpu)
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn measure(
+    client: &Client,
+    n: usize,
+    label: &'static str,
+    controller: &mut Command,
+) -> anyhow::Result<Run> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis()
+        % 100_000;
+    let namespaces: Vec<String> = (0..n.div_ceil(PER_NAMESPACE))
+        .map(|i| format!("bench-{label}-{stamp}-{i}"))
+        .collect();
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for ns in &namespaces {
+        ns_api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
+    }
+    let routes: Vec<(String, String)> = (0..n)
+        .map(|i| (namespaces[i / PER_NAMESPACE].clone(), format!("r{i}")))
+        .collect();
+    // Inputs exist before the controller starts: their creation is not measured.
+    stream::iter(routes.iter().flat_map(|(ns, r)| {
+        (0..2).map(move |j| (ns.clone(), format!("{r}-d{j}"), r.clone(), 8000 + j))
+    }))
+    .map(|(ns, name, group, port)| {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &ns,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")),
+        );
+        async move {
+            api.create(
+                &PostParams::default(),
+                &serde_json::from_value(deployment(&name, &group, port))?,
+            )
+            .await
+            .map(|_| ())
+            .map_err(anyhow::Error::from)
+        }
+    })
+    .buffer_unordered(16)
+    .try_collect::<Vec<_>>()
+    .await?;
+
+    let child = controller
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .env("WASMPILOT_LOG", "warn")
+        .spawn()?;
+    let pid = child.id();
+    let child = Killed(child);
+    tokio::time::sleep(Duration::from_secs(3)).await; // watches listed, modules loaded (warm cache)
+
+    let before = api_requests(client).await?;
+    let start = Instant::now();
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("examples.io", "v1", "AutoRoute"));
+    stream::iter(routes.iter())
+        .map(|(ns, r)| {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+            let obj = json!({"apiVersion": "examples.io/v1", "kind": "AutoRoute", "metadata": {"name": r},
+                             "spec": {"deploymentSelector": {"matchLabels": {"route": r}}}});
+            async move { api.create(&PostParams::default(), &serde_json::from_value(obj)?).await.map(|_| ()).map_err(anyhow::Error::from) }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    loop {
+        let mut ready = 0;
+        for ns in &namespaces {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+            ready += api
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|o| {
+                    o.data["status"]["phase"] == "Ready"
+                        && o.data["status"]["syncedDeployments"]
+                            .as_array()
+                            .is_some_and(|a| a.len() == 2)
+                })
+                .count();
+        }
+        if ready == n {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(900) {
+            bail!("{label}: only {ready}/{n} AutoRoutes Ready after 15 min");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let (peak_rss_mib, cpu_seconds) = proc_stats(pid);
+    // The poll loop's own lists are included; subtract them roughly: one list per namespace per poll.
+    let after = api_requests(client).await?;
+    drop(child);
+    for ns in &namespaces {
+        let _ = ns_api.delete(ns, &DeleteParams::background()).await;
+    }
+    let polls = (seconds / 0.25).ceil() * namespaces.len() as f64;
+    Ok(Run {
+        label,
+        seconds,
+        requests_per_route: ((after - before - polls) / n as f64).max(0.0),
+        peak_rss_mib,
+        cpu_seconds,
+    })
+}
