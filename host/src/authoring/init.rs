@@ -239,8 +239,9 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
         written.push(crd_path);
     }
     eprintln!(
-        "\nnext:\n  cd {}\n  cargo test                  # the stubs' native tests and the CRD drift test\n  wasmpilot build .           # components for wasm32-wasip2\n  wasmpilot simulate . --resource sample.yaml\n  see README.md for the whole loop",
-        dir.display()
+        "\nnext:\n  cd {}\n  {}   # the stubs' native tests and the CRD drift test\n  wasmpilot build .   # components for wasm32-wasip2\n  wasmpilot simulate . --resource sample.yaml\n  see README.md for the whole loop",
+        dir.display(),
+        project.test_command(&workspace)
     );
     Ok(Scaffold {
         dir,

@@ -151,6 +151,24 @@ impl Project {
             .collect()
     }
 
+    /// The command that runs the project's tests: in a workspace of its own every member's;
+    /// as members of a bigger workspace, its crates by name.
+    pub fn test_command(&self, workspace: &Workspace) -> String {
+        match workspace {
+            Workspace::Standalone => "cargo test".into(),
+            Workspace::Member(_) => {
+                std::iter::once(format!("cargo test -p {}", self.types_crate()))
+                    .chain(
+                        self.phases
+                            .iter()
+                            .map(|p| format!("-p {}", self.worker_crate(p))),
+                    )
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+        }
+    }
+
     pub fn phase_list(&self) -> String {
         self.phases
             .iter()
@@ -323,6 +341,7 @@ impl Project {
                 &with(vec![
                     ("phase_table", table.trim_end().to_string()),
                     ("workspace_note", workspace_note),
+                    ("test_command", self.test_command(workspace)),
                     ("crd_pad", pad),
                 ]),
             )?,
@@ -553,6 +572,13 @@ mod tests {
             }
             let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
             assert_eq!(names.contains(&"Cargo.toml"), ws == Workspace::Standalone);
+            let readme = &files.iter().find(|(p, _)| p == "README.md").unwrap().1;
+            let test = if ws == Workspace::Standalone {
+                "\ncargo test\n"
+            } else {
+                "\ncargo test -p autoroute-types -p autoroute-initializing -p autoroute-syncing -p autoroute-ready\n"
+            };
+            assert!(readme.contains(test), "{readme}");
             assert!(names.contains(&"workers/syncing/src/lib.rs"));
         }
         assert!(render("a {{missing}} b", &[]).is_err());
