@@ -27,10 +27,15 @@ impl CheckedOutput {
     }
 
     pub fn describe(&self) -> String {
-        match &self.namespace {
-            Some(ns) => format!("{} {ns}/{}", self.kind.kind, self.name),
-            None => format!("{} {}", self.kind.kind, self.name),
-        }
+        describe(&self.key())
+    }
+}
+
+/// `Service ns/name`, or `ClusterRole name`: an object in messages.
+pub fn describe((kind, namespace, name): &ObjectKey) -> String {
+    match namespace {
+        Some(ns) => format!("{} {ns}/{name}", kind.kind),
+        None => format!("{} {name}", kind.kind),
     }
 }
 

@@ -113,7 +113,7 @@ pub async fn plan(
             namespace.clone().unwrap_or_default()
         )
     })?;
-    let described = describe(&def.resource, namespace.as_deref(), name);
+    let described = outputs::describe(&(def.resource.clone(), namespace.clone(), name.to_string()));
     let phase_name = offline::current_phase(&def, &resource);
     let phase = offline::declared_phase(&def, &phase_name)?;
     writeln!(out, "plan for {described} (operator {})", args.operator)?;
@@ -278,7 +278,7 @@ pub async fn plan(
             writeln!(
                 out,
                 "\n- delete {} (phase {phase_name} no longer returns it)",
-                describe(kind, key.1.as_deref(), &key.2)
+                outputs::describe(&key)
             )?;
         }
     }
@@ -349,13 +349,6 @@ fn write_changes(out: &mut dyn Write, changes: &[Change]) -> std::io::Result<()>
         writeln!(out, "    {c}")?;
     }
     Ok(())
-}
-
-fn describe(kind: &KindRef, namespace: Option<&str>, name: &str) -> String {
-    match namespace {
-        Some(ns) => format!("{} {ns}/{name}", kind.kind),
-        None => format!("{} {name}", kind.kind),
-    }
 }
 
 fn dynamic_api(

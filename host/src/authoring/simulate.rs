@@ -21,7 +21,7 @@ use crate::crd::KindRef;
 use crate::definition::OperatorDefinition;
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
-use crate::outputs::{self, Owned};
+use crate::outputs::{self, describe, ObjectKey, Owned};
 use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits};
 use crate::status::{self, StatusUpdate};
 use anyhow::{anyhow, bail, Context};
@@ -62,17 +62,7 @@ pub struct SimulateArgs {
     pub steps: usize,
 }
 
-/// Kind, namespace and name of an object in the simulated cluster.
-type Key = (KindRef, Option<String>, String);
-
-fn describe((kind, ns, name): &Key) -> String {
-    match ns {
-        Some(ns) => format!("{} {ns}/{name}", kind.kind),
-        None => format!("{} {name}", kind.kind),
-    }
-}
-
-fn key_of(v: &Value) -> Option<Key> {
+fn key_of(v: &Value) -> Option<ObjectKey> {
     Some((
         KindRef::new(v["apiVersion"].as_str()?, v["kind"].as_str()?),
         v["metadata"]["namespace"].as_str().map(str::to_string),
@@ -115,7 +105,7 @@ pub enum End {
 /// The simulated cluster: the resource and every other object, keyed.
 struct World {
     resource: DynamicObject,
-    objects: BTreeMap<Key, Value>,
+    objects: BTreeMap<ObjectKey, Value>,
 }
 
 impl World {
@@ -312,7 +302,7 @@ pub async fn simulate(
             owner_uid: &uid,
             namespace: world.resource.metadata.namespace.as_deref(),
         };
-        let pruned: Vec<Key> = world
+        let pruned: Vec<ObjectKey> = world
             .objects
             .iter()
             .filter(|(k, v)| {
