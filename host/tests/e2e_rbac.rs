@@ -173,7 +173,8 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         ensure!(metrics.contains("wasmpilot_worker_duration_seconds_bucket"), "histogram exported");
         ensure!(metrics.contains(r#"wasmpilot_operator_load_failures_total{operator="rbac-missing",reason="MissingPermissions"}"#), "load failures counted");
         ensure!(http("/healthz")?.ends_with("200"), "healthz");
-        ensure!(http("/readyz")?.ends_with("200"), "readyz");
+        // Ready once every running operator's caches have their first list.
+        wait_for("/readyz 200", T, || async { Ok(http("/readyz")?.ends_with("200").then_some(())) }).await?;
         anyhow::Ok(())
     }
     .await;
