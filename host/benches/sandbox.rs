@@ -1,0 +1,1208 @@
+//! Issue 7, parts 1 and 2: what running business logic in the sandbox costs, as ratios against
+//! a baseline measured in the same run.
+//!
+//! 1. Sandbox overhead: one AutoRoute Syncing call as the host performs it vs the same worker
+//!    compiled natively (through `wasmpilot_guest::testing`, the code path of the Wasm export),
+//!    for 1, 100 and 1,000 realistic Deployments; the fixed cost of a trivial call; and
+//!    variants with less data per object, to show how much of a call is parsing.
+//! 2. Module load: compiling component bytes vs loading a precompiled (`.cwasm`) artifact.
+//!
+//! Run everything with `deploy/local/bench.sh` (builds the guest components first). By hand:
+//! `cargo bench -p wasmpilot --bench sandbox [-- FILTER…]` runs the groups whose title contains
+//! a filter; `WASMPILOT_BENCH_SECONDS` sets the time budget per group (default 5).
+//! Without `--bench` (`cargo test --benches`) every case runs once, as a smoke test.
+//!
+//! Each group runs its cases round-robin (one call of each per round, after a warm-up), so a
+//! baseline and its subjects see the same machine load; it prints median and p90 per case and
+//! the ratio of medians against the group's first case.
+
+mod fixtures;
+
+use autoroute_initializing::Initializing;
+use autoroute_syncing::Syncing;
+use kube::api::DynamicObject;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmpilot::crd::{KindRef, WasmOperator};
+use wasmpilot::definition::{OperatorDefinition, PhaseDefinition};
+use wasmpilot::inputs::{self, JsonCache, ObjectSource};
+use wasmpilot::modules::compile_cache::CompileCache;
+use wasmpilot::modules::digest_of;
+use wasmpilot::outputs::{self, Owner};
+use wasmpilot::sandbox::bindings::phase::wasmpilot::operator::{log, types};
+use wasmpilot::sandbox::bindings::phase::{Phase, PhasePre};
+use wasmpilot::sandbox::{
+    LimitOverride, LogField, LogLevel, PhaseModule, Sandbox, SandboxLimits, SyncRequest, SyncResult,
+};
+use wasmpilot_guest::testing::SyncTest;
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
+    StoreLimitsBuilder,
+};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+/// The clock every request carries.
+const NOW: &str = "2025-06-01T12:00:00Z";
+
+/// Set in the measuring child process (see `main`).
+const CHILD: &str = "WASMPILOT_BENCH_CHILD";
+
+/// Issue 7's targets.
+const TARGET_RATIO_AT_100: f64 = 1.3;
+const TARGET_FIXED_COST: Duration = Duration::from_micros(60);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let bench = Bench {
+        measure: args.iter().any(|a| a == "--bench"),
+        filters: args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .cloned()
+            .collect(),
+        budget: Duration::from_secs_f64(
+            std::env::var("WASMPILOT_BENCH_SECONDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(5.0),
+        ),
+    };
+    let wasm = WasmDir::find();
+    if std::env::var_os(CHILD).is_none() {
+        // The native workers echo every log line to stderr (the guest SDK's testing module
+        // does): on a terminal the baseline would pay for that. Measure in a child whose
+        // stderr is discarded; it reports panics on stdout.
+        let status = std::process::Command::new(std::env::current_exe().expect("bench binary"))
+            .args(&args)
+            .env(CHILD, "1")
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("runs the benchmark process");
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    std::panic::set_hook(Box::new(|info| println!("error: {info}")));
+    print_machine();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let env = Env::new(&wasm);
+    let mut summary = Summary::default();
+
+    for n in [1, 100, 1000] {
+        overhead(&bench, &rt, &env, n, &mut summary);
+    }
+    fixed_cost(&bench, &rt, &env, &wasm, &mut summary);
+    breakdown(&bench, &rt, &env, &wasm, 100, &mut summary);
+    for n in [100, 1000] {
+        parsing_share(&bench, &rt, &env, n, &mut summary);
+    }
+    for file in [SYNCING, INITIALIZING] {
+        module_load(&bench, &env, &wasm, file, &mut summary);
+    }
+    summary.print(&bench);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cases
+
+const SYNCING: &str = "autoroute_syncing.wasm";
+const INITIALIZING: &str = "autoroute_initializing.wasm";
+
+/// What every case shares: the AutoRoute operator as the host validates it, and one sandbox
+/// with the host's default limits (outputs raised to the ceiling: 1,000 Deployments make
+/// ~1,200 outputs, a per-phase override an operator would declare).
+struct Env {
+    sandbox: Arc<Sandbox>,
+    definition: OperatorDefinition,
+    syncing: PhaseModule,
+    initializing: PhaseModule,
+    namespaced: HashMap<KindRef, bool>,
+}
+
+impl Env {
+    fn new(wasm: &WasmDir) -> Self {
+        let manifest = repo_root().join("examples/autoroute/operator.yaml");
+        let doc = wasmpilot::offline::read_documents(&manifest)
+            .expect("examples/autoroute/operator.yaml")
+            .remove(0);
+        let operator: WasmOperator = serde_json::from_value(doc).expect("a WasmOperator");
+        let definition = OperatorDefinition::validate("autoroute", &operator.spec)
+            .expect("the AutoRoute operator validates");
+        let sandbox = Sandbox::new(SandboxLimits::default()).expect("sandbox");
+        let limits = sandbox.call_limits(&LimitOverride {
+            max_outputs: Some(10_000),
+            ..Default::default()
+        });
+        let load = |file: &str| {
+            let component = sandbox.compile(&wasm.read(file)).expect("compiles");
+            sandbox
+                .phase_module(&format!("sha256:{file}"), &component)
+                .expect("a phase worker")
+                .with_limits(limits)
+        };
+        let syncing = load(SYNCING);
+        let initializing = load(INITIALIZING);
+        let namespaced = definition
+            .output_kinds()
+            .into_iter()
+            .map(|k| (k, true))
+            .collect();
+        Env {
+            sandbox,
+            definition,
+            syncing,
+            initializing,
+            namespaced,
+        }
+    }
+
+    fn phase(&self, name: &str) -> &PhaseDefinition {
+        self.definition.phase(name).expect("declared phase")
+    }
+
+    /// The request the host builds: resource and inputs serialized from the cached objects.
+    fn request(&self, phase: &str, route: &DynamicObject, cache: &Cache) -> SyncRequest {
+        SyncRequest {
+            operator: self.definition.name.clone(),
+            phase: phase.into(),
+            resource: inputs::to_worker_json(route, &self.definition.resource),
+            inputs: inputs::gather(
+                self.phase(phase),
+                route.metadata.namespace.as_deref(),
+                cache,
+            ),
+            now: NOW.into(),
+        }
+    }
+
+    /// `Sandbox::run_sync` as the reconciler awaits it.
+    fn run(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        module: &PhaseModule,
+        r: SyncRequest,
+    ) -> SyncResult {
+        rt.block_on(self.sandbox.run_sync(module, r))
+            .unwrap_or_else(|e| panic!("the worker call failed: {e}"))
+    }
+
+    /// What the reconciler does with a result before applying it: status info parsed, every
+    /// output parsed and checked against the phase's declaration.
+    fn check(&self, phase: &str, route: &DynamicObject, result: &SyncResult) -> usize {
+        if let Some(s) = &result.status_info {
+            black_box(serde_json::from_str::<Value>(s).expect("status info"));
+        }
+        let owner = Owner {
+            api_version: &self.definition.resource.api_version,
+            kind: &self.definition.resource.kind,
+            name: route.metadata.name.as_deref().unwrap_or_default(),
+            uid: route.metadata.uid.as_deref().unwrap_or_default(),
+            namespace: route.metadata.namespace.as_deref(),
+        };
+        outputs::check(self.phase(phase), &owner, &self.namespaced, &result.outputs)
+            .expect("outputs pass the host's checks")
+            .len()
+    }
+}
+
+/// The watch caches: every cached object of a kind, shared (`Arc`) as the reflector stores
+/// them; with `json`, their worker JSON is kept per uid and resourceVersion as the reconciler's
+/// `InputCaches` does, else serialized on every call.
+struct Cache {
+    objects: Vec<Arc<DynamicObject>>,
+    json: Option<JsonCache>,
+}
+
+impl Cache {
+    fn new(objects: Vec<Arc<DynamicObject>>, cached_json: bool) -> Self {
+        Cache {
+            objects,
+            json: cached_json.then(JsonCache::default),
+        }
+    }
+}
+
+impl ObjectSource for Cache {
+    fn objects(&self, _kind: &KindRef) -> Vec<Arc<DynamicObject>> {
+        self.objects.clone()
+    }
+
+    fn worker_json(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
+        match &self.json {
+            Some(cache) => cache.get(kind, object),
+            None => Arc::from(inputs::to_worker_json(object, kind)),
+        }
+    }
+}
+
+fn dynamic(v: &Value) -> Arc<DynamicObject> {
+    Arc::new(serde_json::from_value(v.clone()).expect("a Kubernetes object"))
+}
+
+/// The native baseline: the worker's export code path (parse request, decide, serialize
+/// outputs) on the same request strings, and the outputs parsed back.
+fn native_test(request: &SyncRequest) -> SyncTest {
+    let resource: Value = serde_json::from_str(&request.resource).expect("resource JSON");
+    let mut test = SyncTest::new(resource)
+        .operator(&request.operator)
+        .phase(&request.phase)
+        .now(&request.now);
+    for input in &request.inputs {
+        test = test.input_json(&input.name, input.objects.iter().cloned());
+    }
+    test
+}
+
+/// The sandbox result parsed as the native `SyncReport` is (outputs and status to JSON values).
+fn parse_result(r: &SyncResult) -> (usize, Option<Value>) {
+    let outputs: Vec<Value> = r
+        .outputs
+        .iter()
+        .map(|o| serde_json::from_str(o).expect("output JSON"))
+        .collect();
+    let status = r
+        .status_info
+        .as_deref()
+        .map(|s| serde_json::from_str(s).expect("status JSON"));
+    (black_box(outputs).len(), status)
+}
+
+fn request_bytes(r: &SyncRequest) -> usize {
+    r.resource.len()
+        + r.inputs
+            .iter()
+            .flat_map(|i| &i.objects)
+            .map(String::len)
+            .sum::<usize>()
+}
+
+/// Part 1: Syncing with `n` Deployments — native, sandbox only, the host's whole path.
+fn overhead(bench: &Bench, rt: &tokio::runtime::Runtime, env: &Env, n: usize, sum: &mut Summary) {
+    let title = format!("overhead: AutoRoute Syncing, {n} Deployments");
+    if !bench.selected(&title) {
+        return;
+    }
+    let route = dynamic(&fixtures::route());
+    let objects = fixtures::deployments(n);
+    let cached: Vec<Arc<DynamicObject>> = objects.iter().map(dynamic).collect();
+    let per_call = Cache::new(cached.clone(), false);
+    let json_cache = Cache::new(cached, true);
+    let request = env.request("Syncing", &route, &per_call);
+    assert_eq!(
+        env.request("Syncing", &route, &json_cache).inputs[0].objects,
+        request.inputs[0].objects
+    );
+    let native = native_test(&request);
+    let full_bytes: usize = objects.iter().map(|o| o.to_string().len()).sum();
+
+    // Same logic, same answer: the native report and the component's result agree.
+    let report = native.run(&Syncing).expect("native Syncing succeeds");
+    let result = env.run(rt, &env.syncing, request.clone());
+    let expected_outputs = 1 + 2 * fixtures::routable_count(n);
+    assert_eq!(report.outputs.len(), expected_outputs);
+    assert_eq!(
+        parse_result(&result),
+        (expected_outputs, report.status.clone())
+    );
+    assert_eq!(env.check("Syncing", &route, &result), expected_outputs);
+
+    let note = format!(
+        "{} outputs; {} of worker JSON sent ({} per object; {} as cached, with managedFields)",
+        expected_outputs,
+        kib(request_bytes(&request)),
+        kib(request_bytes(&request) / n),
+        kib(full_bytes),
+    );
+    let stats = bench.group(
+        &title,
+        &note,
+        1,
+        vec![
+            Case::new("native (baseline)", || {
+                black_box(native.run(&Syncing).expect("native"));
+            }),
+            Case::new("sandbox only", || {
+                let r = env.run(rt, &env.syncing, request.clone());
+                black_box(parse_result(&r));
+            }),
+            Case::new("host path (JsonCache, as reconcile does)", || {
+                let r = env.request("Syncing", &route, &json_cache);
+                let result = env.run(rt, &env.syncing, r);
+                black_box(env.check("Syncing", &route, &result));
+            }),
+            Case::new("host path, to_worker_json every call", || {
+                let r = env.request("Syncing", &route, &per_call);
+                let result = env.run(rt, &env.syncing, r);
+                black_box(env.check("Syncing", &route, &result));
+            }),
+            Case::new("  of which the request, JsonCache", || {
+                black_box(env.request("Syncing", &route, &json_cache));
+            }),
+            Case::new("  of which the request, to_worker_json", || {
+                black_box(env.request("Syncing", &route, &per_call));
+            }),
+        ],
+    );
+    if let Some(s) = stats {
+        sum.row(
+            format!("Syncing, {n} Deployments"),
+            &s,
+            &[
+                ("sandbox only", 1),
+                ("host path (JsonCache)", 2),
+                ("host path (to_worker_json per call)", 3),
+            ],
+        );
+        sum.serialize_share
+            .push((n, s[5].median, s[3].median, s[4].median));
+        if n == 100 {
+            sum.ratio_at_100 = Some([1, 2, 3].map(|i| paired(&s[i], &s[0])));
+        }
+    }
+}
+
+/// Part 1: the fixed cost of a call (Initializing: parse the route, log a line, decide), and
+/// where it goes: wasmtime itself (on-demand vs pooling allocator), the host's thread hand-off.
+fn fixed_cost(
+    bench: &Bench,
+    rt: &tokio::runtime::Runtime,
+    env: &Env,
+    wasm: &WasmDir,
+    sum: &mut Summary,
+) {
+    let title = "fixed cost: instantiate + trivial sync (Initializing) + drop";
+    if !bench.selected(title) {
+        return;
+    }
+    let route = dynamic(&fixtures::route());
+    let request = env.request("Initializing", &route, &Cache::new(vec![], false));
+    let native = native_test(&request);
+    assert_eq!(
+        native.run(&Initializing).expect("native").next_phase,
+        "Syncing"
+    );
+    assert_eq!(
+        env.run(rt, &env.initializing, request.clone()).next_phase,
+        "Syncing"
+    );
+
+    let raw = RawWorkers::new(&wasm.read(INITIALIZING), &request, "Syncing");
+    let mut warm = raw.on_demand.warm();
+
+    let stats = bench.group(
+        title,
+        RAW_NOTE,
+        1,
+        vec![
+            Case::new("native (baseline)", || {
+                black_box(native.run(&Initializing).expect("native"));
+            }),
+            Case::new("Sandbox::run_sync (the host's call)", || {
+                black_box(env.run(rt, &env.initializing, request.clone()));
+            }),
+            Case::new("raw: fresh instance, on-demand allocator", || {
+                black_box(raw.on_demand.call(&request));
+            }),
+            Case::new("raw: fresh instance, pooling", || {
+                black_box(raw.pooling.call(&request));
+            }),
+            Case::new("raw: fresh instance, pooling + keep resident", || {
+                black_box(raw.resident.call(&request));
+            }),
+            Case::new("raw: warm instance (no fresh memory)", || {
+                black_box(warm.call(&request));
+            }),
+            Case::new("  instantiate + drop only, on-demand", || {
+                raw.on_demand.instantiate_only();
+            }),
+            Case::new("  instantiate + drop only, pooling", || {
+                raw.pooling.instantiate_only();
+            }),
+            Case::new("  tokio spawn_blocking round trip", || {
+                rt.block_on(async { tokio::task::spawn_blocking(|| black_box(1)).await })
+                    .expect("spawn_blocking");
+            }),
+            Case::new("  one native log line echo (stderr: /dev/null)", || {
+                eprintln!(
+                    "[autoroute Syncing] Info routing deployment deployment={} hostname={}.bench port={}",
+                    black_box("svc-00001"),
+                    black_box("svc-00001"),
+                    black_box(8001)
+                );
+            }),
+        ],
+    );
+    if let Some(s) = stats {
+        sum.row(
+            "fixed cost (Initializing)".into(),
+            &s,
+            &[
+                ("Sandbox::run_sync", 1),
+                ("raw, on-demand", 2),
+                ("raw, pooling", 3),
+                ("raw, keep resident", 4),
+                ("raw, warm instance", 5),
+            ],
+        );
+        sum.fixed = Some(FixedCost {
+            native: s[0].median,
+            host: s[1].median,
+            raw: s[2].median,
+            raw_pooling: s[3].median,
+            raw_resident: s[4].median,
+            warm: s[5].median,
+            instantiate: s[6].median,
+            instantiate_pooling: s[7].median,
+            spawn_blocking: s[8].median,
+            log_line: s[9].median,
+        });
+    }
+}
+
+const RAW_NOTE: &str =
+    "raw = wasmtime driven directly with the sandbox's engine settings, linker and \
+    WASI context, on the calling thread (no semaphore, spawn_blocking or stdio forwarding); \
+    keep resident = pooling with linear_memory_keep_resident(16 MiB)";
+
+/// Evidence: where the time of a data-heavy call goes — fresh memory per call (on-demand vs
+/// pooling allocator vs a warm instance) against the native baseline.
+fn breakdown(
+    bench: &Bench,
+    rt: &tokio::runtime::Runtime,
+    env: &Env,
+    wasm: &WasmDir,
+    n: usize,
+    sum: &mut Summary,
+) {
+    let title = format!("breakdown: Syncing, {n} Deployments, fresh vs warm instance");
+    if !bench.selected(&title) {
+        return;
+    }
+    let route = dynamic(&fixtures::route());
+    let objects = fixtures::deployments(n);
+    let request = env.request(
+        "Syncing",
+        &route,
+        &Cache::new(objects.iter().map(dynamic).collect(), false),
+    );
+    let native = native_test(&request);
+    let raw = RawWorkers::new(&wasm.read(SYNCING), &request, "Ready");
+    let mut warm = raw.on_demand.warm();
+    let stats = bench.group(
+        &title,
+        RAW_NOTE,
+        1,
+        vec![
+            Case::new("native (baseline)", || {
+                black_box(native.run(&Syncing).expect("native"));
+            }),
+            Case::new("Sandbox::run_sync (sandbox only)", || {
+                black_box(parse_result(&env.run(rt, &env.syncing, request.clone())));
+            }),
+            Case::new("raw: fresh instance, on-demand allocator", || {
+                black_box(parse_result(&raw.on_demand.call(&request)));
+            }),
+            Case::new("raw: fresh instance, pooling", || {
+                black_box(parse_result(&raw.pooling.call(&request)));
+            }),
+            Case::new("raw: fresh instance, pooling + keep resident", || {
+                black_box(parse_result(&raw.resident.call(&request)));
+            }),
+            Case::new("raw: warm instance (no fresh memory)", || {
+                black_box(parse_result(&warm.call(&request)));
+            }),
+        ],
+    );
+    if let Some(s) = stats {
+        sum.row(
+            format!("breakdown, Syncing, {n} Deployments"),
+            &s,
+            &[
+                ("Sandbox::run_sync", 1),
+                ("raw, on-demand", 2),
+                ("raw, pooling", 3),
+                ("raw, keep resident", 4),
+                ("raw, warm instance", 5),
+            ],
+        );
+    }
+}
+
+/// Evidence: the same call with less data per object — what the sandbox spends on parsing
+/// fields the worker never reads.
+fn parsing_share(
+    bench: &Bench,
+    rt: &tokio::runtime::Runtime,
+    env: &Env,
+    n: usize,
+    sum: &mut Summary,
+) {
+    let title = format!("parsing share: Syncing, {n} Deployments, less data per object");
+    if !bench.selected(&title) {
+        return;
+    }
+    let route = dynamic(&fixtures::route());
+    let objects = fixtures::deployments(n);
+    let as_sent = env.request(
+        "Syncing",
+        &route,
+        &Cache::new(objects.iter().map(dynamic).collect(), false),
+    );
+    let variant = |objects: Vec<String>| {
+        let mut r = as_sent.clone();
+        r.inputs[0].objects = objects;
+        r
+    };
+    // The first is the baseline's data: what the host sends today.
+    let variants = [
+        ("as sent (to_worker_json)", as_sent.clone()),
+        (
+            "with managedFields",
+            variant(objects.iter().map(Value::to_string).collect()),
+        ),
+        (
+            "trimmed (- last-applied, - status)",
+            variant(
+                objects
+                    .iter()
+                    .map(|o| fixtures::trimmed(o).to_string())
+                    .collect(),
+            ),
+        ),
+        (
+            "projected (fields read)",
+            variant(
+                objects
+                    .iter()
+                    .map(|o| fixtures::projected(o).to_string())
+                    .collect(),
+            ),
+        ),
+    ];
+    // Big inputs need a bigger memory limit (a per-phase override) when managedFields stay.
+    let module = env
+        .syncing
+        .clone()
+        .with_limits(env.sandbox.call_limits(&LimitOverride {
+            memory_bytes: Some(256 << 20),
+            max_outputs: Some(10_000),
+            ..Default::default()
+        }));
+    let expected = 1 + 2 * fixtures::routable_count(n);
+    let natives: Vec<SyncTest> = variants.iter().map(|(_, r)| native_test(r)).collect();
+    for ((_, r), native) in variants.iter().zip(&natives) {
+        assert_eq!(
+            native.run(&Syncing).expect("native").outputs.len(),
+            expected
+        );
+        assert_eq!(parse_result(&env.run(rt, &module, r.clone())).0, expected);
+    }
+    let mut cases = Vec::new();
+    let mut labels = Vec::new();
+    for ((name, r), native) in variants.iter().zip(&natives) {
+        labels.push(format!("{name}, {}/object", kib(request_bytes(r) / n)));
+        cases.push(Case::new(format!("native, {name}"), move || {
+            black_box(native.run(&Syncing).expect("native"));
+        }));
+        let module = &module;
+        cases.push(Case::new(format!("sandbox, {name}"), move || {
+            black_box(parse_result(&env.run(rt, module, r.clone())));
+        }));
+    }
+    let stats = bench.group(
+        &title,
+        "baseline: native on the objects as the host sends them today; sandbox only \
+         (request built in advance)",
+        1,
+        cases,
+    );
+    if let Some(s) = stats {
+        let rows: Vec<VariantRow> = labels
+            .into_iter()
+            .enumerate()
+            .map(|(i, label)| {
+                let (native, sandbox) = (&s[2 * i], &s[2 * i + 1]);
+                (label, paired(sandbox, native), paired(sandbox, &s[1]))
+            })
+            .collect();
+        println!(
+            "   per variant (paired): sandbox / native on the same data; sandbox vs sandbox as sent:"
+        );
+        for (label, same_data, vs_as_sent) in &rows {
+            println!(
+                "      {label:<52} {same_data:>5.2}×   {:>+5.0} %",
+                (vs_as_sent - 1.0) * 100.0
+            );
+        }
+        sum.parsing.push((n, rows));
+    }
+}
+
+/// Part 2: compile from bytes vs load a precompiled artifact (raw wasmtime, and the host's
+/// own compile cache, which verifies a sha256 sidecar before deserializing).
+fn module_load(bench: &Bench, env: &Env, wasm: &WasmDir, file: &str, sum: &mut Summary) {
+    let title = format!("module load: {file}");
+    if !bench.selected(&title) {
+        return;
+    }
+    let bytes = wasm.read(file);
+    let engine = env.sandbox.engine();
+    let digest = digest_of(&bytes);
+    let cwasm = engine.precompile_component(&bytes).expect("precompiles");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cwasm_path = dir.path().join("module.cwasm");
+    std::fs::write(&cwasm_path, &cwasm).expect("writes the artifact");
+    let cache = CompileCache::open(&dir.path().join("cache"), engine).expect("compile cache");
+    cache.store(&digest, &cwasm).expect("stores the entry");
+    let cached = cache.load(engine, &digest).expect("a verified entry");
+    env.sandbox
+        .phase_module(&digest, &cached)
+        .expect("a cached component links like a compiled one");
+    let compiled = env.sandbox.compile(&bytes).expect("compiles");
+    let note = format!(
+        "{} component, {} precompiled artifact; the sandbox's own engine",
+        kib(bytes.len()),
+        kib(cwasm.len())
+    );
+    let stats = bench.group(
+        &title,
+        &note,
+        5,
+        vec![
+            Case::new("Sandbox::compile (baseline)", || {
+                black_box(env.sandbox.compile(&bytes).expect("compiles"));
+            }),
+            Case::new("Engine::precompile_component", || {
+                black_box(engine.precompile_component(&bytes).expect("precompiles"));
+            }),
+            Case::new("CompileCache::load (read, verify, deserialize)", || {
+                black_box(cache.load(engine, &digest).expect("loads"));
+            }),
+            Case::new("Component::deserialize (bytes in memory)", || {
+                // SAFETY: the artifact was produced above by this engine.
+                black_box(unsafe { Component::deserialize(engine, &cwasm) }.expect("loads"));
+            }),
+            Case::new("Component::deserialize_file", || {
+                // SAFETY: as above; the file is in this process's private temp dir.
+                black_box(unsafe { Component::deserialize_file(engine, &cwasm_path) })
+                    .expect("loads");
+            }),
+            Case::new("  Sandbox::phase_module (link)", || {
+                black_box(env.sandbox.phase_module(&digest, &compiled).expect("links"));
+            }),
+        ],
+    );
+    if let Some(s) = stats {
+        sum.row(
+            format!("module load, {file}"),
+            &s,
+            &[
+                ("CompileCache::load", 2),
+                ("Component::deserialize", 3),
+                ("deserialize_file", 4),
+            ],
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw wasmtime: the sandbox's work without the host around it, to split the fixed cost.
+
+/// How a raw engine allocates instances.
+#[derive(Clone, Copy)]
+enum Alloc {
+    /// wasmtime's default (what the sandbox uses today): fresh mmap per instance.
+    OnDemand,
+    /// The pooling instance allocator (slots reused; memory reset with madvise).
+    Pooling,
+    /// Pooling, resetting up to 16 MiB of each memory with memset instead (fewer page faults).
+    PoolingResident,
+}
+
+/// An engine configured like `Sandbox::new` (epoch interruption, component model), with the
+/// given instance allocator.
+fn sandbox_engine(alloc: Alloc) -> Engine {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.wasm_component_model(true);
+    if let Alloc::Pooling | Alloc::PoolingResident = alloc {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(16)
+            .total_core_instances(128)
+            .total_memories(64)
+            .total_tables(128)
+            .max_memory_size(512 << 20);
+        if let Alloc::PoolingResident = alloc {
+            pool.linear_memory_keep_resident(16 << 20)
+                .table_keep_resident(1 << 20);
+        }
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    Engine::new(&config).expect("engine")
+}
+
+struct RawState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+}
+
+impl WasiView for RawState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl log::Host for RawState {
+    fn log(&mut self, _level: LogLevel, message: String, fields: Vec<LogField>) {
+        black_box((message, fields));
+    }
+}
+
+impl types::Host for RawState {}
+
+/// One component under each allocator, checked to decide `next` on `request`.
+struct RawWorkers {
+    on_demand: RawWorker,
+    pooling: RawWorker,
+    resident: RawWorker,
+}
+
+impl RawWorkers {
+    fn new(bytes: &[u8], request: &SyncRequest, next: &str) -> Self {
+        let workers = RawWorkers {
+            on_demand: RawWorker::new(bytes, Alloc::OnDemand),
+            pooling: RawWorker::new(bytes, Alloc::Pooling),
+            resident: RawWorker::new(bytes, Alloc::PoolingResident),
+        };
+        for w in [&workers.on_demand, &workers.pooling, &workers.resident] {
+            assert_eq!(w.call(request).next_phase, next);
+        }
+        let mut warm = workers.on_demand.warm();
+        for _ in 0..3 {
+            assert_eq!(warm.call(request).next_phase, next);
+        }
+        workers
+    }
+}
+
+struct RawWorker {
+    engine: Engine,
+    pre: PhasePre<RawState>,
+}
+
+impl RawWorker {
+    fn new(bytes: &[u8], alloc: Alloc) -> Self {
+        let engine = sandbox_engine(alloc);
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).expect("WASI");
+        log::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s: &mut RawState| s)
+            .expect("log import");
+        let component = Component::new(&engine, bytes).expect("compiles");
+        let pre = PhasePre::new(linker.instantiate_pre(&component).expect("links"))
+            .expect("a phase worker");
+        RawWorker { engine, pre }
+    }
+
+    fn store(&self) -> Store<RawState> {
+        let wasi = WasiCtxBuilder::new()
+            .stdout(MemoryOutputPipe::new(16 << 10))
+            .stderr(MemoryOutputPipe::new(16 << 10))
+            .build();
+        let state = RawState {
+            wasi,
+            table: ResourceTable::new(),
+            limits: StoreLimitsBuilder::new().memory_size(64 << 20).build(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(200);
+        store.epoch_deadline_trap();
+        store
+    }
+
+    /// Fresh store and instance, one call, dropped: what the sandbox does per call.
+    fn call(&self, request: &SyncRequest) -> SyncResult {
+        self.warm().call(request)
+    }
+
+    fn instantiate_only(&self) {
+        let mut store = self.store();
+        black_box(self.pre.instantiate(&mut store).expect("instantiates"));
+    }
+
+    /// A store and instance to call repeatedly (not what the host does: state would leak
+    /// between calls; here it isolates the cost of fresh memory).
+    fn warm(&self) -> WarmInstance {
+        let mut store = self.store();
+        let instance = self.pre.instantiate(&mut store).expect("instantiates");
+        WarmInstance { store, instance }
+    }
+}
+
+struct WarmInstance {
+    store: Store<RawState>,
+    instance: Phase,
+}
+
+impl WarmInstance {
+    fn call(&mut self, request: &SyncRequest) -> SyncResult {
+        self.instance
+            .wasmpilot_operator_phase_worker()
+            .call_sync(&mut self.store, request)
+            .expect("no trap")
+            .unwrap_or_else(|e| panic!("worker error: {e:?}"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The harness: round-robin timing, median and p90, ratios against the first case.
+
+struct Bench {
+    /// `cargo bench` passes `--bench`; without it (`cargo test --benches`) each case runs once.
+    measure: bool,
+    filters: Vec<String>,
+    budget: Duration,
+}
+
+struct Case<'a> {
+    label: String,
+    run: Box<dyn FnMut() + 'a>,
+}
+
+impl<'a> Case<'a> {
+    fn new(label: impl Into<String>, run: impl FnMut() + 'a) -> Self {
+        Case {
+            label: label.into(),
+            run: Box::new(run),
+        }
+    }
+}
+
+struct Stats {
+    median: Duration,
+    p90: Duration,
+    /// Every timing, in round order (for paired ratios).
+    rounds: Vec<Duration>,
+}
+
+/// The median over rounds of `subject / baseline` timed in the same round: less sensitive to
+/// load that changes between rounds than the ratio of the two medians.
+fn paired(subject: &Stats, baseline: &Stats) -> f64 {
+    let mut r: Vec<f64> = subject
+        .rounds
+        .iter()
+        .zip(&baseline.rounds)
+        .map(|(s, b)| ratio(*s, *b))
+        .collect();
+    r.sort_by(f64::total_cmp);
+    r[r.len() / 2]
+}
+
+impl Bench {
+    fn selected(&self, title: &str) -> bool {
+        self.filters.is_empty() || self.filters.iter().any(|f| title.contains(f.as_str()))
+    }
+
+    /// Runs the cases round-robin: warm-up (a tenth of the budget, at least 2 rounds), then
+    /// rounds until the budget is spent and at least `min_rounds` (and 10 if they are quick)
+    /// were timed. Prints and returns each case's median and p90.
+    fn group(
+        &self,
+        title: &str,
+        note: &str,
+        min_rounds: usize,
+        mut cases: Vec<Case<'_>>,
+    ) -> Option<Vec<Stats>> {
+        println!("\n== {title} ==\n   {note}");
+        if !self.measure {
+            for case in &mut cases {
+                (case.run)();
+                println!("   ran once (smoke test): {}", case.label);
+            }
+            return None;
+        }
+        let warm_up = Instant::now();
+        let mut rounds = 0;
+        while rounds < 2 || warm_up.elapsed() < self.budget / 10 {
+            for case in &mut cases {
+                (case.run)();
+            }
+            rounds += 1;
+        }
+        let min_rounds = min_rounds.max(if rounds > 20 { 10 } else { 1 });
+        let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
+        let started = Instant::now();
+        while samples[0].len() < min_rounds
+            || (started.elapsed() < self.budget && samples[0].len() < 100_000)
+        {
+            for (case, s) in cases.iter_mut().zip(&mut samples) {
+                let t = Instant::now();
+                (case.run)();
+                s.push(t.elapsed());
+            }
+        }
+        let stats: Vec<Stats> = samples.into_iter().map(stats).collect();
+        println!(
+            "   {:<46} {:>10} {:>10} {:>9} {:>9}   ({} rounds)",
+            "case",
+            "median",
+            "p90",
+            "ratio",
+            "paired",
+            stats[0].rounds.len(),
+        );
+        for (case, s) in cases.iter().zip(&stats) {
+            println!(
+                "   {:<46} {:>10} {:>10} {:>9} {:>9}",
+                case.label,
+                fmt(s.median),
+                fmt(s.p90),
+                fmt_ratio(ratio(s.median, stats[0].median)),
+                fmt_ratio(paired(s, &stats[0])),
+            );
+        }
+        Some(stats)
+    }
+}
+
+fn stats(rounds: Vec<Duration>) -> Stats {
+    let mut sorted = rounds.clone();
+    sorted.sort_unstable();
+    let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+    Stats {
+        median: at(0.5),
+        p90: at(0.9),
+        rounds,
+    }
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+/// `1.23×`, or `1/370` for ratios far below one.
+fn fmt_ratio(r: f64) -> String {
+    if r >= 0.1 {
+        format!("{r:.2}×")
+    } else {
+        format!("1/{:.0}", 1.0 / r)
+    }
+}
+
+fn fmt(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1_000.0 {
+        format!("{us:.1} µs")
+    } else if us < 1_000_000.0 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{:.3} s", us / 1e6)
+    }
+}
+
+fn kib(bytes: usize) -> String {
+    if bytes < 10 << 10 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{:.0} KiB", bytes as f64 / 1024.0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The summary: the headline ratios and the targets.
+
+struct FixedCost {
+    native: Duration,
+    host: Duration,
+    raw: Duration,
+    raw_pooling: Duration,
+    raw_resident: Duration,
+    warm: Duration,
+    instantiate: Duration,
+    instantiate_pooling: Duration,
+    spawn_blocking: Duration,
+    log_line: Duration,
+}
+
+/// A data variant: label, sandbox / native on that data, sandbox / sandbox on data as sent.
+type VariantRow = (String, f64, f64);
+
+#[derive(Default)]
+struct Summary {
+    rows: Vec<String>,
+    /// Sandbox only, host path with JsonCache, host path serializing per call.
+    ratio_at_100: Option<[f64; 3]>,
+    fixed: Option<FixedCost>,
+    /// n, request built with to_worker_json, whole host path so, request built with JsonCache.
+    serialize_share: Vec<(usize, Duration, Duration, Duration)>,
+    parsing: Vec<(usize, Vec<VariantRow>)>,
+}
+
+impl Summary {
+    /// A summary line: the baseline (case 0) and the named cases, with paired ratios.
+    fn row(&mut self, what: String, stats: &[Stats], subjects: &[(&str, usize)]) {
+        let subjects: Vec<String> = subjects
+            .iter()
+            .map(|(name, i)| {
+                format!(
+                    "{name} {} = {}",
+                    fmt(stats[*i].median),
+                    fmt_ratio(paired(&stats[*i], &stats[0]))
+                )
+            })
+            .collect();
+        self.rows.push(format!(
+            "| {what} | {} | {} |",
+            fmt(stats[0].median),
+            subjects.join(", ")
+        ));
+    }
+
+    fn print(&self, bench: &Bench) {
+        if !bench.measure {
+            println!("\nsmoke test passed (run `cargo bench` or deploy/local/bench.sh to measure)");
+            return;
+        }
+        println!("\n== summary: medians, and paired ratios (median over rounds of case / baseline timed in the same round) ==");
+        println!("| case | baseline | subjects |\n|---|---|---|");
+        for row in &self.rows {
+            println!("{row}");
+        }
+        println!();
+        if let Some([sandbox, cached, per_call]) = self.ratio_at_100 {
+            println!(
+                "target ≤ {TARGET_RATIO_AT_100}× native at 100 inputs: host path {cached:.2}× (JsonCache) → {}; {per_call:.2}× (to_worker_json per call) → {}; sandbox only {sandbox:.2}× → {}",
+                verdict(cached <= TARGET_RATIO_AT_100),
+                verdict(per_call <= TARGET_RATIO_AT_100),
+                verdict(sandbox <= TARGET_RATIO_AT_100),
+            );
+        }
+        if let Some(f) = &self.fixed {
+            println!(
+                "target ≤ {} fixed cost: Sandbox::run_sync {} → {} (native {})",
+                fmt(TARGET_FIXED_COST),
+                fmt(f.host),
+                verdict(f.host <= TARGET_FIXED_COST),
+                fmt(f.native),
+            );
+            println!(
+                "  raw fresh instance: on-demand {}, pooling {}, keep resident {}; warm instance {}; \
+                 instantiate + drop: on-demand {}, pooling {}; spawn_blocking round trip {}; a native log line echo {}",
+                fmt(f.raw),
+                fmt(f.raw_pooling),
+                fmt(f.raw_resident),
+                fmt(f.warm),
+                fmt(f.instantiate),
+                fmt(f.instantiate_pooling),
+                fmt(f.spawn_blocking),
+                fmt(f.log_line),
+            );
+        }
+        for (n, serialize, host, cached) in &self.serialize_share {
+            println!(
+                "building the request at {n} Deployments: to_worker_json {} = {:.0} % of that host path; with JsonCache {}",
+                fmt(*serialize),
+                ratio(*serialize, *host) * 100.0,
+                fmt(*cached),
+            );
+        }
+        for (n, rows) in &self.parsing {
+            println!(
+                "at {n} Deployments, projecting inputs to the fields read saves {:.0} % of the sandbox call (sandbox / native: {:.2}× as sent, {:.2}× projected)",
+                (1.0 - rows[3].2) * 100.0,
+                rows[0].1,
+                rows[3].1,
+            );
+        }
+    }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "MET"
+    } else {
+        "NOT MET"
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where things are.
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+/// `<target>/wasm32-wasip2/release` (this binary is `<target>/release/deps/sandbox-…`), or
+/// `WASMPILOT_WASM_DIR`.
+struct WasmDir(PathBuf);
+
+impl WasmDir {
+    fn find() -> Self {
+        let dir = match std::env::var("WASMPILOT_WASM_DIR") {
+            Ok(dir) => PathBuf::from(dir),
+            Err(_) => std::env::current_exe()
+                .expect("bench binary path")
+                .ancestors()
+                .nth(3)
+                .expect("bench binary lives in <target>/<profile>/deps")
+                .join("wasm32-wasip2")
+                .join("release"),
+        };
+        let dir = WasmDir(dir);
+        for file in [SYNCING, INITIALIZING] {
+            dir.path(file);
+        }
+        dir
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        let path = self.0.join(file);
+        if !path.exists() {
+            eprintln!(
+                "error: {} is missing. Build the guest components first (deploy/local/bench.sh does):\n  \
+                 cargo build --release --target wasm32-wasip2 -p autoroute-syncing -p autoroute-initializing",
+                path.display()
+            );
+            std::process::exit(2);
+        }
+        path
+    }
+
+    fn read(&self, file: &str) -> Vec<u8> {
+        let path = self.path(file);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
+
+fn print_machine() {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    println!(
+        "machine: {cores} cores, {cpu}, load average {}",
+        load.join(" ")
+    );
+}
