@@ -211,6 +211,16 @@ fn graph_prints_mermaid() {
 }
 
 fn simulate_scripted(spec: &str, steps: &str) -> (bool, String) {
+    let (ok, stdout, _) = simulate_scripted_with(
+        "host/tests/manifests/scripted.yaml",
+        spec,
+        &["--steps", steps],
+    );
+    (ok, stdout)
+}
+
+/// Simulates a Scripted resource with `spec` under `operator`; returns (success, stdout, stderr).
+fn simulate_scripted_with(operator: &str, spec: &str, extra: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let resource = dir.path().join("scripted.yaml");
     std::fs::write(
@@ -219,19 +229,20 @@ fn simulate_scripted(spec: &str, steps: &str) -> (bool, String) {
     )
     .expect("writing the resource");
     let wasm_dir = common::wasm_dir();
-    let out = wasmpilot(&[
+    let mut args = vec![
         "simulate",
-        "host/tests/manifests/scripted.yaml",
+        operator,
         "--module-dir",
         wasm_dir.to_str().expect("utf-8"),
         "--resource",
         resource.to_str().expect("utf-8"),
-        "--steps",
-        steps,
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = wasmpilot(&args);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 
@@ -284,5 +295,61 @@ fn the_virtual_clock_follows_requeue_after_and_final_phases_stop() {
     assert!(
         stdout.contains("the worker returned a fatal error: no way"),
         "{stdout}"
+    );
+}
+
+#[test]
+fn metric_queries_get_the_samples_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let operator = dir.path().join("operator.yaml");
+    std::fs::write(
+        &operator,
+        "apiVersion: wasmpilot.io/v1alpha1
+kind: WasmOperator
+metadata: {name: scripted}
+spec:
+  resource: {apiVersion: test.wasmpilot.io/v1, kind: Scripted}
+  phases:
+  - name: Start
+    initial: true
+    module: {file: {path: wasmpilot_test_scripted.wasm}}
+    queries:
+    - {name: rate, query: 'sum(rate(requests_total[1m]))'}
+    - {name: errors, query: 'sum(errors_total)'}
+",
+    )
+    .expect("writing operator.yaml");
+    let samples = dir.path().join("samples.yaml");
+    std::fs::write(&samples, "rate: [0.5, {labels: {pod: a}, value: 0.7}]\n").expect("samples");
+    let (ok, stdout, stderr) = simulate_scripted_with(
+        operator.to_str().expect("utf-8"),
+        "{phases: {Start: {mode: ok, countInputs: true}}}",
+        &[
+            "--samples",
+            samples.to_str().expect("utf-8"),
+            "--steps",
+            "1",
+        ],
+    );
+    assert!(ok, "{stderr}\n{stdout}");
+    assert!(
+        stdout.contains("  inputCounts:\n    errors: 0\n    rate: 2\n"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("no --samples for query errors of phase Start: it gets no samples"),
+        "{stderr}"
+    );
+
+    std::fs::write(&samples, "latency: 3\n").expect("samples");
+    let (ok, _, stderr) = simulate_scripted_with(
+        operator.to_str().expect("utf-8"),
+        "{}",
+        &["--samples", samples.to_str().expect("utf-8")],
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("\"latency\" is not a query of scripted (queries: errors, rate)"),
+        "{stderr}"
     );
 }

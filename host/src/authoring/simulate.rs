@@ -18,10 +18,10 @@
 //! [`DEFAULT_NOW`], so the output is the same on every run: golden-file friendly.
 
 use crate::crd::KindRef;
-use crate::definition::OperatorDefinition;
+use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
-use crate::outputs::{self, describe, ObjectKey, Owned};
+use crate::outputs::{self, describe, CheckedOutput, ObjectKey, Owned};
 use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits};
 use crate::status::{self, StatusUpdate};
 use anyhow::{anyhow, bail, Context};
@@ -54,6 +54,11 @@ pub struct SimulateArgs {
     /// wasm32-wasip2/release, where `wasmpilot build` puts them).
     #[arg(long)]
     pub module_dir: Option<PathBuf>,
+    /// What Prometheus answers to the phases' metric queries, every step (YAML: query name →
+    /// a number, or a list of numbers or `{labels, value}`). Queries it does not name get no
+    /// samples.
+    #[arg(long)]
+    pub samples: Option<PathBuf>,
     /// The clock at the first step, RFC 3339.
     #[arg(long, default_value = DEFAULT_NOW)]
     pub now: String,
@@ -122,6 +127,56 @@ impl World {
             .unwrap_or_else(|| json!({}))
     }
 
+    /// Applies a phase's checked outputs (labelled like the host's) and prunes what the phase
+    /// applied for this resource before and no longer returns. Returns the changes, and the
+    /// applied objects in key order.
+    fn apply(
+        &mut self,
+        operator: &str,
+        phase: &PhaseDefinition,
+        checked: &[CheckedOutput],
+    ) -> (Vec<String>, Vec<Value>) {
+        let mut changes = Vec::new();
+        let mut applied = Vec::new();
+        let keep: BTreeSet<ObjectKey> = checked.iter().map(CheckedOutput::key).collect();
+        for o in checked {
+            let mut object = o.object.clone();
+            outputs::label(&mut object, operator, &phase.name);
+            match self.objects.insert(o.key(), object.clone()) {
+                None => changes.push(format!("created {}", o.describe())),
+                Some(previous) if previous != object => {
+                    changes.push(format!("updated {}", o.describe()))
+                }
+                Some(_) => {}
+            }
+            applied.push(object);
+        }
+        let uid = self.resource.metadata.uid.clone().unwrap_or_default();
+        let owned = Owned {
+            operator,
+            phase,
+            owner_uid: &uid,
+            namespace: self.resource.metadata.namespace.as_deref(),
+        };
+        let pruned: Vec<ObjectKey> = self
+            .objects
+            .iter()
+            .filter(|(k, v)| {
+                phase.outputs.contains(&k.0)
+                    && !keep.contains(*k)
+                    && serde_json::from_value::<ObjectMeta>(v["metadata"].clone())
+                        .is_ok_and(|m| owned.created(&m))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in pruned {
+            self.objects.remove(&k);
+            changes.push(format!("deleted {} (no longer returned)", describe(&k)));
+        }
+        applied.sort_by_key(key_of);
+        (changes, applied)
+    }
+
     /// Merges a status update like the host; returns the top-level fields it changed.
     fn write_status(&mut self, update: &StatusUpdate, now: &str) -> Vec<String> {
         let current = self.resource.data.get("status");
@@ -177,6 +232,10 @@ pub async fn simulate(
     };
     check_modules_built(&def, &module_dir, &dir)?;
     let mut world = load_world(args, &def)?;
+    let samples = match &args.samples {
+        Some(path) => Samples::read(path, &def)?,
+        None => Samples::default(),
+    };
     let mut now: jiff::Timestamp = args.now.parse().map_err(|e| {
         anyhow!(
             "--now {:?} is not an RFC 3339 time like {DEFAULT_NOW}: {e}",
@@ -243,13 +302,16 @@ pub async fn simulate(
             .iter()
             .map(|q| NamedObjects {
                 name: q.name.clone(),
-                objects: Vec::new(),
+                objects: samples.at(&q.name, now),
             })
             .collect();
-        if !phase.queries.is_empty() && noted_queries.insert(phase_name.clone()) {
-            eprintln!(
-                "note: phase {phase_name} declares metric queries; simulate gives them no samples"
-            );
+        for q in &phase.queries {
+            if !samples.0.contains_key(&q.name) && noted_queries.insert(q.name.clone()) {
+                eprintln!(
+                    "note: no --samples for query {} of phase {phase_name}: it gets no samples",
+                    q.name
+                );
+            }
         }
         let source = world.source()?;
         let decision = match offline::decide(
@@ -278,48 +340,8 @@ pub async fn simulate(
         report.module = Some(decision.module.clone());
         report.next_phase = Some(decision.next_phase.clone());
 
-        // Apply, then prune what this phase applied before and no longer returns.
-        let mut keep = BTreeSet::new();
-        let mut applied = Vec::new();
-        for o in &decision.outputs {
-            let mut object = o.object.clone();
-            outputs::label(&mut object, &def.name, &phase_name);
-            let key = (o.kind.clone(), o.namespace.clone(), o.name.clone());
-            match world.objects.insert(key.clone(), object.clone()) {
-                None => report.changes.push(format!("created {}", describe(&key))),
-                Some(previous) if previous != object => {
-                    report.changes.push(format!("updated {}", describe(&key)))
-                }
-                Some(_) => {}
-            }
-            keep.insert(key);
-            applied.push(object);
-        }
-        let uid = world.resource.metadata.uid.clone().unwrap_or_default();
-        let owned = Owned {
-            operator: &def.name,
-            phase,
-            owner_uid: &uid,
-            namespace: world.resource.metadata.namespace.as_deref(),
-        };
-        let pruned: Vec<ObjectKey> = world
-            .objects
-            .iter()
-            .filter(|(k, v)| {
-                phase.outputs.contains(&k.0)
-                    && !keep.contains(*k)
-                    && serde_json::from_value::<ObjectMeta>(v["metadata"].clone())
-                        .is_ok_and(|m| owned.created(&m))
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in pruned {
-            world.objects.remove(&k);
-            report
-                .changes
-                .push(format!("deleted {} (no longer returned)", describe(&k)));
-        }
-        applied.sort_by_key(key_of);
+        let (changes, applied) = world.apply(&def.name, phase, &decision.outputs);
+        report.changes = changes;
         report.outputs = applied;
 
         let update = StatusUpdate::phase_completed(
@@ -379,6 +401,74 @@ fn print_step(out: &mut dyn Write, report: &StepReport) -> anyhow::Result<()> {
     out.write_all(serde_yaml::to_string(report)?.as_bytes())?;
     out.flush()?;
     Ok(())
+}
+
+/// Metric samples by query name, as `wasmpilot_guest::Sample` objects without a timestamp.
+#[derive(Default)]
+struct Samples(BTreeMap<String, Vec<Value>>);
+
+impl Samples {
+    fn read(path: &Path, def: &OperatorDefinition) -> anyhow::Result<Samples> {
+        let hint = "write query name → a number, or a list of numbers or {labels, value}";
+        let doc = offline::read_documents(path)?
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| json!({}));
+        let map = doc
+            .as_object()
+            .ok_or_else(|| anyhow!("{}: not a map ({hint})", path.display()))?;
+        let queries: BTreeSet<&str> = def
+            .phases
+            .iter()
+            .flat_map(|p| p.queries.iter().map(|q| q.name.as_str()))
+            .collect();
+        let mut samples = BTreeMap::new();
+        for (name, v) in map {
+            if !queries.contains(name.as_str()) {
+                bail!(
+                    "{}: {name:?} is not a query of {} (queries: {})",
+                    path.display(),
+                    def.name,
+                    queries.iter().copied().collect::<Vec<_>>().join(", ")
+                );
+            }
+            let items = match v {
+                Value::Array(items) => items.clone(),
+                one => vec![one.clone()],
+            };
+            let list = items
+                .into_iter()
+                .map(|item| match item {
+                    Value::Number(_) | Value::Null => Ok(json!({"labels": {}, "value": item})),
+                    Value::Object(mut o) if o.contains_key("value") => {
+                        o.entry("labels").or_insert_with(|| json!({}));
+                        Ok(Value::Object(o))
+                    }
+                    other => Err(anyhow!(
+                        "{}: {name}: {other} is not a sample ({hint})",
+                        path.display()
+                    )),
+                })
+                .collect::<anyhow::Result<Vec<Value>>>()?;
+            samples.insert(name.clone(), list);
+        }
+        Ok(Samples(samples))
+    }
+
+    /// The samples of a query as the host passes them, taken at `now`.
+    fn at(&self, query: &str, now: jiff::Timestamp) -> Vec<String> {
+        let seconds = now.as_millisecond() as f64 / 1000.0;
+        self.0
+            .get(query)
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                let mut s = s.clone();
+                s["timestamp"] = json!(seconds);
+                s.to_string()
+            })
+            .collect()
+    }
 }
 
 /// Every `file` module must exist in the module directory before a run starts.
