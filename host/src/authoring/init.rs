@@ -48,7 +48,8 @@ pub struct InitArgs {
     /// checkout, else the one this binary was built from).
     #[arg(long, conflicts_with = "sdk_version")]
     pub sdk_path: Option<PathBuf>,
-    /// Depend on wasmpilot-guest from the registry at this version instead of by path.
+    /// Depend on wasmpilot-guest from a registry at this version instead of by path (it is not
+    /// on crates.io yet: for a private registry, or a `[patch]` section of your own).
     #[arg(long)]
     pub sdk_version: Option<String>,
     /// Make the project its own cargo workspace even inside another workspace.
