@@ -14,6 +14,21 @@ pub struct ResolvedKind {
     pub namespaced: bool,
 }
 
+impl ResolvedKind {
+    /// An Api for this kind: scoped to `namespace` when the kind is namespaced and one is given,
+    /// else cluster-wide.
+    pub fn api(
+        &self,
+        client: &Client,
+        namespace: Option<&str>,
+    ) -> kube::Api<kube::api::DynamicObject> {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => kube::Api::namespaced_with(client.clone(), ns, &self.api),
+            _ => kube::Api::all_with(client.clone(), &self.api),
+        }
+    }
+}
+
 /// Discovery could not find a kind.
 #[derive(Debug, thiserror::Error)]
 #[error("{field}: {api_version} {kind} is not served by the API server ({source})")]

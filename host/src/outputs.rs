@@ -4,8 +4,8 @@
 use crate::crd::KindRef;
 use crate::definition::PhaseDefinition;
 use crate::kinds::ResolvedKind;
-use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::{Api, Client};
+use kube::api::{Patch, PatchParams};
+use kube::Client;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
 
@@ -287,10 +287,7 @@ pub async fn apply_outputs(
             ));
         };
         label(&mut out.object, operator, phase);
-        let api: Api<DynamicObject> = match &out.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.api),
-            None => Api::all_with(client.clone(), &resolved.api),
-        };
+        let api = resolved.api(client, out.namespace.as_deref());
         api.patch(&out.name, &params, &Patch::Apply(&out.object))
             .await
             .map_err(|source| {
@@ -355,10 +352,7 @@ pub async fn prune_outputs(
             {
                 continue;
             }
-            let api: Api<DynamicObject> = match &m.namespace {
-                Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.api),
-                None => Api::all_with(client.clone(), &resolved.api),
-            };
+            let api = resolved.api(client, m.namespace.as_deref());
             let params = kube::api::DeleteParams {
                 preconditions: Some(kube::api::Preconditions {
                     uid: m.uid.clone(),

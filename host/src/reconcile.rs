@@ -212,10 +212,7 @@ impl ReconcileError {
 
 impl OperatorContext {
     fn api_for(&self, namespace: Option<&str>) -> Api<DynamicObject> {
-        match (self.resource.namespaced, namespace) {
-            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &self.resource.api),
-            _ => Api::all_with(self.client.clone(), &self.resource.api),
-        }
+        self.resource.api(&self.client, namespace)
     }
 
     fn key(obj: &DynamicObject) -> String {

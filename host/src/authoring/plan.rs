@@ -356,10 +356,7 @@ fn dynamic_api(
     kind: &ResolvedKind,
     namespace: Option<&str>,
 ) -> Api<DynamicObject> {
-    match (kind.namespaced, namespace) {
-        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, &kind.api),
-        _ => Api::all_with(client.clone(), &kind.api),
-    }
+    kind.api(client, namespace)
 }
 
 /// The phase's input objects, listed from the resource's namespace (the host reads the same
