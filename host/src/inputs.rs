@@ -1,5 +1,6 @@
 //! Gathers a phase's declared inputs: objects of each input kind in the resource's namespace,
-//! filtered by the input's labels, stripped of bookkeeping (managedFields) and serialized as JSON.
+//! filtered by the input's labels, stripped of bookkeeping (managedFields, kubectl's
+//! last-applied annotation) and serialized as JSON.
 
 use crate::crd::{InputSpec, KindRef};
 use crate::definition::PhaseDefinition;
@@ -116,11 +117,27 @@ fn visible(o: &DynamicObject, input: &InputSpec, namespace: Option<&str>) -> boo
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
+/// Annotation `kubectl apply` writes: a copy of the whole applied object, never worker input.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Removes what no worker decision should depend on and what makes cached objects large:
+/// managedFields and kubectl's last-applied annotation (together 40–60 % of a typical
+/// Deployment). Applied to input objects as they enter the watch cache.
+pub fn strip_bookkeeping(o: &mut DynamicObject) {
+    o.metadata.managed_fields = None;
+    if let Some(annotations) = o.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            o.metadata.annotations = None;
+        }
+    }
+}
+
 /// Serializes an object the way workers see it: apiVersion and kind set (list items lack them),
-/// managedFields removed (they are large and no worker decision should depend on them).
+/// bookkeeping removed ([`strip_bookkeeping`]).
 pub fn to_worker_json(o: &DynamicObject, kind: &KindRef) -> String {
     let mut o = o.clone();
-    o.metadata.managed_fields = None;
+    strip_bookkeeping(&mut o);
     if o.types.is_none() {
         o.types = Some(TypeMeta {
             api_version: kind.api_version.clone(),
@@ -145,7 +162,8 @@ mod tests {
 
     fn deployment(ns: &str, name: &str, labels: &[(&str, &str)]) -> Arc<DynamicObject> {
         let mut o: DynamicObject = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": ns, "managedFields": [{"manager": "kubectl"}]},
+            "metadata": {"name": name, "namespace": ns, "managedFields": [{"manager": "kubectl"}],
+                         "annotations": {LAST_APPLIED: "{}", "keep": "me"}},
             "spec": {"replicas": 1}
         }))
         .unwrap();
@@ -220,5 +238,10 @@ mod tests {
         assert_eq!(objs[0]["kind"], "Deployment");
         assert_eq!(objs[0]["apiVersion"], "apps/v1");
         assert!(objs[0]["metadata"].get("managedFields").is_none());
+        assert_eq!(
+            objs[0]["metadata"]["annotations"],
+            serde_json::json!({"keep": "me"}),
+            "only kubectl's last-applied annotation is dropped"
+        );
     }
 }

@@ -19,6 +19,7 @@ pub mod authoring;
 pub mod crd;
 pub mod definition;
 pub mod deploy;
+pub mod informers;
 pub mod inputs;
 pub mod kinds;
 pub mod leader;

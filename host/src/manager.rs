@@ -5,7 +5,7 @@ use crate::crd::{KindRef, WasmOperator, WasmOperatorSpec};
 use crate::definition::{OperatorDefinition, FINALIZER_ROLE};
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::ModuleCache;
-use crate::reconcile::OperatorContext;
+use crate::reconcile::{InputCaches, OperatorContext, OutputCaches};
 use crate::schedule::Backoff;
 use crate::status;
 use crate::watch;
@@ -84,6 +84,8 @@ pub struct Manager {
     /// Operators with a retry timer running, so failures do not stack timers.
     retry_pending: HashSet<String>,
     metrics_source: crate::reconcile::MetricsSource,
+    /// Watches and caches per kind, shared by the operators that use them.
+    informers: crate::informers::Informers,
 }
 
 impl Manager {
@@ -94,6 +96,7 @@ impl Manager {
         };
         let recorder = Recorder::new(client.clone(), reporter);
         Manager {
+            informers: crate::informers::Informers::new(client.clone()),
             client,
             modules,
             recorder,
@@ -199,7 +202,7 @@ impl Manager {
             return;
         }
         match self.load(&name, &op.spec).await {
-            Ok((ctx, inputs, digests)) => {
+            Ok((ctx, digests)) => {
                 self.failed.remove(&name);
                 let (tx, rx) = oneshot::channel::<()>();
                 let swapped = self.running.contains_key(&name);
@@ -214,7 +217,7 @@ impl Manager {
                 );
                 crate::metrics::READINESS.syncing(&name);
                 tokio::spawn(report_synced(name.clone(), ctx.clone()));
-                tokio::spawn(watch::run(ctx, inputs, async move {
+                tokio::spawn(watch::run(ctx, async move {
                     let _ = rx.await;
                 }));
                 crate::metrics::METRICS
@@ -276,14 +279,7 @@ impl Manager {
         &self,
         name: &str,
         spec: &WasmOperatorSpec,
-    ) -> Result<
-        (
-            Arc<OperatorContext>,
-            watch::CacheWatches,
-            BTreeMap<String, String>,
-        ),
-        LoadFailure,
-    > {
+    ) -> Result<(Arc<OperatorContext>, BTreeMap<String, String>), LoadFailure> {
         let definition = OperatorDefinition::validate(name, spec)?;
         let resource = kinds::resolve(&self.client, &definition.resource, "spec.resource").await?;
         // Every kind a phase reads or writes, with the field that declared it first.
@@ -353,18 +349,23 @@ impl Manager {
             }
             None => None,
         };
-        let input_kinds: Vec<ResolvedKind> = definition
-            .input_kinds()
-            .iter()
-            .filter_map(|k| resolved.get(k).cloned())
-            .collect();
-        let output_kinds: Vec<ResolvedKind> = definition
-            .output_kinds()
-            .iter()
-            .filter(|k| **k != definition.resource)
-            .filter_map(|k| resolved.get(k).cloned())
-            .collect();
-        let (input_caches, output_caches, watches) = watch::caches(&input_kinds, &output_kinds);
+        let input_caches = InputCaches(
+            definition
+                .input_kinds()
+                .iter()
+                .filter_map(|k| resolved.get(k))
+                .map(|k| (k.kind.clone(), self.informers.objects(k)))
+                .collect(),
+        );
+        let output_caches = OutputCaches(
+            definition
+                .output_kinds()
+                .iter()
+                .filter(|k| **k != definition.resource)
+                .filter_map(|k| resolved.get(k))
+                .map(|k| (k.kind.clone(), self.informers.metadata(k)))
+                .collect(),
+        );
         let namespaced = resolved
             .iter()
             .map(|(k, r)| (k.clone(), r.namespaced))
@@ -384,7 +385,7 @@ impl Manager {
             backoff: Backoff::default(),
             metrics_source: self.metrics_source.clone(),
         };
-        Ok((Arc::new(ctx), watches, digests))
+        Ok((Arc::new(ctx), digests))
     }
 
     /// Writes Ready and ModulesLoaded conditions, active digests and observedGeneration.
@@ -456,13 +457,13 @@ impl Manager {
 
 /// Marks an operator synced for `/readyz` once all its caches have their first list.
 async fn report_synced(name: String, ctx: Arc<OperatorContext>) {
-    for store in ctx.inputs.0.values() {
-        if store.wait_until_ready().await.is_err() {
+    for informer in ctx.inputs.0.values() {
+        if informer.store.wait_until_ready().await.is_err() {
             return;
         }
     }
-    for store in ctx.outputs.0.values() {
-        if store.wait_until_ready().await.is_err() {
+    for informer in ctx.outputs.0.values() {
+        if informer.store.wait_until_ready().await.is_err() {
             return;
         }
     }

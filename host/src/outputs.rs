@@ -341,10 +341,10 @@ pub async fn prune_outputs(
 ) -> Result<usize, (usize, OutputError)> {
     let mut deleted = 0;
     for kind in &owned.phase.outputs {
-        let (Some(store), Some(resolved)) = (caches.0.get(kind), kinds.get(kind)) else {
+        let (Some(informer), Some(resolved)) = (caches.0.get(kind), kinds.get(kind)) else {
             continue;
         };
-        for meta in store.state() {
+        for meta in informer.store.state() {
             let m = &meta.metadata;
             let name = m.name.clone().unwrap_or_default();
             if !owned.created(m)

@@ -3,6 +3,7 @@
 
 use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
+use crate::informers::{MetadataInformer, ObjectInformer};
 use crate::inputs::{self, ObjectSource};
 use crate::kinds::ResolvedKind;
 use crate::outputs::{self, CheckedOutput, ObjectKey, OutputError, Owner};
@@ -11,11 +12,10 @@ use crate::sandbox::{
 };
 use crate::schedule::Backoff;
 use crate::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
-use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
-use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashMap};
@@ -52,41 +52,38 @@ pub struct MetricsSource {
     pub default_url: Option<String>,
 }
 
-/// The watch caches of every input kind, and the worker JSON of their objects.
+/// The shared informers of every input kind (their caches and the worker JSON of their objects).
 #[derive(Clone, Default)]
-pub struct InputCaches(
-    pub HashMap<KindRef, Store<DynamicObject>>,
-    pub Arc<inputs::JsonCache>,
-);
+pub struct InputCaches(pub HashMap<KindRef, Arc<ObjectInformer>>);
 
 impl ObjectSource for InputCaches {
     fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>> {
-        self.0.get(kind).map(|s| s.state()).unwrap_or_default()
+        self.0
+            .get(kind)
+            .map(|i| i.store.state())
+            .unwrap_or_default()
     }
 
     fn worker_json(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
-        self.1.get(kind, object)
+        match self.0.get(kind) {
+            Some(informer) => informer.json.get(kind, object),
+            None => Arc::from(inputs::to_worker_json(object, kind)),
+        }
     }
 }
 
 impl InputCaches {
     /// Forgets serialized objects that left the caches (bounded memory under churn).
     pub fn sweep(&self) {
-        if !self.1.needs_sweep() {
-            return;
+        for informer in self.0.values() {
+            informer.sweep_json();
         }
-        let states: Vec<Arc<DynamicObject>> = self.0.values().flat_map(|s| s.state()).collect();
-        let live: std::collections::HashSet<&str> = states
-            .iter()
-            .filter_map(|o| o.metadata.uid.as_deref())
-            .collect();
-        self.1.retain(&live);
     }
 }
 
-/// Metadata caches of every output kind (for pruning; their watches also requeue owners).
+/// The shared metadata informers of every output kind (for pruning and owner requeues).
 #[derive(Clone, Default)]
-pub struct OutputCaches(pub HashMap<KindRef, Store<PartialObjectMeta<DynamicObject>>>);
+pub struct OutputCaches(pub HashMap<KindRef, Arc<MetadataInformer>>);
 
 /// Why a reconcile did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -653,8 +650,9 @@ async fn wait_for_inputs(
 ) -> Result<(), ReconcileError> {
     for input in &phase.inputs {
         let kind = KindRef::new(&input.api_version, &input.kind);
-        if let Some(store) = ctx.inputs.0.get(&kind) {
-            match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, store.wait_until_ready()).await {
+        if let Some(informer) = ctx.inputs.0.get(&kind) {
+            match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.store.wait_until_ready()).await
+            {
                 Ok(Ok(())) => {}
                 _ => return Err(ReconcileError::InputsNotSynced(kind.to_string())),
             }

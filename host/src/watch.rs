@@ -1,59 +1,22 @@
-//! Builds and runs one operator's controller: watches the resource kind, every input kind
-//! (into caches; a change requeues that namespace's resources) and every output kind (by owner).
+//! Builds and runs one operator's controller: watches the resource kind and subscribes to the
+//! shared informers of its input kinds (a change requeues that namespace's resources) and output
+//! kinds (a change requeues the owner).
 
 use crate::crd::KindRef;
-use crate::kinds::ResolvedKind;
-use crate::reconcile::{self, InputCaches, OperatorContext, OutputCaches};
+use crate::reconcile::{self, OperatorContext};
 use futures::StreamExt;
 use kube::api::{DynamicObject, PartialObjectMeta};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, Controller, WatchStreamExt};
+use kube::discovery::ApiResource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{watcher, Controller};
 use kube::{Api, ResourceExt};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
-
-/// Caches before their watches run: the readers go into the context, the writers to `run`.
-pub struct CacheWatches {
-    inputs: Vec<(ResolvedKind, reflector::store::Writer<DynamicObject>)>,
-    outputs: Vec<(
-        ResolvedKind,
-        reflector::store::Writer<PartialObjectMeta<DynamicObject>>,
-    )>,
-}
-
-/// Creates one object cache per input kind and one metadata cache per output kind.
-pub fn caches(
-    inputs: &[ResolvedKind],
-    outputs: &[ResolvedKind],
-) -> (InputCaches, OutputCaches, CacheWatches) {
-    let mut input_readers = HashMap::new();
-    let mut watches = CacheWatches {
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-    };
-    for k in inputs {
-        let writer = reflector::store::Writer::new(k.api.clone());
-        input_readers.insert(k.kind.clone(), writer.as_reader());
-        watches.inputs.push((k.clone(), writer));
-    }
-    let mut output_readers = HashMap::new();
-    for k in outputs {
-        let writer = reflector::store::Writer::new(k.api.clone());
-        output_readers.insert(k.kind.clone(), writer.as_reader());
-        watches.outputs.push((k.clone(), writer));
-    }
-    (
-        InputCaches(input_readers, Default::default()),
-        OutputCaches(output_readers),
-        watches,
-    )
-}
 
 /// Runs the operator's controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(
     ctx: Arc<OperatorContext>,
-    watches: CacheWatches,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
@@ -63,24 +26,22 @@ pub async fn run(
         Controller::new_with(main_api, watcher::Config::default(), resource.clone());
     let owners = controller.store();
 
-    let input_kinds: BTreeSet<KindRef> =
-        watches.inputs.iter().map(|(k, _)| k.kind.clone()).collect();
-    for (kind, writer) in watches.inputs {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api);
-        let stream = watcher(api, watcher::Config::default())
-            .backoff(crate::schedule::watch_backoff())
-            .reflect(writer)
-            .touched_objects();
+    let input_kinds: BTreeSet<KindRef> = ctx.inputs.0.keys().cloned().collect();
+    for informer in ctx.inputs.0.values() {
         let mapper = requeue_namespace(owners.clone(), resource.clone());
-        controller = controller.watches_stream_with(stream, mapper, kind.api.clone());
+        controller = controller.watches_shared_stream_with(
+            informer.subscribe(),
+            mapper,
+            informer.api.clone(),
+        );
     }
-    for (kind, writer) in watches.outputs {
-        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &kind.api);
-        let stream = watcher(api, watcher::Config::default())
-            .backoff(crate::schedule::watch_backoff())
-            .reflect(writer)
-            .touched_objects();
-        controller = controller.owns_stream_with(stream, kind.api.clone());
+    for informer in ctx.outputs.0.values() {
+        let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
+        controller = controller.watches_shared_stream_with(
+            informer.subscribe(),
+            mapper,
+            informer.api.clone(),
+        );
     }
     tracing::info!(
         operator = %ctx.definition.name,
@@ -108,15 +69,46 @@ pub async fn run(
 /// (all of them for a cluster-scoped input).
 fn requeue_namespace(
     owners: Store<DynamicObject>,
-    resource: kube::discovery::ApiResource,
-) -> impl Fn(DynamicObject) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
-    move |input: DynamicObject| {
+    resource: ApiResource,
+) -> impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
+    move |input: Arc<DynamicObject>| {
         let ns = input.namespace();
         owners
             .state()
             .iter()
             .filter(|o| ns.is_none() || o.namespace() == ns)
             .map(|o| ObjectRef::from_obj_with(o.as_ref(), resource.clone()))
+            .collect()
+    }
+}
+
+/// An output changed or disappeared: requeue the resource that controls it.
+fn requeue_owner(
+    resource: ApiResource,
+    namespaced: bool,
+) -> impl Fn(Arc<PartialObjectMeta<DynamicObject>>) -> Vec<ObjectRef<DynamicObject>>
+       + Send
+       + Sync
+       + 'static {
+    move |output: Arc<PartialObjectMeta<DynamicObject>>| {
+        let ns = output.metadata.namespace.clone();
+        output
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|o| {
+                o.controller == Some(true)
+                    && o.kind == resource.kind
+                    && o.api_version == resource.api_version
+            })
+            .map(|o| {
+                let owner = ObjectRef::new_with(&o.name, resource.clone());
+                match (&ns, namespaced) {
+                    (Some(ns), true) => owner.within(ns),
+                    _ => owner,
+                }
+            })
             .collect()
     }
 }

@@ -4,17 +4,19 @@
 //! same cluster. Prints time ratio, API requests per AutoRoute, controller peak RSS and CPU.
 //!
 //! Run: `deploy/local/bench.sh` (or, with a cluster up and components built,
-//! `cargo bench -p wasmpilot --bench e2e`). Sizes: `WASMPILOT_BENCH_E2E_SIZES=200,1000`.
+//! `cargo bench -p wasmpilot --bench e2e --profile e2e-bench`). Sizes: `WASMPILOT_BENCH_E2E_SIZES=200,1000`;
+//! host flag sets to compare: `WASMPILOT_BENCH_E2E_HOST_ARGS="--no-instance-pool;"`.
 
 mod native_autoroute;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use futures::{stream, StreamExt, TryStreamExt};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::{Api, Client};
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,9 +24,11 @@ use std::time::{Duration, Instant};
 const PER_NAMESPACE: usize = 20;
 
 struct Run {
-    label: &'static str,
+    label: String,
     seconds: f64,
     requests_per_route: f64,
+    /// The largest request kinds per route, e.g. "APPLY services 2.0".
+    top_requests: Vec<(String, f64)>,
     peak_rss_mib: f64,
     cpu_seconds: f64,
 }
@@ -42,6 +46,12 @@ fn main() -> anyhow::Result<()> {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    // Host flag sets to compare, `;`-separated (e.g. "--no-instance-pool;"): one wasmpilot run each.
+    let variants: Vec<String> = std::env::var("WASMPILOT_BENCH_E2E_HOST_ARGS")
+        .unwrap_or_default()
+        .split(';')
+        .map(|s| s.trim().to_string())
+        .collect();
     rt.block_on(async {
         let client = Client::try_default().await?;
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -51,7 +61,7 @@ fn main() -> anyhow::Result<()> {
             bail!("wasmpilot deploy --no-build examples/autoroute failed (build the components: deploy/local/bench.sh)");
         }
         println!("\nEnd to end: AutoRoutes (2 Deployments each) from creation to all Ready, same cluster, same run\n");
-        println!("{:>6}  {:<10} {:>9} {:>12} {:>14} {:>10} {:>8}", "routes", "controller", "seconds", "ratio", "API req/route", "peak RSS", "CPU s");
+        println!("{:>6}  {:<30} {:>9} {:>12} {:>14} {:>10} {:>8}", "routes", "controller", "seconds", "ratio", "API req/route", "peak RSS", "CPU s");
         let operators: Api<DynamicObject> = Api::all_with(
             client.clone(),
             &ApiResource::from_gvk(&GroupVersionKind::gvk("wasmpilot.io", "v1alpha1", "WasmOperator")),
@@ -61,44 +71,49 @@ fn main() -> anyhow::Result<()> {
             // (another test's, say) may touch AutoRoutes meanwhile.
             let _ = operators.delete("autoroute", &DeleteParams::default()).await;
             tokio::time::sleep(Duration::from_secs(2)).await;
-            let native = measure(&client, n, "native", Command::new(std::env::current_exe()?).arg("--native-controller")).await?;
+            let native = measure(&client, n, "native".into(), Command::new(std::env::current_exe()?).arg("--native-controller")).await?;
             let status = Command::new(&host_bin).args(["deploy", "--no-build", "examples/autoroute"]).current_dir(&root).status()?;
             if !status.success() {
                 bail!("wasmpilot deploy failed");
             }
-            let mut run = Command::new(&host_bin);
-            run.arg("run");
-            let wasm = measure(&client, n, "wasmpilot", &mut run).await?;
-            for r in [&native, &wasm] {
+            let mut runs = vec![native];
+            for args in &variants {
+                let mut run = Command::new(&host_bin);
+                run.arg("run").args(args.split_whitespace());
+                let label = if args.is_empty() { "wasmpilot".to_string() } else { format!("wasmpilot {args}") };
+                runs.push(measure(&client, n, label, &mut run).await?);
+            }
+            for r in &runs {
                 println!(
-                    "{n:>6}  {:<10} {:>9.2} {:>11.2}× {:>14.1} {:>7.0} MiB {:>8.2}",
+                    "{n:>6}  {:<30} {:>9.2} {:>11.2}× {:>14.1} {:>7.0} MiB {:>8.2}",
                     r.label,
                     r.seconds,
-                    r.seconds / native.seconds,
+                    r.seconds / runs[0].seconds,
                     r.requests_per_route,
                     r.peak_rss_mib,
                     r.cpu_seconds
                 );
+            }
+            for r in &runs {
+                let top: Vec<String> =
+                    r.top_requests.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
+                println!("        {:<30} per route: {}", r.label, top.join(", "));
             }
         }
         anyhow::Ok(())
     })
 }
 
-/// The `wasmpilot` binary next to this bench (same target dir, dev profile).
+/// The `wasmpilot` binary Cargo built for this bench (same profile, same sources).
 fn host_binary() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let target = exe.ancestors().nth(3).context("bench binary location")?;
-    for profile in ["release", "debug"] {
-        let p = target.join(profile).join("wasmpilot");
-        if p.exists() {
-            return Ok(p);
-        }
+    let p = PathBuf::from(env!("CARGO_BIN_EXE_wasmpilot"));
+    if !p.exists() {
+        bail!(
+            "no wasmpilot binary at {}: cargo build -p wasmpilot",
+            p.display()
+        );
     }
-    bail!(
-        "no wasmpilot binary under {}: cargo build -p wasmpilot",
-        target.display()
-    )
+    Ok(p)
 }
 
 fn deployment(name: &str, group: &str, port: i32) -> serde_json::Value {
@@ -108,15 +123,37 @@ fn deployment(name: &str, group: &str, port: i32) -> serde_json::Value {
                                  "spec": {"containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": port}]}]}}}})
 }
 
-/// Sum of `apiserver_request_total` over everything except watches (the API server's own count).
-async fn api_requests(client: &Client) -> anyhow::Result<f64> {
+/// `apiserver_request_total` by verb and resource (with subresource), watches excluded: the
+/// API server's own count of what it served.
+async fn api_requests(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
     let req = http::Request::get("/metrics").body(Vec::new())?;
     let text = client.request_text(req).await?;
-    Ok(text
+    let mut by_kind = BTreeMap::new();
+    for line in text
         .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{") && !l.contains("verb=\"WATCH\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |name: &str| {
+            let key = format!("{name}=\"");
+            line.find(&key).map(|i| {
+                let rest = &line[i + key.len()..];
+                rest[..rest.find('"').unwrap_or(rest.len())].to_string()
+            })
+        };
+        let verb = label("verb").unwrap_or_default();
+        if verb == "WATCH" {
+            continue;
+        }
+        let mut resource = label("resource").unwrap_or_default();
+        if let Some(sub) = label("subresource").filter(|s| !s.is_empty()) {
+            resource = format!("{resource}/{sub}");
+        }
+        let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        *by_kind.entry(format!("{verb} {resource}")).or_insert(0.0) += value;
+    }
+    Ok(by_kind)
 }
 
 fn proc_stats(pid: u32) -> (f64, f64) {
@@ -153,15 +190,21 @@ impl Drop for Killed {
 async fn measure(
     client: &Client,
     n: usize,
-    label: &'static str,
+    label: String,
     controller: &mut Command,
 ) -> anyhow::Result<Run> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis()
         % 100_000;
+    let slug: String = label
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(24)
+        .collect::<String>()
+        .to_lowercase();
     let namespaces: Vec<String> = (0..n.div_ceil(PER_NAMESPACE))
-        .map(|i| format!("bench-{label}-{stamp}-{i}"))
+        .map(|i| format!("bench-{slug}-{stamp}-{i}"))
         .collect();
     let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     for ns in &namespaces {
@@ -198,6 +241,29 @@ async fn measure(
     .buffer_unordered(16)
     .try_collect::<Vec<_>>()
     .await?;
+
+    // The controller manager's own work on the new Deployments (ReplicaSets, status, events)
+    // would otherwise run during the measurement and requeue routes: wait until it is done.
+    let deployments = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+    let settle = Instant::now();
+    loop {
+        let mut pending = 0;
+        for ns in &namespaces {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &deployments);
+            pending += api
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|d| d.data["status"]["observedGeneration"] != json!(d.metadata.generation))
+                .count();
+        }
+        if pending == 0 || settle.elapsed() > Duration::from_secs(300) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
     let child = controller
         .stdout(Stdio::null())
@@ -248,17 +314,50 @@ async fn measure(
     }
     let seconds = start.elapsed().as_secs_f64();
     let (peak_rss_mib, cpu_seconds) = proc_stats(pid);
-    // The poll loop's own lists are included; subtract them roughly: one list per namespace per poll.
     let after = api_requests(client).await?;
     drop(child);
     for ns in &namespaces {
         let _ = ns_api.delete(ns, &DeleteParams::background()).await;
     }
-    let polls = (seconds / 0.25).ceil() * namespaces.len() as f64;
+    // The next run starts on a quiet cluster: the namespace controller's deletions done.
+    let deleting = Instant::now();
+    while deleting.elapsed() < Duration::from_secs(300) {
+        let mut left = 0;
+        for ns in &namespaces {
+            left += usize::from(ns_api.get_opt(ns).await?.is_some());
+        }
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let mut delta: Vec<(String, f64)> = after
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                (v - before.get(k).copied().unwrap_or(0.0)) / n as f64,
+            )
+        })
+        // The bench's own requests (creating the routes, polling them) are not the controller's.
+        // Nor are the controller manager's (Endpoints and EndpointSlices for new Services).
+        .filter(|(k, v)| {
+            *v > 0.0
+                && k != "LIST autoroutes"
+                && k != "POST autoroutes"
+                && !k.ends_with(" endpoints")
+                && !k.ends_with(" endpointslices")
+                && !k.ends_with(" replicasets")
+        })
+        .collect();
+    delta.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let requests_per_route = delta.iter().map(|(_, v)| v).sum();
+    delta.truncate(6);
     Ok(Run {
         label,
         seconds,
-        requests_per_route: ((after - before - polls) / n as f64).max(0.0),
+        requests_per_route,
+        top_requests: delta,
         peak_rss_mib,
         cpu_seconds,
     })

@@ -19,10 +19,16 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, Store, Trap};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
 /// No phase may return more outputs than this, whatever it asks for.
 const MAX_OUTPUTS_CEILING: usize = 10_000;
+
+/// Bytes of each pooled memory kept mapped between calls (`--keep-resident-mib`).
+pub const DEFAULT_KEEP_RESIDENT: usize = 8 << 20;
+
+/// Memories a component may define; Rust components have one, more are refused at load.
+const MEMORIES_PER_COMPONENT: u32 = 2;
 
 /// How often the epoch ticks; deadlines are rounded up to this.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -41,6 +47,20 @@ pub struct SandboxLimits {
     pub log_bytes: usize,
     pub stdio_bytes: usize,
     pub concurrency: usize,
+    /// How worker instances get their memory: see [`InstanceMemory`].
+    pub instance_memory: InstanceMemory,
+}
+
+/// Where a fresh instance's linear memory and tables come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstanceMemory {
+    /// mmap per instance, unmapped on drop (wasmtime's default).
+    OnDemand,
+    /// A pool of slots reserved at start, sized from `concurrency`. On drop up to
+    /// `keep_resident` bytes of each memory are zeroed in place and stay mapped (the rest is
+    /// returned with madvise), so the next call does not page-fault its heap in again. Costs
+    /// at most `keep_resident` of RSS per slot.
+    Pooling { keep_resident: usize },
 }
 
 impl Default for SandboxLimits {
@@ -56,6 +76,9 @@ impl Default for SandboxLimits {
             log_bytes: 64 << 10,
             stdio_bytes: 16 << 10,
             concurrency: 4,
+            instance_memory: InstanceMemory::Pooling {
+                keep_resident: DEFAULT_KEEP_RESIDENT,
+            },
         }
     }
 }
@@ -198,6 +221,12 @@ impl Sandbox {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.wasm_component_model(true);
+        if let InstanceMemory::Pooling { keep_resident } = limits.instance_memory {
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(instance_pool(
+                &limits,
+                keep_resident,
+            )));
+        }
         let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
@@ -433,6 +462,22 @@ impl Sandbox {
             stderr: String::new(),
         })?
     }
+}
+
+/// Slots for every worker call that may run at once (stores live only inside a call, and calls
+/// are bounded by the semaphore), each memory able to grow to the largest per-phase limit.
+fn instance_pool(limits: &SandboxLimits, keep_resident: usize) -> PoolingAllocationConfig {
+    let slots = u32::try_from(limits.concurrency.max(1)).unwrap_or(u32::MAX);
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(slots)
+        .total_core_instances(slots.saturating_mul(16))
+        .total_memories(slots.saturating_mul(MEMORIES_PER_COMPONENT))
+        .max_memories_per_component(MEMORIES_PER_COMPONENT)
+        .total_tables(slots.saturating_mul(16))
+        .max_memory_size(limits.max_memory_bytes.max(limits.memory_bytes))
+        .linear_memory_keep_resident(keep_resident)
+        .table_keep_resident(64 << 10);
+    pool
 }
 
 fn worker_error(e: WorkerError) -> RunError {

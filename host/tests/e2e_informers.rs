@@ -1,0 +1,138 @@
+//! Shared informers on a real kube-apiserver (KUBECONFIG): operators reading the same kind share
+//! one watch and cache, which stops with its last user; cached objects lose their bookkeeping;
+//! a subscriber that falls behind is handed the whole cache instead of missing a change.
+
+mod common;
+
+use common::cluster::*;
+use futures::StreamExt;
+use kube::api::{DynamicObject, PostParams};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmpilot::crd::KindRef;
+use wasmpilot::informers::{Informers, EVENT_BUFFER};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informers_are_shared_and_subscribers_never_miss_a_change() {
+    let client = client().await;
+    let ns = create_namespace(&client, "e2e-informers")
+        .await
+        .expect("namespace");
+    let result = scenario(&client, &ns).await;
+    let _ = delete(&client, "v1", "Namespace", None, &ns).await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
+    let kind = wasmpilot::kinds::resolve(client, &KindRef::new("v1", "ConfigMap"), "test").await?;
+    let informers = Informers::new(client.clone());
+
+    let first = informers.objects(&kind);
+    let second = informers.objects(&kind);
+    assert!(Arc::ptr_eq(&first, &second), "one informer per kind");
+    let metadata = informers.metadata(&kind);
+    assert_eq!(informers.watched(), (1, 1));
+    tokio::time::timeout(Duration::from_secs(30), first.store.wait_until_ready()).await??;
+
+    // A subscriber that is not polled while more than EVENT_BUFFER changes happen.
+    let lagging = first.subscribe();
+    let in_ns = {
+        let ns = ns.to_string();
+        // (The namespace also gets a kube-root-ca.crt ConfigMap from the controller manager.)
+        move |o: &Arc<DynamicObject>| {
+            o.metadata.namespace.as_deref() == Some(ns.as_str())
+                && o.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("cm-"))
+        }
+    };
+    let count = EVENT_BUFFER + 20;
+    // The live subscriber is polled all along and sees every change, in order.
+    let live = tokio::spawn({
+        let in_ns = in_ns.clone();
+        second
+            .subscribe()
+            .filter(move |o| futures::future::ready(in_ns(o)))
+            .take(count)
+            .collect::<Vec<_>>()
+    });
+    let api = kube::Api::<DynamicObject>::namespaced_with(client.clone(), ns, &kind.api);
+    for i in 0..count {
+        let cm: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i}"),
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"}},
+            "data": {"i": i.to_string()}
+        }))?;
+        api.create(&PostParams::default(), &cm).await?;
+    }
+    let seen: Vec<Arc<DynamicObject>> =
+        tokio::time::timeout(Duration::from_secs(60), live).await??;
+    assert_eq!(seen.len(), count);
+    assert_eq!(
+        seen[count - 1].metadata.name.as_deref(),
+        Some(format!("cm-{}", count - 1).as_str())
+    );
+
+    // The lagging one gets the whole cache, which holds every object (once, stripped).
+    let caught_up: Vec<Arc<DynamicObject>> = tokio::time::timeout(
+        Duration::from_secs(30),
+        lagging
+            .filter(|o| futures::future::ready(in_ns(o)))
+            .take(count)
+            .collect(),
+    )
+    .await?;
+    let mut names: Vec<&str> = caught_up
+        .iter()
+        .filter_map(|o| o.metadata.name.as_deref())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(
+        names.len(),
+        count,
+        "after lagging, every object is delivered"
+    );
+    let cached = first.store.state();
+    let sample = cached
+        .iter()
+        .find(|o| in_ns(o) && o.metadata.name.as_deref() == Some("cm-0"))
+        .ok_or_else(|| anyhow::anyhow!("cm-0 not cached"))?;
+    assert!(
+        sample.metadata.managed_fields.is_none(),
+        "managedFields stripped in the cache"
+    );
+    assert_eq!(
+        sample
+            .metadata
+            .annotations
+            .as_ref()
+            .map(|a| a.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["keep".to_string()]),
+        "kubectl's last-applied annotation stripped, other annotations kept"
+    );
+    let meta = metadata.store.state();
+    let meta_sample = meta
+        .iter()
+        .find(|o| o.metadata.namespace.as_deref() == Some(ns))
+        .ok_or_else(|| anyhow::anyhow!("no metadata cached"))?;
+    assert!(
+        meta_sample.metadata.annotations.is_none() && meta_sample.metadata.managed_fields.is_none()
+    );
+
+    // The watch stops with its last user; a new user starts a new one.
+    drop((first, second));
+    assert_eq!(informers.watched(), (0, 1));
+    drop(metadata);
+    assert_eq!(informers.watched(), (0, 0));
+    let again = informers.objects(&kind);
+    tokio::time::timeout(Duration::from_secs(30), again.store.wait_until_ready()).await??;
+    let relisted = again.store.state().iter().filter(|o| in_ns(o)).count();
+    assert_eq!(relisted, count, "a new informer lists the objects again");
+    Ok(())
+}
