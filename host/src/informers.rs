@@ -37,6 +37,7 @@ pub struct Informer<K: Resource<DynamicType = ApiResource> + Clone + 'static> {
     /// Objects as workers see them, serialized once per resourceVersion (inputs only).
     pub json: JsonCache,
     changes: broadcast::Sender<Arc<K>>,
+    ready: tokio::sync::watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -67,26 +68,33 @@ where
             kind.api.clone(),
             kind.kind.to_string(),
         );
+        let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut events = watcher(api, watcher::Config::default())
                 .backoff(crate::schedule::watch_backoff())
                 .modify(strip)
                 .reflect(writer)
-                .touched_objects()
                 .boxed();
             while let Some(event) = events.next().await {
-                match event {
-                    Ok(obj) => {
-                        // The cache's own copy when it has one: the feed holds no second copy.
+                let obj = match event {
+                    Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                        // The cache's own copy: the feed holds no second copy.
                         let key = ObjectRef::from_obj_with(&obj, dyntype.clone());
-                        let shared = cache.get(&key).unwrap_or_else(|| Arc::new(obj));
-                        // Err: no operator subscribed right now.
-                        let _ = sender.send(shared);
+                        cache.get(&key).unwrap_or_else(|| Arc::new(obj))
                     }
+                    Ok(watcher::Event::Delete(obj)) => Arc::new(obj),
+                    Ok(watcher::Event::InitDone) => {
+                        ready_tx.send_replace(true);
+                        continue;
+                    }
+                    Ok(watcher::Event::Init) => continue,
                     Err(e) => {
-                        tracing::warn!(kind = %label, error = %e, "watch failed; retrying with backoff")
+                        tracing::warn!(kind = %label, error = %e, "watch failed; retrying with backoff");
+                        continue;
                     }
-                }
+                };
+                // Err: no operator subscribed right now.
+                let _ = sender.send(obj);
             }
         });
         Informer {
@@ -95,8 +103,20 @@ where
             store,
             json: JsonCache::default(),
             changes,
+            ready,
             task,
         }
+    }
+
+    /// Waits for the first complete list; `false` if the watch stopped before it.
+    ///
+    /// (Not `Store::wait_until_ready`: kube-runtime 5 wakes only the last of several tasks
+    /// waiting on the same store, so a second waiter — a reconcile next to the readiness
+    /// report — could hang forever.)
+    pub async fn wait_until_ready(&self) -> bool {
+        let mut ready = self.ready.clone();
+        let synced = ready.wait_for(|r| *r).await.is_ok();
+        synced
     }
 
     /// Changes from now on; after falling [`EVENT_BUFFER`] behind, every cached object once.
@@ -200,9 +220,11 @@ where
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(informer) = map.get(&kind.kind).and_then(Weak::upgrade) {
         if informer.api == kind.api {
+            tracing::debug!(kind = %kind.kind, "sharing the running watch");
             return informer;
         }
     }
+    tracing::debug!(kind = %kind.kind, "starting a shared watch");
     let informer = Arc::new(Informer::start(client, kind, strip));
     map.retain(|_, w| w.strong_count() > 0);
     map.insert(kind.kind.clone(), Arc::downgrade(&informer));

@@ -458,12 +458,12 @@ impl Manager {
 /// Marks an operator synced for `/readyz` once all its caches have their first list.
 async fn report_synced(name: String, ctx: Arc<OperatorContext>) {
     for informer in ctx.inputs.0.values() {
-        if informer.store.wait_until_ready().await.is_err() {
+        if !informer.wait_until_ready().await {
             return;
         }
     }
     for informer in ctx.outputs.0.values() {
-        if informer.store.wait_until_ready().await.is_err() {
+        if !informer.wait_until_ready().await {
             return;
         }
     }

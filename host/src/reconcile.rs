@@ -651,9 +651,8 @@ async fn wait_for_inputs(
     for input in &phase.inputs {
         let kind = KindRef::new(&input.api_version, &input.kind);
         if let Some(informer) = ctx.inputs.0.get(&kind) {
-            match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.store.wait_until_ready()).await
-            {
-                Ok(Ok(())) => {}
+            match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.wait_until_ready()).await {
+                Ok(true) => {}
                 _ => return Err(ReconcileError::InputsNotSynced(kind.to_string())),
             }
         }

@@ -35,7 +35,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     assert!(Arc::ptr_eq(&first, &second), "one informer per kind");
     let metadata = informers.metadata(&kind);
     assert_eq!(informers.watched(), (1, 1));
-    tokio::time::timeout(Duration::from_secs(30), first.store.wait_until_ready()).await??;
+    assert!(tokio::time::timeout(Duration::from_secs(30), first.wait_until_ready()).await?);
 
     // A subscriber that is not polled while more than EVENT_BUFFER changes happen.
     let lagging = first.subscribe();
@@ -131,7 +131,20 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     drop(metadata);
     assert_eq!(informers.watched(), (0, 0));
     let again = informers.objects(&kind);
-    tokio::time::timeout(Duration::from_secs(30), again.store.wait_until_ready()).await??;
+    // Several tasks waiting for the same first list all get it (kube-runtime's own
+    // Store::wait_until_ready wakes only the last waiter).
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let informer = again.clone();
+            tokio::spawn(async move { informer.wait_until_ready().await })
+        })
+        .collect();
+    for waiter in waiters {
+        assert!(
+            tokio::time::timeout(Duration::from_secs(30), waiter).await??,
+            "every waiter sees the first list"
+        );
+    }
     let relisted = again.store.state().iter().filter(|o| in_ns(o)).count();
     assert_eq!(relisted, count, "a new informer lists the objects again");
     Ok(())

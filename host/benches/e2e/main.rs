@@ -7,6 +7,7 @@
 //! `cargo bench -p wasmpilot --bench e2e --profile e2e-bench`). Sizes: `WASMPILOT_BENCH_E2E_SIZES=200,1000`;
 //! host flag sets to compare: `WASMPILOT_BENCH_E2E_HOST_ARGS="--no-instance-pool;"`.
 
+mod memory;
 mod native_autoroute;
 
 use anyhow::bail;
@@ -46,62 +47,130 @@ fn main() -> anyhow::Result<()> {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    // Host flag sets to compare, `;`-separated (e.g. "--no-instance-pool;"): one wasmpilot run each.
-    let variants: Vec<String> = std::env::var("WASMPILOT_BENCH_E2E_HOST_ARGS")
-        .unwrap_or_default()
-        .split(';')
-        .map(|s| s.trim().to_string())
-        .collect();
+    let parts =
+        std::env::var("WASMPILOT_BENCH_E2E_PARTS").unwrap_or_else(|_| "throughput,memory".into());
     rt.block_on(async {
         let client = Client::try_default().await?;
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let host_bin = host_binary()?;
-        let status = Command::new(&host_bin).args(["deploy", "--no-build", "examples/autoroute"]).current_dir(&root).status()?;
+        let hosts = host_variants()?;
+        let status = Command::new(&hosts[0].binary).args(["deploy", "--no-build", "examples/autoroute"]).current_dir(&root).status()?;
         if !status.success() {
             bail!("wasmpilot deploy --no-build examples/autoroute failed (build the components: deploy/local/bench.sh)");
         }
-        println!("\nEnd to end: AutoRoutes (2 Deployments each) from creation to all Ready, same cluster, same run\n");
-        println!("{:>6}  {:<30} {:>9} {:>12} {:>14} {:>10} {:>8}", "routes", "controller", "seconds", "ratio", "API req/route", "peak RSS", "CPU s");
-        let operators: Api<DynamicObject> = Api::all_with(
-            client.clone(),
-            &ApiResource::from_gvk(&GroupVersionKind::gvk("wasmpilot.io", "v1alpha1", "WasmOperator")),
-        );
-        for n in sizes {
-            // Native first, with the autoroute WasmOperator removed: no wasmpilot host anywhere
-            // (another test's, say) may touch AutoRoutes meanwhile.
-            let _ = operators.delete("autoroute", &DeleteParams::default()).await;
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let native = measure(&client, n, "native".into(), Command::new(std::env::current_exe()?).arg("--native-controller")).await?;
-            let status = Command::new(&host_bin).args(["deploy", "--no-build", "examples/autoroute"]).current_dir(&root).status()?;
-            if !status.success() {
-                bail!("wasmpilot deploy failed");
-            }
-            let mut runs = vec![native];
-            for args in &variants {
-                let mut run = Command::new(&host_bin);
-                run.arg("run").args(args.split_whitespace());
-                let label = if args.is_empty() { "wasmpilot".to_string() } else { format!("wasmpilot {args}") };
-                runs.push(measure(&client, n, label, &mut run).await?);
-            }
-            for r in &runs {
-                println!(
-                    "{n:>6}  {:<30} {:>9.2} {:>11.2}× {:>14.1} {:>7.0} MiB {:>8.2}",
-                    r.label,
-                    r.seconds,
-                    r.seconds / runs[0].seconds,
-                    r.requests_per_route,
-                    r.peak_rss_mib,
-                    r.cpu_seconds
-                );
-            }
-            for r in &runs {
-                let top: Vec<String> =
-                    r.top_requests.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
-                println!("        {:<30} per route: {}", r.label, top.join(", "));
-            }
+        if parts.contains("throughput") {
+            throughput(&client, &root, &hosts, &sizes).await?;
+        }
+        if parts.contains("memory") {
+            let objects = std::env::var("WASMPILOT_BENCH_MEMORY_OBJECTS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+            memory::run(&client, &hosts, objects, 10).await?;
         }
         anyhow::Ok(())
     })
+}
+
+/// A wasmpilot host to measure: this tree's binary with some flags, or another build.
+pub struct HostVariant {
+    pub label: String,
+    pub binary: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// This tree's host once per flag set in `WASMPILOT_BENCH_E2E_HOST_ARGS` (`;`-separated, e.g.
+/// `"--no-instance-pool;"`), plus `WASMPILOT_BENCH_E2E_BASE_HOST` (a binary built from another
+/// commit: before/after figures in one run).
+fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
+    let binary = host_binary()?;
+    let mut hosts: Vec<HostVariant> = std::env::var("WASMPILOT_BENCH_E2E_HOST_ARGS")
+        .unwrap_or_default()
+        .split(';')
+        .map(|s| s.trim().to_string())
+        .map(|args| HostVariant {
+            label: if args.is_empty() {
+                "wasmpilot".into()
+            } else {
+                format!("wasmpilot {args}")
+            },
+            binary: binary.clone(),
+            args: args.split_whitespace().map(str::to_string).collect(),
+        })
+        .collect();
+    if let Some(base) = std::env::var_os("WASMPILOT_BENCH_E2E_BASE_HOST") {
+        hosts.push(HostVariant {
+            label: "wasmpilot (base build)".into(),
+            binary: base.into(),
+            args: Vec::new(),
+        });
+    }
+    Ok(hosts)
+}
+
+async fn throughput(
+    client: &Client,
+    root: &std::path::Path,
+    hosts: &[HostVariant],
+    sizes: &[usize],
+) -> anyhow::Result<()> {
+    println!("\nEnd to end: AutoRoutes (2 Deployments each) from creation to all Ready, same cluster, same run\n");
+    println!(
+        "{:>6}  {:<30} {:>9} {:>12} {:>14} {:>10} {:>8}",
+        "routes", "controller", "seconds", "ratio", "API req/route", "peak RSS", "CPU s"
+    );
+    let operators: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "wasmpilot.io",
+            "v1alpha1",
+            "WasmOperator",
+        )),
+    );
+    for &n in sizes {
+        // Native first, with the autoroute WasmOperator removed: no wasmpilot host anywhere
+        // (another test's, say) may touch AutoRoutes meanwhile.
+        let _ = operators
+            .delete("autoroute", &DeleteParams::default())
+            .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let native = measure(
+            client,
+            n,
+            "native".into(),
+            Command::new(std::env::current_exe()?).arg("--native-controller"),
+        )
+        .await?;
+        let status = Command::new(&hosts[0].binary)
+            .args(["deploy", "--no-build", "examples/autoroute"])
+            .current_dir(root)
+            .status()?;
+        if !status.success() {
+            bail!("wasmpilot deploy failed");
+        }
+        let mut runs = vec![native];
+        for host in hosts {
+            let mut run = Command::new(&host.binary);
+            run.arg("run").args(&host.args);
+            runs.push(measure(client, n, host.label.clone(), &mut run).await?);
+        }
+        for r in &runs {
+            println!(
+                "{n:>6}  {:<30} {:>9.2} {:>11.2}× {:>14.1} {:>7.0} MiB {:>8.2}",
+                r.label,
+                r.seconds,
+                r.seconds / runs[0].seconds,
+                r.requests_per_route,
+                r.peak_rss_mib,
+                r.cpu_seconds
+            );
+        }
+        for r in &runs {
+            let top: Vec<String> = r
+                .top_requests
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.1}"))
+                .collect();
+            println!("        {:<30} per route: {}", r.label, top.join(", "));
+        }
+    }
+    Ok(())
 }
 
 /// The `wasmpilot` binary Cargo built for this bench (same profile, same sources).
@@ -156,7 +225,7 @@ async fn api_requests(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> 
     Ok(by_kind)
 }
 
-fn proc_stats(pid: u32) -> (f64, f64) {
+pub(crate) fn proc_stats(pid: u32) -> (f64, f64) {
     let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -179,7 +248,7 @@ fn proc_stats(pid: u32) -> (f64, f64) {
     (rss, cpu)
 }
 
-struct Killed(Child);
+pub(crate) struct Killed(pub Child);
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -242,28 +311,7 @@ async fn measure(
     .try_collect::<Vec<_>>()
     .await?;
 
-    // The controller manager's own work on the new Deployments (ReplicaSets, status, events)
-    // would otherwise run during the measurement and requeue routes: wait until it is done.
-    let deployments = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
-    let settle = Instant::now();
-    loop {
-        let mut pending = 0;
-        for ns in &namespaces {
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &deployments);
-            pending += api
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .filter(|d| d.data["status"]["observedGeneration"] != json!(d.metadata.generation))
-                .count();
-        }
-        if pending == 0 || settle.elapsed() > Duration::from_secs(300) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle_deployments(client, &namespaces).await?;
 
     let child = controller
         .stdout(Stdio::null())
@@ -316,21 +364,7 @@ async fn measure(
     let (peak_rss_mib, cpu_seconds) = proc_stats(pid);
     let after = api_requests(client).await?;
     drop(child);
-    for ns in &namespaces {
-        let _ = ns_api.delete(ns, &DeleteParams::background()).await;
-    }
-    // The next run starts on a quiet cluster: the namespace controller's deletions done.
-    let deleting = Instant::now();
-    while deleting.elapsed() < Duration::from_secs(300) {
-        let mut left = 0;
-        for ns in &namespaces {
-            left += usize::from(ns_api.get_opt(ns).await?.is_some());
-        }
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    delete_namespaces(client, &namespaces).await?;
     let mut delta: Vec<(String, f64)> = after
         .iter()
         .map(|(k, v)| {
@@ -361,4 +395,56 @@ async fn measure(
         peak_rss_mib,
         cpu_seconds,
     })
+}
+
+/// Waits until the controller manager is done with new Deployments (ReplicaSets, status,
+/// events): its work would otherwise run during a measurement and requeue routes.
+pub(crate) async fn settle_deployments(
+    client: &Client,
+    namespaces: &[String],
+) -> anyhow::Result<()> {
+    let deployments = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+    let settle = Instant::now();
+    loop {
+        let mut pending = 0;
+        for ns in namespaces {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &deployments);
+            pending += api
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|d| d.data["status"]["observedGeneration"] != json!(d.metadata.generation))
+                .count();
+        }
+        if pending == 0 || settle.elapsed() > Duration::from_secs(300) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(())
+}
+
+/// Deletes the namespaces and waits until they are gone: the next run starts on a quiet cluster.
+pub(crate) async fn delete_namespaces(
+    client: &Client,
+    namespaces: &[String],
+) -> anyhow::Result<()> {
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for ns in namespaces {
+        let _ = ns_api.delete(ns, &DeleteParams::background()).await;
+    }
+    let deleting = Instant::now();
+    while deleting.elapsed() < Duration::from_secs(300) {
+        let mut left = 0;
+        for ns in namespaces {
+            left += usize::from(ns_api.get_opt(ns).await?.is_some());
+        }
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
 }

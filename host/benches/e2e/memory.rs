@@ -1,0 +1,337 @@
+//! Memory: host RSS with 10 WasmOperators loaded and 10,000 Deployments cached, against the
+//! native kube-rs AutoRoute controller caching the same Deployments, same cluster, same run.
+//!
+//! The Deployments look like `kubectl apply` made them (the sandbox bench's fixtures: full pod
+//! template, nine labels, kubectl's last-applied annotation); the apiserver adds managedFields
+//! and the controller manager a status. Each WasmOperator is the AutoRoute operator on its own
+//! kind (`MemRoute0`…`MemRoute9`, copies of the AutoRoute CRD) with the same three modules, so
+//! all ten read Deployments and write Services, Gateways and VirtualServices.
+
+#[path = "../fixtures/mod.rs"]
+#[allow(dead_code)]
+mod fixtures;
+
+use crate::{delete_namespaces, proc_stats, settle_deployments, HostVariant, Killed};
+use anyhow::{bail, Context};
+use futures::{stream, StreamExt, TryStreamExt};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PER_NAMESPACE: usize = 500;
+const GROUP: &str = "bench.wasmpilot.io";
+
+struct Sample {
+    label: String,
+    rss_mib: f64,
+    peak_mib: f64,
+    ready_seconds: f64,
+}
+
+pub async fn run(
+    client: &Client,
+    hosts: &[HostVariant],
+    objects: usize,
+    operators: usize,
+) -> anyhow::Result<()> {
+    println!(
+        "\nMemory: {operators} WasmOperators (each reading Deployments, writing Services, Gateways, VirtualServices), {objects} Deployments cached\n"
+    );
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis()
+        % 100_000;
+    let namespaces: Vec<String> = (0..objects.div_ceil(PER_NAMESPACE))
+        .map(|i| format!("bench-memory-{stamp}-{i}"))
+        .collect();
+    let result = measure_all(client, hosts, objects, operators, &namespaces).await;
+    cleanup(client, operators).await;
+    delete_namespaces(client, &namespaces).await?;
+    let samples = result?;
+    println!(
+        "{:<30} {:>12} {:>12} {:>8} {:>14}",
+        "controller", "RSS (steady)", "peak RSS", "ratio", "synced after"
+    );
+    for s in &samples {
+        println!(
+            "{:<30} {:>8.0} MiB {:>8.0} MiB {:>7.2}× {:>12.1} s",
+            s.label,
+            s.rss_mib,
+            s.peak_mib,
+            s.rss_mib / samples[0].rss_mib,
+            s.ready_seconds
+        );
+    }
+    Ok(())
+}
+
+async fn measure_all(
+    client: &Client,
+    hosts: &[HostVariant],
+    objects: usize,
+    operators: usize,
+    namespaces: &[String],
+) -> anyhow::Result<Vec<Sample>> {
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for ns in namespaces {
+        ns_api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
+    }
+    let created = Instant::now();
+    let deployment = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+    stream::iter(0..objects)
+        .map(|i| {
+            let ns = &namespaces[i / PER_NAMESPACE];
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &deployment);
+            let body = as_applied(fixtures::deployment(i), ns);
+            async move {
+                api.create(&PostParams::default(), &serde_json::from_value(body)?)
+                    .await
+                    .map(|_| ())
+                    .map_err(anyhow::Error::from)
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    settle_deployments(client, namespaces).await?;
+    println!(
+        "({objects} Deployments created and settled in {:.0} s)",
+        created.elapsed().as_secs_f64()
+    );
+
+    let mut samples = Vec::new();
+    // Native: one controller, its Deployment reflector and AutoRoute/Service watches.
+    let child = Command::new(std::env::current_exe()?)
+        .arg("--native-controller")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let pid = child.id();
+    let _child = Killed(child);
+    let started = Instant::now();
+    let ready = steady_rss(pid).await;
+    let (peak, _) = proc_stats(pid);
+    samples.push(Sample {
+        label: "native (1 controller)".into(),
+        rss_mib: rss_mib(pid),
+        peak_mib: peak,
+        ready_seconds: ready.unwrap_or(started.elapsed()).as_secs_f64(),
+    });
+    drop(_child);
+
+    create_operators(client, operators).await?;
+    for (i, host) in hosts.iter().enumerate() {
+        let addr = format!("127.0.0.1:{}", 18490 + i);
+        let log = std::env::temp_dir().join(format!("wasmpilot-bench-memory-{i}.log"));
+        let child = Command::new(&host.binary)
+            .arg("run")
+            .args(&host.args)
+            .args(["--metrics-addr", &addr])
+            .env("WASMPILOT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        let pid = child.id();
+        let _child = Killed(child);
+        let started = Instant::now();
+        // Ready: every operator's modules loaded and its watches synced.
+        loop {
+            if http_status(&addr, "/readyz") == Some(200) {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(300) {
+                bail!(
+                    "{}: /readyz not 200 after 5 min (host log: {})",
+                    host.label,
+                    log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let ready = started.elapsed();
+        steady_rss(pid).await;
+        let (peak, _) = proc_stats(pid);
+        samples.push(Sample {
+            label: format!("{} ({operators} operators)", host.label),
+            rss_mib: rss_mib(pid),
+            peak_mib: peak,
+            ready_seconds: ready.as_secs_f64(),
+        });
+    }
+    Ok(samples)
+}
+
+/// A fixture Deployment as a client would create it: no server-set fields.
+fn as_applied(mut d: Value, ns: &str) -> Value {
+    if let Some(meta) = d["metadata"].as_object_mut() {
+        for k in [
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "managedFields",
+        ] {
+            meta.remove(k);
+        }
+        meta.insert("namespace".into(), json!(ns));
+    }
+    if let Some(o) = d.as_object_mut() {
+        o.remove("status");
+    }
+    d["spec"]["replicas"] = json!(0);
+    d
+}
+
+/// Waits until RSS has not moved by more than 1 % for 3 s (at most 60 s); returns when it
+/// first held steady.
+async fn steady_rss(pid: u32) -> Option<Duration> {
+    let started = Instant::now();
+    let mut history: Vec<f64> = Vec::new();
+    while started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        history.push(rss_mib(pid));
+        if history.len() >= 4 {
+            let last = &history[history.len() - 4..];
+            let (lo, hi) = last
+                .iter()
+                .fold((f64::MAX, 0.0_f64), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+            if hi > 0.0 && (hi - lo) / hi < 0.01 {
+                return Some(started.elapsed());
+            }
+        }
+    }
+    None
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+fn http_status(addr: &str, path: &str) -> Option<u16> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    buf.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `operators` copies of the AutoRoute CRD (kinds MemRoute0…) and of the deployed `autoroute`
+/// WasmOperator, each on its own kind, sharing its modules.
+async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<()> {
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+        )),
+    );
+    let wasm_ops: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "wasmpilot.io",
+            "v1alpha1",
+            "WasmOperator",
+        )),
+    );
+    let crd = crds
+        .get("autoroutes.examples.io")
+        .await
+        .context("the AutoRoute CRD (wasmpilot deploy examples/autoroute)")?;
+    let op = wasm_ops
+        .get("autoroute")
+        .await
+        .context("the autoroute WasmOperator")?;
+    // Exactly `operators` operators loaded: the template itself goes.
+    wasm_ops
+        .delete("autoroute", &DeleteParams::default())
+        .await?;
+    for i in 0..operators {
+        let kind = format!("MemRoute{i}");
+        let plural = format!("memroute{i}s");
+        let mut spec = crd.data["spec"].clone();
+        spec["group"] = json!(GROUP);
+        spec["names"] = json!({"kind": kind, "listKind": format!("{kind}List"), "plural": plural, "singular": format!("memroute{i}")});
+        let body = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                          "metadata": {"name": format!("{plural}.{GROUP}")}, "spec": spec});
+        crds.create(&PostParams::default(), &serde_json::from_value(body)?)
+            .await?;
+    }
+    // Established before the operators load (else they wait for their retry).
+    for i in 0..operators {
+        let name = format!("memroute{i}s.{GROUP}");
+        let started = Instant::now();
+        loop {
+            let c = crds.get(&name).await?;
+            let established = c.data["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+            });
+            if established || started.elapsed() > Duration::from_secs(30) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for i in 0..operators {
+        let mut spec = op.data["spec"].clone();
+        spec["resource"] =
+            json!({"apiVersion": format!("{GROUP}/v1"), "kind": format!("MemRoute{i}")});
+        let body = json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
+                          "metadata": {"name": format!("membench-{i}")}, "spec": spec});
+        wasm_ops
+            .create(&PostParams::default(), &serde_json::from_value(body)?)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn cleanup(client: &Client, operators: usize) {
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+        )),
+    );
+    let wasm_ops: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "wasmpilot.io",
+            "v1alpha1",
+            "WasmOperator",
+        )),
+    );
+    for i in 0..operators {
+        let _ = wasm_ops
+            .delete(&format!("membench-{i}"), &DeleteParams::default())
+            .await;
+        let _ = crds
+            .delete(&format!("memroute{i}s.{GROUP}"), &DeleteParams::default())
+            .await;
+    }
+}
