@@ -36,7 +36,8 @@ use wasmpilot::outputs::{self, Owner};
 use wasmpilot::sandbox::bindings::phase::wasmpilot::operator::{log, types};
 use wasmpilot::sandbox::bindings::phase::{Phase, PhasePre};
 use wasmpilot::sandbox::{
-    LimitOverride, LogField, LogLevel, PhaseModule, Sandbox, SandboxLimits, SyncRequest, SyncResult,
+    CallThread, InstanceMemory, LimitOverride, LogField, LogLevel, PhaseModule, Sandbox,
+    SandboxLimits, SyncRequest, SyncResult,
 };
 use wasmpilot_guest::testing::SyncTest;
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -124,6 +125,62 @@ struct Env {
     syncing: PhaseModule,
     initializing: PhaseModule,
     namespaced: HashMap<KindRef, bool>,
+    /// The host's sandbox before the instance pool (fresh mmapped memory per call).
+    on_demand: Variant,
+    /// The host's sandbox running calls with `block_in_place` instead of `spawn_blocking`.
+    in_place: Variant,
+}
+
+/// A sandbox with other settings than the host's defaults, and the two modules loaded in it.
+struct Variant {
+    sandbox: Arc<Sandbox>,
+    syncing: PhaseModule,
+    initializing: PhaseModule,
+}
+
+impl Variant {
+    fn new(wasm: &WasmDir, limits: SandboxLimits) -> Self {
+        let sandbox = Sandbox::new(limits).expect("sandbox");
+        let call_limits = sandbox.call_limits(&LimitOverride {
+            max_outputs: Some(10_000),
+            ..Default::default()
+        });
+        let load = |file: &str| {
+            let component = sandbox.compile(&wasm.read(file)).expect("compiles");
+            sandbox
+                .phase_module(&format!("sha256:{file}"), &component)
+                .expect("a phase worker")
+                .with_limits(call_limits)
+        };
+        Variant {
+            syncing: load(SYNCING),
+            initializing: load(INITIALIZING),
+            sandbox,
+        }
+    }
+
+    /// `calls` calls of `run_sync` one after the other inside one runtime task, as a reconcile
+    /// makes them (the bench's own hop into the runtime is shared by all of them).
+    fn run_in_task(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        module: &PhaseModule,
+        request: &SyncRequest,
+        calls: u32,
+    ) {
+        let (sandbox, module, request) = (self.sandbox.clone(), module.clone(), request.clone());
+        rt.block_on(rt.spawn(async move {
+            for _ in 0..calls {
+                black_box(
+                    sandbox
+                        .run_sync(&module, request.clone())
+                        .await
+                        .expect("the worker call"),
+                );
+            }
+        }))
+        .expect("the task");
+    }
 }
 
 impl Env {
@@ -160,6 +217,20 @@ impl Env {
             syncing,
             initializing,
             namespaced,
+            on_demand: Variant::new(
+                wasm,
+                SandboxLimits {
+                    instance_memory: InstanceMemory::OnDemand,
+                    ..SandboxLimits::default()
+                },
+            ),
+            in_place: Variant::new(
+                wasm,
+                SandboxLimits {
+                    call_thread: CallThread::InPlace,
+                    ..SandboxLimits::default()
+                },
+            ),
         }
     }
 
@@ -180,6 +251,27 @@ impl Env {
             ),
             now: NOW.into(),
         }
+    }
+
+    /// The host's default sandbox as a [`Variant`].
+    fn default_variant(&self) -> Variant {
+        Variant {
+            sandbox: self.sandbox.clone(),
+            syncing: self.syncing.clone(),
+            initializing: self.initializing.clone(),
+        }
+    }
+
+    /// `run_sync` of another sandbox, called like [`Env::run`].
+    fn run_with(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        sandbox: &Sandbox,
+        module: &PhaseModule,
+        r: SyncRequest,
+    ) -> SyncResult {
+        rt.block_on(sandbox.run_sync(module, r))
+            .unwrap_or_else(|e| panic!("the worker call failed: {e}"))
     }
 
     /// `Sandbox::run_sync` as the reconciler awaits it.
@@ -348,6 +440,12 @@ fn overhead(bench: &Bench, rt: &tokio::runtime::Runtime, env: &Env, n: usize, su
             Case::new("  of which the request, to_worker_json", || {
                 black_box(env.request("Syncing", &route, &per_call));
             }),
+            Case::new("host path, on-demand memory (before the pool)", || {
+                let r = env.request("Syncing", &route, &json_cache);
+                let v = &env.on_demand;
+                let result = env.run_with(rt, &v.sandbox, &v.syncing, r);
+                black_box(env.check("Syncing", &route, &result));
+            }),
         ],
     );
     if let Some(s) = stats {
@@ -358,6 +456,7 @@ fn overhead(bench: &Bench, rt: &tokio::runtime::Runtime, env: &Env, n: usize, su
                 ("sandbox only", 1),
                 ("host path (JsonCache)", 2),
                 ("host path (to_worker_json per call)", 3),
+                ("host path, on-demand memory (before)", 6),
             ],
         );
         sum.serialize_share
@@ -429,6 +528,18 @@ fn fixed_cost(
                 rt.block_on(async { tokio::task::spawn_blocking(|| black_box(1)).await })
                     .expect("spawn_blocking");
             }),
+            Case::new("Sandbox::run_sync, on-demand memory (before)", || {
+                let v = &env.on_demand;
+                black_box(env.run_with(rt, &v.sandbox, &v.initializing, request.clone()));
+            }),
+            Case::batched("×10 in a runtime task: spawn_blocking", 10, || {
+                let v = &env.default_variant();
+                v.run_in_task(rt, &v.initializing, &request, 10);
+            }),
+            Case::batched("×10 in a runtime task: block_in_place", 10, || {
+                let v = &env.in_place;
+                v.run_in_task(rt, &v.initializing, &request, 10);
+            }),
             Case::new("  one native log line echo (stderr: /dev/null)", || {
                 eprintln!(
                     "[autoroute Syncing] Info routing deployment deployment={} hostname={}.bench port={}",
@@ -461,7 +572,10 @@ fn fixed_cost(
             instantiate: s[6].median,
             instantiate_pooling: s[7].median,
             spawn_blocking: s[8].median,
-            log_line: s[9].median,
+            on_demand: s[9].median,
+            in_task_blocking: s[10].median,
+            in_task_in_place: s[11].median,
+            log_line: s[12].median,
         });
     }
 }
@@ -469,7 +583,8 @@ fn fixed_cost(
 const RAW_NOTE: &str =
     "raw = wasmtime driven directly with the sandbox's engine settings, linker and \
     WASI context, on the calling thread (no semaphore, spawn_blocking or stdio forwarding); \
-    keep resident = pooling with linear_memory_keep_resident(16 MiB)";
+    keep resident = pooling with linear_memory_keep_resident(16 MiB). Sandbox::run_sync uses the \
+    host's defaults: instance pool keeping 8 MiB resident, spawn_blocking";
 
 /// Evidence: where the time of a data-heavy call goes — fresh memory per call (on-demand vs
 /// pooling allocator vs a warm instance) against the native baseline.
@@ -538,6 +653,23 @@ fn breakdown(
             Case::new("raw: warm instance, projected inputs", || {
                 black_box(parse_result(&warm_projected.call(&projected)));
             }),
+            Case::new("Sandbox::run_sync, on-demand memory (before)", || {
+                let v = &env.on_demand;
+                black_box(parse_result(&env.run_with(
+                    rt,
+                    &v.sandbox,
+                    &v.syncing,
+                    request.clone(),
+                )));
+            }),
+            Case::batched("×10 in a runtime task: block_in_place", 10, || {
+                let v = &env.in_place;
+                v.run_in_task(rt, &v.syncing, &request, 10);
+            }),
+            Case::batched("×10 in a runtime task: spawn_blocking", 10, || {
+                let v = &env.default_variant();
+                v.run_in_task(rt, &v.syncing, &request, 10);
+            }),
         ],
     );
     if let Some(s) = stats {
@@ -551,6 +683,13 @@ fn breakdown(
                 ("raw, keep resident", 4),
                 ("raw, warm instance", 5),
             ],
+        );
+        println!(
+            "   Sandbox::run_sync with on-demand memory (before the instance pool) {:.2}×; from \
+             inside a runtime task (per call, without parsing): block_in_place {:.2}×, spawn_blocking {:.2}×",
+            paired(&s[10], &s[0]),
+            paired(&s[11], &s[0]),
+            paired(&s[12], &s[0])
         );
         let projected: Vec<f64> = (7..10).map(|i| paired(&s[i], &s[6])).collect();
         println!(
@@ -905,6 +1044,8 @@ struct Bench {
 struct Case<'a> {
     label: String,
     run: Box<dyn FnMut() + 'a>,
+    /// Calls one run makes: its time is divided by this.
+    calls: u32,
 }
 
 impl<'a> Case<'a> {
@@ -912,6 +1053,15 @@ impl<'a> Case<'a> {
         Case {
             label: label.into(),
             run: Box::new(run),
+            calls: 1,
+        }
+    }
+
+    /// A case whose run makes `calls` calls (e.g. several inside one runtime task).
+    fn batched(label: impl Into<String>, calls: u32, run: impl FnMut() + 'a) -> Self {
+        Case {
+            calls,
+            ..Case::new(label, run)
         }
     }
 }
@@ -976,7 +1126,7 @@ impl Bench {
             for (case, s) in cases.iter_mut().zip(&mut samples) {
                 let t = Instant::now();
                 (case.run)();
-                s.push(t.elapsed());
+                s.push(t.elapsed() / case.calls);
             }
         }
         let stats: Vec<Stats> = samples.into_iter().map(stats).collect();
@@ -1059,6 +1209,11 @@ struct FixedCost {
     instantiate: Duration,
     instantiate_pooling: Duration,
     spawn_blocking: Duration,
+    /// `Sandbox::run_sync` with fresh mmapped memory per call (before the instance pool).
+    on_demand: Duration,
+    /// Per call, several calls made from inside one runtime task (as a reconcile makes them).
+    in_task_blocking: Duration,
+    in_task_in_place: Duration,
     log_line: Duration,
 }
 
@@ -1136,6 +1291,13 @@ impl Summary {
                 fmt(f.instantiate_pooling),
                 fmt(f.spawn_blocking),
                 fmt(f.log_line),
+            );
+            println!(
+                "  Sandbox::run_sync with on-demand memory (before the instance pool) {}; from inside a \
+                 runtime task: spawn_blocking {}, block_in_place {}",
+                fmt(f.on_demand),
+                fmt(f.in_task_blocking),
+                fmt(f.in_task_in_place),
             );
         }
         for (n, serialize, host, cached) in &self.serialize_share {

@@ -2,7 +2,8 @@
 //! as whole objects (bookkeeping stripped), output kinds as metadata; stopped with its last user.
 //!
 //! Ten operators reading Deployments cost one list+watch and one copy of each Deployment, as with
-//! controller-runtime's shared informers. Each operator's controller subscribes to the changes;
+//! controller-runtime's shared informers; the cache is indexed by namespace, so a reconcile
+//! reads its namespace's objects only. Each operator's controller subscribes to the changes;
 //! one that falls more than [`EVENT_BUFFER`] changes behind is handed the whole cache once
 //! (its queue de-duplicates) instead of missing a change.
 
@@ -12,13 +13,12 @@ use crate::kinds::ResolvedKind;
 use futures::{Stream, StreamExt};
 use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::discovery::ApiResource;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 /// Changes a subscriber may fall behind before it is handed the whole cache instead.
@@ -33,7 +33,7 @@ pub type MetadataInformer = Informer<PartialObjectMeta<DynamicObject>>;
 pub struct Informer<K: Resource<DynamicType = ApiResource> + Clone + 'static> {
     pub kind: KindRef,
     pub api: ApiResource,
-    pub store: Store<K>,
+    pub cache: Arc<Cache<K>>,
     /// Objects as workers see them, serialized once per resourceVersion (inputs only).
     pub json: JsonCache,
     changes: broadcast::Sender<Arc<K>>,
@@ -59,35 +59,47 @@ where
 {
     fn start(client: &Client, kind: &ResolvedKind, strip: fn(&mut K)) -> Self {
         let api: Api<K> = Api::all_with(client.clone(), &kind.api);
-        let writer = reflector::store::Writer::new(kind.api.clone());
-        let store = writer.as_reader();
+        let cache = Arc::new(Cache::default());
         let (changes, _) = broadcast::channel(EVENT_BUFFER);
-        let (sender, cache, dyntype, label) = (
-            changes.clone(),
-            store.clone(),
-            kind.api.clone(),
-            kind.kind.to_string(),
-        );
+        let (sender, writer, label) = (changes.clone(), cache.clone(), kind.kind.to_string());
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut events = watcher(api, watcher::Config::default())
                 .backoff(crate::schedule::watch_backoff())
                 .modify(strip)
-                .reflect(writer)
                 .boxed();
+            // A (re)list is collected apart and replaces the cache when complete, as
+            // kube-runtime's reflector does: readers never see a half-listed cache.
+            let mut relist: Option<ByNamespace<K>> = None;
             while let Some(event) = events.next().await {
                 let obj = match event {
-                    Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
-                        // The cache's own copy: the feed holds no second copy.
-                        let key = ObjectRef::from_obj_with(&obj, dyntype.clone());
-                        cache.get(&key).unwrap_or_else(|| Arc::new(obj))
+                    Ok(watcher::Event::Apply(obj)) => {
+                        let obj = Arc::new(obj);
+                        writer.insert(obj.clone());
+                        obj
                     }
-                    Ok(watcher::Event::Delete(obj)) => Arc::new(obj),
+                    Ok(watcher::Event::Delete(obj)) => {
+                        writer.remove(&obj);
+                        Arc::new(obj)
+                    }
+                    Ok(watcher::Event::Init) => {
+                        relist = Some(ByNamespace::new());
+                        continue;
+                    }
+                    Ok(watcher::Event::InitApply(obj)) => {
+                        let obj = Arc::new(obj);
+                        if let Some(listed) = relist.as_mut() {
+                            insert_into(listed, obj.clone());
+                        }
+                        obj
+                    }
                     Ok(watcher::Event::InitDone) => {
+                        if let Some(listed) = relist.take() {
+                            writer.replace(listed);
+                        }
                         ready_tx.send_replace(true);
                         continue;
                     }
-                    Ok(watcher::Event::Init) => continue,
                     Err(e) => {
                         tracing::warn!(kind = %label, error = %e, "watch failed; retrying with backoff");
                         continue;
@@ -100,7 +112,7 @@ where
         Informer {
             kind: kind.kind.clone(),
             api: kind.api.clone(),
-            store,
+            cache,
             json: JsonCache::default(),
             changes,
             ready,
@@ -121,9 +133,9 @@ where
 
     /// Changes from now on; after falling [`EVENT_BUFFER`] behind, every cached object once.
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
-        let store = self.store.clone();
+        let cache = self.cache.clone();
         futures::stream::unfold(self.changes.subscribe(), move |mut rx| {
-            let store = store.clone();
+            let cache = cache.clone();
             async move {
                 match rx.recv().await {
                     Ok(obj) => Some((vec![obj], rx)),
@@ -132,7 +144,7 @@ where
                             missed,
                             "subscriber lagged: requeueing from the whole cache"
                         );
-                        Some((store.state(), rx))
+                        Some((cache.all(), rx))
                     }
                     Err(RecvError::Closed) => None,
                 }
@@ -148,12 +160,89 @@ impl ObjectInformer {
         if !self.json.needs_sweep() {
             return;
         }
-        let state = self.store.state();
+        let state = self.cache.all();
         let live: std::collections::HashSet<&str> = state
             .iter()
             .filter_map(|o| o.metadata.uid.as_deref())
             .collect();
         self.json.retain(&live);
+    }
+}
+
+/// Objects by namespace (`""`: cluster-scoped) and name.
+type ByNamespace<K> = HashMap<String, BTreeMap<String, Arc<K>>>;
+
+fn insert_into<K: Resource>(map: &mut ByNamespace<K>, obj: Arc<K>) {
+    let meta = obj.meta();
+    let (ns, name) = (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    );
+    map.entry(ns).or_default().insert(name, obj);
+}
+
+/// An informer's objects, indexed by namespace: a reconcile reads its own namespace's objects,
+/// not every object of the kind.
+pub struct Cache<K> {
+    objects: RwLock<ByNamespace<K>>,
+}
+
+impl<K> Default for Cache<K> {
+    fn default() -> Self {
+        Cache {
+            objects: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Resource> Cache<K> {
+    /// The objects in `namespace`, by name; `None`: every object of the kind.
+    pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Arc<K>> {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        match namespace {
+            Some(ns) => objects
+                .get(ns)
+                .map(|m| m.values().cloned().collect())
+                .unwrap_or_default(),
+            None => objects.values().flat_map(|m| m.values().cloned()).collect(),
+        }
+    }
+
+    /// Every cached object.
+    pub fn all(&self) -> Vec<Arc<K>> {
+        self.in_namespace(None)
+    }
+
+    pub fn len(&self) -> usize {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        objects.values().map(BTreeMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn insert(&self, obj: Arc<K>) {
+        insert_into(
+            &mut self.objects.write().unwrap_or_else(|p| p.into_inner()),
+            obj,
+        );
+    }
+
+    fn remove(&self, obj: &K) {
+        let meta = obj.meta();
+        let ns = meta.namespace.clone().unwrap_or_default();
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(names) = objects.get_mut(&ns) {
+            names.remove(meta.name.as_deref().unwrap_or_default());
+            if names.is_empty() {
+                objects.remove(&ns);
+            }
+        }
+    }
+
+    fn replace(&self, listed: ByNamespace<K>) {
+        *self.objects.write().unwrap_or_else(|p| p.into_inner()) = listed;
     }
 }
 
@@ -235,4 +324,58 @@ where
 fn strip_metadata(m: &mut PartialObjectMeta<DynamicObject>) {
     m.metadata.managed_fields = None;
     m.metadata.annotations = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(ns: Option<&str>, name: &str) -> Arc<DynamicObject> {
+        let mut o: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}
+        }))
+        .unwrap();
+        o.metadata.namespace = ns.map(str::to_string);
+        Arc::new(o)
+    }
+
+    fn names(objects: Vec<Arc<DynamicObject>>) -> Vec<String> {
+        objects
+            .iter()
+            .filter_map(|o| o.metadata.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn cache_is_indexed_by_namespace() {
+        let cache: Cache<DynamicObject> = Cache::default();
+        for (ns, name) in [
+            (Some("a"), "z"),
+            (Some("b"), "x"),
+            (Some("a"), "y"),
+            (None, "c"),
+        ] {
+            cache.insert(obj(ns, name));
+        }
+        assert_eq!(names(cache.in_namespace(Some("a"))), ["y", "z"]);
+        assert_eq!(names(cache.in_namespace(Some("b"))), ["x"]);
+        assert_eq!(
+            names(cache.in_namespace(Some(""))),
+            ["c"],
+            "cluster-scoped under \"\""
+        );
+        assert!(cache.in_namespace(Some("other")).is_empty());
+        assert_eq!(cache.len(), 4);
+
+        cache.insert(obj(Some("a"), "y")); // an update replaces
+        cache.remove(&obj(Some("a"), "z"));
+        cache.remove(&obj(Some("b"), "x"));
+        assert_eq!(names(cache.in_namespace(Some("a"))), ["y"]);
+        assert_eq!(cache.len(), 2);
+
+        let mut listed = ByNamespace::new();
+        insert_into(&mut listed, obj(Some("d"), "w"));
+        cache.replace(listed);
+        assert_eq!(names(cache.all()), ["w"]);
+    }
 }

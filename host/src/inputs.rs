@@ -13,6 +13,15 @@ pub trait ObjectSource {
     /// Every known object of a kind, in any namespace.
     fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>>;
 
+    /// The objects of a kind in `namespace` (`None`: in any); sources with an index override it.
+    fn objects_in(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<DynamicObject>> {
+        let mut all = self.objects(kind);
+        if let Some(ns) = namespace {
+            all.retain(|o| o.metadata.namespace.as_deref().is_none_or(|o| o == ns));
+        }
+        all
+    }
+
     /// The object as workers see it (see [`to_worker_json`]); sources may cache this.
     fn worker_json(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
         Arc::from(to_worker_json(object, kind))
@@ -85,7 +94,7 @@ pub fn gather(
         .map(|input| {
             let kind = KindRef::new(&input.api_version, &input.kind);
             let mut selected: Vec<Arc<DynamicObject>> = source
-                .objects(&kind)
+                .objects_in(&kind, namespace)
                 .into_iter()
                 .filter(|o| visible(o, input, namespace))
                 .collect();

@@ -344,7 +344,7 @@ pub async fn prune_outputs(
         let (Some(informer), Some(resolved)) = (caches.0.get(kind), kinds.get(kind)) else {
             continue;
         };
-        for meta in informer.store.state() {
+        for meta in informer.cache.in_namespace(owned.namespace) {
             let m = &meta.metadata;
             let name = m.name.clone().unwrap_or_default();
             if !owned.created(m)

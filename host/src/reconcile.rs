@@ -58,10 +58,19 @@ pub struct InputCaches(pub HashMap<KindRef, Arc<ObjectInformer>>);
 
 impl ObjectSource for InputCaches {
     fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>> {
-        self.0
-            .get(kind)
-            .map(|i| i.store.state())
-            .unwrap_or_default()
+        self.0.get(kind).map(|i| i.cache.all()).unwrap_or_default()
+    }
+
+    fn objects_in(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<DynamicObject>> {
+        let Some(informer) = self.0.get(kind) else {
+            return Vec::new();
+        };
+        let mut objects = informer.cache.in_namespace(namespace);
+        // Cluster-scoped objects (indexed under "") are visible to namespaced resources too.
+        if namespace.is_some_and(|ns| !ns.is_empty()) {
+            objects.extend(informer.cache.in_namespace(Some("")));
+        }
+        objects
     }
 
     fn worker_json(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {

@@ -92,9 +92,6 @@ pub fn status_patch(current: Option<&Value>, update: &StatusUpdate, now: &str) -
     if let Some(g) = update.observed_generation {
         patch.insert("observedGeneration".into(), json!(g));
     }
-    if let Some(d) = &update.module_digest {
-        patch.insert("moduleDigest".into(), json!(d));
-    }
     if let Some(c) = &update.condition {
         patch.insert(
             "conditions".into(),
@@ -106,14 +103,18 @@ pub fn status_patch(current: Option<&Value>, update: &StatusUpdate, now: &str) -
             ),
         );
     }
-    let patch = Value::Object(patch);
+    let mut patch = Value::Object(patch);
     let mut merged = current.clone();
     json_patch::merge(&mut merged, &patch);
     if &merged == current {
-        None
-    } else {
-        Some(patch)
+        // moduleDigest names the component that made the last change; a worker that only
+        // confirms the current state (e.g. a steady phase's first run) writes nothing.
+        return None;
     }
+    if let Some(d) = &update.module_digest {
+        patch["moduleDigest"] = json!(d);
+    }
+    Some(patch)
 }
 
 /// Replaces the condition of the same type, keeping lastTransitionTime when the status is unchanged.
@@ -266,6 +267,28 @@ mod tests {
         let third = status_patch(Some(&current), &failed, "t4").unwrap();
         assert_eq!(third["conditions"][0]["lastTransitionTime"], "t4");
         assert_eq!(third["conditions"][0]["status"], "False");
+    }
+
+    #[test]
+    fn another_module_confirming_the_state_writes_nothing() {
+        let syncing = StatusUpdate::phase_completed("Ready", None, Some(1), "sha256:syncing");
+        let first = status_patch(None, &syncing, "t1").unwrap();
+        assert_eq!(first["moduleDigest"], "sha256:syncing");
+        let mut current = json!({});
+        json_patch::merge(&mut current, &first);
+        // Ready's own worker decides "stay Ready": same state, only another digest.
+        let ready = StatusUpdate::phase_completed("Ready", None, Some(1), "sha256:ready");
+        assert!(status_patch(Some(&current), &ready, "t2").is_none());
+        // A real change names the module that made it.
+        let info = json!({"syncedDeployments": ["a"]});
+        let changed = StatusUpdate::phase_completed(
+            "Ready",
+            info.as_object().cloned(),
+            Some(1),
+            "sha256:ready",
+        );
+        let patch = status_patch(Some(&current), &changed, "t3").unwrap();
+        assert_eq!(patch["moduleDigest"], "sha256:ready");
     }
 
     #[test]

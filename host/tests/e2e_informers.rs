@@ -98,7 +98,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         count,
         "after lagging, every object is delivered"
     );
-    let cached = first.store.state();
+    let cached = first.cache.all();
     let sample = cached
         .iter()
         .find(|o| in_ns(o) && o.metadata.name.as_deref() == Some("cm-0"))
@@ -116,7 +116,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         Some(vec!["keep".to_string()]),
         "kubectl's last-applied annotation stripped, other annotations kept"
     );
-    let meta = metadata.store.state();
+    let meta = metadata.cache.all();
     let meta_sample = meta
         .iter()
         .find(|o| o.metadata.namespace.as_deref() == Some(ns))
@@ -145,7 +145,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
             "every waiter sees the first list"
         );
     }
-    let relisted = again.store.state().iter().filter(|o| in_ns(o)).count();
+    let relisted = again.cache.all().iter().filter(|o| in_ns(o)).count();
     assert_eq!(relisted, count, "a new informer lists the objects again");
     Ok(())
 }

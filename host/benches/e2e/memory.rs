@@ -142,24 +142,37 @@ async fn measure_all(
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
         let pid = child.id();
-        let _child = Killed(child);
+        let mut child = Killed(child);
         let started = Instant::now();
-        // Ready: every operator's modules loaded and its watches synced.
-        loop {
+        // Ready: every operator's modules loaded and its watches synced. (Builds before
+        // 2026-11-22 could stay at 503 with several operators: then steady RSS only.)
+        let mut ready = None;
+        while started.elapsed() < Duration::from_secs(120) {
             if http_status(&addr, "/readyz") == Some(200) {
+                ready = Some(started.elapsed());
                 break;
             }
-            if started.elapsed() > Duration::from_secs(300) {
+            if let Ok(Some(status)) = child.0.try_wait() {
                 bail!(
-                    "{}: /readyz not 200 after 5 min (host log: {})",
+                    "{} exited with {status} (log: {})",
                     host.label,
                     log.display()
                 );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let ready = started.elapsed();
-        steady_rss(pid).await;
+        let steady = steady_rss(pid).await;
+        let ready = match ready {
+            Some(r) => r,
+            None => {
+                eprintln!(
+                    "{}: /readyz never answered 200 (log: {}); measured at steady RSS",
+                    host.label,
+                    log.display()
+                );
+                started.elapsed() - steady.map_or(Duration::ZERO, |_| Duration::from_secs(3))
+            }
+        };
         let (peak, _) = proc_stats(pid);
         samples.push(Sample {
             label: format!("{} ({operators} operators)", host.label),
@@ -269,6 +282,19 @@ async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<(
     wasm_ops
         .delete("autoroute", &DeleteParams::default())
         .await?;
+    // Leftovers of an interrupted run go first.
+    cleanup(client, operators).await;
+    let started = Instant::now();
+    for i in 0..operators {
+        while crds
+            .get_opt(&format!("memroute{i}s.{GROUP}"))
+            .await?
+            .is_some()
+            && started.elapsed() < Duration::from_secs(60)
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
     for i in 0..operators {
         let kind = format!("MemRoute{i}");
         let plural = format!("memroute{i}s");
