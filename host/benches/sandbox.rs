@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmpilot::crd::{KindRef, WasmOperator};
 use wasmpilot::definition::{OperatorDefinition, PhaseDefinition};
-use wasmpilot::inputs::{self, JsonCache, ObjectSource};
+use wasmpilot::inputs::{self, ObjectSource, WorkerObject};
 use wasmpilot::modules::compile_cache::CompileCache;
 use wasmpilot::modules::digest_of;
 use wasmpilot::outputs::{self, Owner};
@@ -304,32 +304,26 @@ impl Env {
     }
 }
 
-/// The watch caches: every cached object of a kind, shared (`Arc`) as the reflector stores
-/// them; with `json`, their worker JSON is kept per uid and resourceVersion as the reconciler's
-/// `InputCaches` does, else serialized on every call.
+/// The watch caches: with `cached_json`, objects as the informers keep them (serialized once,
+/// on arrival); else serialized on every call from the parsed objects.
 struct Cache {
     objects: Vec<Arc<DynamicObject>>,
-    json: Option<JsonCache>,
+    kept: Option<Vec<Arc<WorkerObject>>>,
 }
 
 impl Cache {
     fn new(objects: Vec<Arc<DynamicObject>>, cached_json: bool) -> Self {
-        Cache {
-            objects,
-            json: cached_json.then(JsonCache::default),
-        }
+        let kind = KindRef::new("apps/v1", "Deployment");
+        let kept = cached_json.then(|| inputs::worker_objects_of(&objects, &kind, None));
+        Cache { objects, kept }
     }
 }
 
 impl ObjectSource for Cache {
-    fn objects(&self, _kind: &KindRef) -> Vec<Arc<DynamicObject>> {
-        self.objects.clone()
-    }
-
-    fn worker_json(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
-        match &self.json {
-            Some(cache) => cache.get(kind, object),
-            None => Arc::from(inputs::to_worker_json(object, kind)),
+    fn worker_objects(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+        match &self.kept {
+            Some(kept) => kept.clone(),
+            None => inputs::worker_objects_of(&self.objects, kind, namespace),
         }
     }
 }
@@ -424,7 +418,7 @@ fn overhead(bench: &Bench, rt: &tokio::runtime::Runtime, env: &Env, n: usize, su
                 let r = env.run(rt, &env.syncing, request.clone());
                 black_box(parse_result(&r));
             }),
-            Case::new("host path (JsonCache, as reconcile does)", || {
+            Case::new("host path (cached JSON, as reconcile does)", || {
                 let r = env.request("Syncing", &route, &json_cache);
                 let result = env.run(rt, &env.syncing, r);
                 black_box(env.check("Syncing", &route, &result));
@@ -434,7 +428,7 @@ fn overhead(bench: &Bench, rt: &tokio::runtime::Runtime, env: &Env, n: usize, su
                 let result = env.run(rt, &env.syncing, r);
                 black_box(env.check("Syncing", &route, &result));
             }),
-            Case::new("  of which the request, JsonCache", || {
+            Case::new("  of which the request, cached JSON", || {
                 black_box(env.request("Syncing", &route, &json_cache));
             }),
             Case::new("  of which the request, to_worker_json", || {
@@ -454,7 +448,7 @@ fn overhead(bench: &Bench, rt: &tokio::runtime::Runtime, env: &Env, n: usize, su
             &s,
             &[
                 ("sandbox only", 1),
-                ("host path (JsonCache)", 2),
+                ("host path (cached JSON)", 2),
                 ("host path (to_worker_json per call)", 3),
                 ("host path, on-demand memory (before)", 6),
             ],
@@ -1223,10 +1217,10 @@ type VariantRow = (String, f64, f64);
 #[derive(Default)]
 struct Summary {
     rows: Vec<String>,
-    /// Sandbox only, host path with JsonCache, host path serializing per call.
+    /// Sandbox only, host path with cached JSON, host path serializing per call.
     ratio_at_100: Option<[f64; 3]>,
     fixed: Option<FixedCost>,
-    /// n, request built with to_worker_json, whole host path so, request built with JsonCache.
+    /// n, request built with to_worker_json, whole host path so, request built with cached JSON.
     serialize_share: Vec<(usize, Duration, Duration, Duration)>,
     parsing: Vec<(usize, Vec<VariantRow>)>,
     /// n; run_sync, keep resident, warm instance on projected inputs, vs native projected.
@@ -1266,7 +1260,7 @@ impl Summary {
         println!();
         if let Some([sandbox, cached, per_call]) = self.ratio_at_100 {
             println!(
-                "target ≤ {TARGET_RATIO_AT_100}× native at 100 inputs: host path {cached:.2}× (JsonCache) → {}; {per_call:.2}× (to_worker_json per call) → {}; sandbox only {sandbox:.2}× → {}",
+                "target ≤ {TARGET_RATIO_AT_100}× native at 100 inputs: host path {cached:.2}× (cached JSON) → {}; {per_call:.2}× (to_worker_json per call) → {}; sandbox only {sandbox:.2}× → {}",
                 verdict(cached <= TARGET_RATIO_AT_100),
                 verdict(per_call <= TARGET_RATIO_AT_100),
                 verdict(sandbox <= TARGET_RATIO_AT_100),
@@ -1302,7 +1296,7 @@ impl Summary {
         }
         for (n, serialize, host, cached) in &self.serialize_share {
             println!(
-                "building the request at {n} Deployments: to_worker_json {} = {:.0} % of that host path; with JsonCache {}",
+                "building the request at {n} Deployments: to_worker_json {} = {:.0} % of that host path; with cached JSON {}",
                 fmt(*serialize),
                 ratio(*serialize, *host) * 100.0,
                 fmt(*cached),

@@ -1,6 +1,8 @@
 //! One watch and cache per kind, shared by every operator that reads or writes it: input kinds
-//! as whole objects (bookkeeping stripped), output kinds as metadata; stopped with its last user.
+//! as the JSON workers see, output kinds as metadata; stopped with its last user.
 //!
+//! An input object is serialized for workers once, as it arrives, and only that JSON and a few
+//! metadata fields are kept (not the parsed object: ~10× its JSON in memory).
 //! Ten operators reading Deployments cost one list+watch and one copy of each Deployment, as with
 //! controller-runtime's shared informers; the cache is indexed by namespace, so a reconcile
 //! reads its namespace's objects only. Each operator's controller subscribes to the changes;
@@ -8,9 +10,10 @@
 //! (its queue de-duplicates) instead of missing a change.
 
 use crate::crd::KindRef;
-use crate::inputs::JsonCache;
+use crate::inputs::WorkerObject;
 use crate::kinds::ResolvedKind;
 use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -24,41 +27,55 @@ use tokio::sync::broadcast::{self, error::RecvError};
 /// Changes a subscriber may fall behind before it is handed the whole cache instead.
 pub const EVENT_BUFFER: usize = 256;
 
-/// Whole objects of an input kind.
-pub type ObjectInformer = Informer<DynamicObject>;
+/// Input objects as workers see them.
+pub type ObjectInformer = Informer<WorkerObject>;
 /// Metadata of an output kind (names, labels, owners, uids: what pruning and requeues read).
 pub type MetadataInformer = Informer<PartialObjectMeta<DynamicObject>>;
 
+/// What an informer keeps per object: anything that knows its metadata.
+pub trait Cached: Send + Sync + 'static {
+    fn meta(&self) -> &ObjectMeta;
+}
+
+impl Cached for WorkerObject {
+    fn meta(&self) -> &ObjectMeta {
+        self.metadata()
+    }
+}
+
+impl Cached for PartialObjectMeta<DynamicObject> {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
 /// A running watch of one kind across all namespaces, its cache, and its change feed.
-pub struct Informer<K: Resource<DynamicType = ApiResource> + Clone + 'static> {
+pub struct Informer<T: Cached> {
     pub kind: KindRef,
     pub api: ApiResource,
-    pub cache: Arc<Cache<K>>,
-    /// Objects as workers see them, serialized once per resourceVersion (inputs only).
-    pub json: JsonCache,
-    changes: broadcast::Sender<Arc<K>>,
+    pub cache: Arc<Cache<T>>,
+    changes: broadcast::Sender<Arc<T>>,
     ready: tokio::sync::watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl<K: Resource<DynamicType = ApiResource> + Clone + 'static> Drop for Informer<K> {
+impl<T: Cached> Drop for Informer<T> {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-impl<K> Informer<K>
-where
-    K: Resource<DynamicType = ApiResource>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    fn start(client: &Client, kind: &ResolvedKind, strip: fn(&mut K)) -> Self {
-        let api: Api<K> = Api::all_with(client.clone(), &kind.api);
+impl<T: Cached> Informer<T> {
+    /// Watches `W` objects of `kind` and keeps `keep(object)` of each.
+    fn start<W>(
+        client: &Client,
+        kind: &ResolvedKind,
+        keep: impl Fn(W) -> T + Send + 'static,
+    ) -> Self
+    where
+        W: Resource<DynamicType = ApiResource> + Clone + DeserializeOwned + Debug + Send + 'static,
+    {
+        let api: Api<W> = Api::all_with(client.clone(), &kind.api);
         let cache = Arc::new(Cache::default());
         let (changes, _) = broadcast::channel(EVENT_BUFFER);
         let (sender, writer, label) = (changes.clone(), cache.clone(), kind.kind.to_string());
@@ -66,28 +83,28 @@ where
         let task = tokio::spawn(async move {
             let mut events = watcher(api, watcher::Config::default())
                 .backoff(crate::schedule::watch_backoff())
-                .modify(strip)
                 .boxed();
             // A (re)list is collected apart and replaces the cache when complete, as
             // kube-runtime's reflector does: readers never see a half-listed cache.
-            let mut relist: Option<ByNamespace<K>> = None;
+            let mut relist: Option<ByNamespace<T>> = None;
             while let Some(event) = events.next().await {
                 let obj = match event {
                     Ok(watcher::Event::Apply(obj)) => {
-                        let obj = Arc::new(obj);
+                        let obj = Arc::new(keep(obj));
                         writer.insert(obj.clone());
                         obj
                     }
                     Ok(watcher::Event::Delete(obj)) => {
-                        writer.remove(&obj);
-                        Arc::new(obj)
+                        let obj = Arc::new(keep(obj));
+                        writer.remove(obj.meta());
+                        obj
                     }
                     Ok(watcher::Event::Init) => {
                         relist = Some(ByNamespace::new());
                         continue;
                     }
                     Ok(watcher::Event::InitApply(obj)) => {
-                        let obj = Arc::new(obj);
+                        let obj = Arc::new(keep(obj));
                         if let Some(listed) = relist.as_mut() {
                             insert_into(listed, obj.clone());
                         }
@@ -113,7 +130,6 @@ where
             kind: kind.kind.clone(),
             api: kind.api.clone(),
             cache,
-            json: JsonCache::default(),
             changes,
             ready,
             task,
@@ -132,7 +148,7 @@ where
     }
 
     /// Changes from now on; after falling [`EVENT_BUFFER`] behind, every cached object once.
-    pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    pub fn subscribe(&self) -> impl Stream<Item = Arc<T>> + Send + 'static {
         let cache = self.cache.clone();
         futures::stream::unfold(self.changes.subscribe(), move |mut rx| {
             let cache = cache.clone();
@@ -154,25 +170,10 @@ where
     }
 }
 
-impl ObjectInformer {
-    /// Forgets serialized objects that left the cache (bounded memory under churn).
-    pub fn sweep_json(&self) {
-        if !self.json.needs_sweep() {
-            return;
-        }
-        let state = self.cache.all();
-        let live: std::collections::HashSet<&str> = state
-            .iter()
-            .filter_map(|o| o.metadata.uid.as_deref())
-            .collect();
-        self.json.retain(&live);
-    }
-}
-
 /// Objects by namespace (`""`: cluster-scoped) and name.
-type ByNamespace<K> = HashMap<String, BTreeMap<String, Arc<K>>>;
+type ByNamespace<T> = HashMap<String, BTreeMap<String, Arc<T>>>;
 
-fn insert_into<K: Resource>(map: &mut ByNamespace<K>, obj: Arc<K>) {
+fn insert_into<T: Cached>(map: &mut ByNamespace<T>, obj: Arc<T>) {
     let meta = obj.meta();
     let (ns, name) = (
         meta.namespace.clone().unwrap_or_default(),
@@ -183,11 +184,11 @@ fn insert_into<K: Resource>(map: &mut ByNamespace<K>, obj: Arc<K>) {
 
 /// An informer's objects, indexed by namespace: a reconcile reads its own namespace's objects,
 /// not every object of the kind.
-pub struct Cache<K> {
-    objects: RwLock<ByNamespace<K>>,
+pub struct Cache<T> {
+    objects: RwLock<ByNamespace<T>>,
 }
 
-impl<K> Default for Cache<K> {
+impl<T> Default for Cache<T> {
     fn default() -> Self {
         Cache {
             objects: RwLock::new(HashMap::new()),
@@ -195,9 +196,9 @@ impl<K> Default for Cache<K> {
     }
 }
 
-impl<K: Resource> Cache<K> {
+impl<T: Cached> Cache<T> {
     /// The objects in `namespace`, by name; `None`: every object of the kind.
-    pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Arc<K>> {
+    pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
         let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
         match namespace {
             Some(ns) => objects
@@ -209,7 +210,7 @@ impl<K: Resource> Cache<K> {
     }
 
     /// Every cached object.
-    pub fn all(&self) -> Vec<Arc<K>> {
+    pub fn all(&self) -> Vec<Arc<T>> {
         self.in_namespace(None)
     }
 
@@ -222,15 +223,14 @@ impl<K: Resource> Cache<K> {
         self.len() == 0
     }
 
-    fn insert(&self, obj: Arc<K>) {
+    fn insert(&self, obj: Arc<T>) {
         insert_into(
             &mut self.objects.write().unwrap_or_else(|p| p.into_inner()),
             obj,
         );
     }
 
-    fn remove(&self, obj: &K) {
-        let meta = obj.meta();
+    fn remove(&self, meta: &ObjectMeta) {
         let ns = meta.namespace.clone().unwrap_or_default();
         let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
         if let Some(names) = objects.get_mut(&ns) {
@@ -241,7 +241,7 @@ impl<K: Resource> Cache<K> {
         }
     }
 
-    fn replace(&self, listed: ByNamespace<K>) {
+    fn replace(&self, listed: ByNamespace<T>) {
         *self.objects.write().unwrap_or_else(|p| p.into_inner()) = listed;
     }
 }
@@ -262,19 +262,29 @@ impl Informers {
         }
     }
 
-    /// The whole-object informer of an input kind, started if no operator holds it yet.
+    /// The informer of an input kind (objects as workers see them), started if no operator
+    /// holds it yet.
     pub fn objects(&self, kind: &ResolvedKind) -> Arc<ObjectInformer> {
-        shared(
-            &self.objects,
-            &self.client,
-            kind,
-            crate::inputs::strip_bookkeeping,
-        )
+        let kind_ref = kind.kind.clone();
+        shared(&self.objects, kind, || {
+            Informer::start(&self.client, kind, move |o: DynamicObject| {
+                WorkerObject::new(&o, &kind_ref)
+            })
+        })
     }
 
     /// The metadata informer of an output kind, started if no operator holds it yet.
     pub fn metadata(&self, kind: &ResolvedKind) -> Arc<MetadataInformer> {
-        shared(&self.metadata, &self.client, kind, strip_metadata)
+        shared(&self.metadata, kind, || {
+            Informer::start(
+                &self.client,
+                kind,
+                |mut m: PartialObjectMeta<DynamicObject>| {
+                    strip_metadata(&mut m);
+                    m
+                },
+            )
+        })
     }
 
     /// How many input and output kinds are watched right now.
@@ -291,21 +301,11 @@ fn live_count<T>(map: &Mutex<HashMap<KindRef, Weak<T>>>) -> usize {
         .count()
 }
 
-fn shared<K>(
-    map: &Mutex<HashMap<KindRef, Weak<Informer<K>>>>,
-    client: &Client,
+fn shared<T: Cached>(
+    map: &Mutex<HashMap<KindRef, Weak<Informer<T>>>>,
     kind: &ResolvedKind,
-    strip: fn(&mut K),
-) -> Arc<Informer<K>>
-where
-    K: Resource<DynamicType = ApiResource>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
+    start: impl FnOnce() -> Informer<T>,
+) -> Arc<Informer<T>> {
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(informer) = map.get(&kind.kind).and_then(Weak::upgrade) {
         if informer.api == kind.api {
@@ -314,7 +314,7 @@ where
         }
     }
     tracing::debug!(kind = %kind.kind, "starting a shared watch");
-    let informer = Arc::new(Informer::start(client, kind, strip));
+    let informer = Arc::new(start());
     map.retain(|_, w| w.strong_count() > 0);
     map.insert(kind.kind.clone(), Arc::downgrade(&informer));
     informer
@@ -330,8 +330,8 @@ fn strip_metadata(m: &mut PartialObjectMeta<DynamicObject>) {
 mod tests {
     use super::*;
 
-    fn obj(ns: Option<&str>, name: &str) -> Arc<DynamicObject> {
-        let mut o: DynamicObject = serde_json::from_value(serde_json::json!({
+    fn obj(ns: Option<&str>, name: &str) -> Arc<PartialObjectMeta<DynamicObject>> {
+        let mut o: PartialObjectMeta<DynamicObject> = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}
         }))
         .unwrap();
@@ -339,7 +339,7 @@ mod tests {
         Arc::new(o)
     }
 
-    fn names(objects: Vec<Arc<DynamicObject>>) -> Vec<String> {
+    fn names(objects: Vec<Arc<PartialObjectMeta<DynamicObject>>>) -> Vec<String> {
         objects
             .iter()
             .filter_map(|o| o.metadata.name.clone())
@@ -348,7 +348,7 @@ mod tests {
 
     #[test]
     fn cache_is_indexed_by_namespace() {
-        let cache: Cache<DynamicObject> = Cache::default();
+        let cache: Cache<PartialObjectMeta<DynamicObject>> = Cache::default();
         for (ns, name) in [
             (Some("a"), "z"),
             (Some("b"), "x"),
@@ -368,8 +368,8 @@ mod tests {
         assert_eq!(cache.len(), 4);
 
         cache.insert(obj(Some("a"), "y")); // an update replaces
-        cache.remove(&obj(Some("a"), "z"));
-        cache.remove(&obj(Some("b"), "x"));
+        cache.remove(&obj(Some("a"), "z").metadata);
+        cache.remove(&obj(Some("b"), "x").metadata);
         assert_eq!(names(cache.in_namespace(Some("a"))), ["y"]);
         assert_eq!(cache.len(), 2);
 

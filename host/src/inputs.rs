@@ -5,81 +5,67 @@
 use crate::crd::{InputSpec, KindRef};
 use crate::definition::PhaseDefinition;
 use crate::sandbox::NamedObjects;
-use kube::api::{DynamicObject, TypeMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DynamicObject, PartialObjectMeta, TypeMeta};
 use std::sync::Arc;
 
 /// Where input objects come from: the watch caches on a cluster, files offline.
 pub trait ObjectSource {
-    /// Every known object of a kind, in any namespace.
-    fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>>;
-
-    /// The objects of a kind in `namespace` (`None`: in any); sources with an index override it.
-    fn objects_in(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<DynamicObject>> {
-        let mut all = self.objects(kind);
-        if let Some(ns) = namespace {
-            all.retain(|o| o.metadata.namespace.as_deref().is_none_or(|o| o == ns));
-        }
-        all
-    }
-
-    /// The object as workers see it (see [`to_worker_json`]); sources may cache this.
-    fn worker_json(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
-        Arc::from(to_worker_json(object, kind))
-    }
+    /// The objects of a kind in `namespace` (`None`: in any), as workers see them.
+    fn worker_objects(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<WorkerObject>>;
 }
 
-/// Worker JSON of cached objects, kept per uid and resourceVersion: an object is serialized
-/// once per change, not once per reconcile of every resource that reads it.
-#[derive(Default)]
-pub struct JsonCache {
-    entries: std::sync::Mutex<std::collections::HashMap<String, (String, Arc<str>)>>,
-    inserts_since_sweep: std::sync::atomic::AtomicUsize,
+/// An object as workers see it — serialized once, when it enters the cache — with the metadata
+/// the host selects and sorts by. The watch caches hold only this: a fraction of the memory of
+/// the parsed object.
+#[derive(Debug)]
+pub struct WorkerObject {
+    /// Name, namespace, labels, uid and resourceVersion (the rest is in `json`).
+    pub meta: Arc<PartialObjectMeta<DynamicObject>>,
+    /// See [`to_worker_json`].
+    pub json: Arc<str>,
 }
 
-impl JsonCache {
-    /// Cached JSON for an object at its current resourceVersion, serializing on a miss.
-    pub fn get(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
-        let (Some(uid), Some(rv)) = (&object.metadata.uid, &object.metadata.resource_version)
-        else {
-            return Arc::from(to_worker_json(object, kind));
+impl WorkerObject {
+    pub fn new(o: &DynamicObject, kind: &KindRef) -> Self {
+        let m = &o.metadata;
+        let metadata = ObjectMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            labels: m.labels.clone(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            ..ObjectMeta::default()
         };
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((cached_rv, json)) = entries.get(uid) {
-            if cached_rv == rv {
-                return json.clone();
-            }
+        WorkerObject {
+            meta: Arc::new(PartialObjectMeta {
+                types: None,
+                metadata,
+                _phantom: std::marker::PhantomData,
+            }),
+            json: Arc::from(to_worker_json(o, kind)),
         }
-        let json: Arc<str> = Arc::from(to_worker_json(object, kind));
-        entries.insert(uid.clone(), (rv.clone(), json.clone()));
-        self.inserts_since_sweep
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        json
     }
 
-    /// Whether enough entries changed since the last sweep to look for deleted objects.
-    pub fn needs_sweep(&self) -> bool {
-        self.inserts_since_sweep
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 1024
+    pub fn metadata(&self) -> &ObjectMeta {
+        &self.meta.metadata
     }
+}
 
-    /// Drops entries of objects no longer cached (call with the uids still present).
-    pub fn retain(&self, live: &std::collections::HashSet<&str>) {
-        self.inserts_since_sweep
-            .store(0, std::sync::atomic::Ordering::Relaxed);
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|uid, _| live.contains(uid.as_str()));
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+/// Objects of one kind held in memory (offline runs, tests): filtered and serialized per call.
+pub fn worker_objects_of(
+    objects: &[Arc<DynamicObject>],
+    kind: &KindRef,
+    namespace: Option<&str>,
+) -> Vec<Arc<WorkerObject>> {
+    objects
+        .iter()
+        .filter(|o| match (namespace, o.metadata.namespace.as_deref()) {
+            (Some(ns), Some(ons)) => ns == ons,
+            _ => true,
+        })
+        .map(|o| Arc::new(WorkerObject::new(o, kind)))
+        .collect()
 }
 
 /// The inputs of `phase` for a resource in `namespace` (`None`: a cluster-scoped resource sees all).
@@ -93,33 +79,30 @@ pub fn gather(
         .iter()
         .map(|input| {
             let kind = KindRef::new(&input.api_version, &input.kind);
-            let mut selected: Vec<Arc<DynamicObject>> = source
-                .objects_in(&kind, namespace)
+            let mut selected: Vec<Arc<WorkerObject>> = source
+                .worker_objects(&kind, namespace)
                 .into_iter()
-                .filter(|o| visible(o, input, namespace))
+                .filter(|o| visible(o.metadata(), input, namespace))
                 .collect();
             selected.sort_by(|a, b| {
-                (&a.metadata.namespace, &a.metadata.name)
-                    .cmp(&(&b.metadata.namespace, &b.metadata.name))
+                let (a, b) = (a.metadata(), b.metadata());
+                (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
             });
             NamedObjects {
                 name: input.name.clone(),
-                objects: selected
-                    .iter()
-                    .map(|o| source.worker_json(&kind, o).to_string())
-                    .collect(),
+                objects: selected.iter().map(|o| o.json.to_string()).collect(),
             }
         })
         .collect()
 }
 
-fn visible(o: &DynamicObject, input: &InputSpec, namespace: Option<&str>) -> bool {
-    if let (Some(ns), Some(ons)) = (namespace, o.metadata.namespace.as_deref()) {
+fn visible(o: &ObjectMeta, input: &InputSpec, namespace: Option<&str>) -> bool {
+    if let (Some(ns), Some(ons)) = (namespace, o.namespace.as_deref()) {
         if ns != ons {
             return false;
         }
     }
-    let labels = o.metadata.labels.as_ref();
+    let labels = o.labels.as_ref();
     input
         .match_labels
         .iter()
@@ -164,8 +147,9 @@ mod tests {
 
     struct Fixed(Vec<Arc<DynamicObject>>);
     impl ObjectSource for Fixed {
-        fn objects(&self, _kind: &KindRef) -> Vec<Arc<DynamicObject>> {
-            self.0.clone()
+        fn worker_objects(&self, kind: &KindRef, _ns: Option<&str>) -> Vec<Arc<WorkerObject>> {
+            // All namespaces on purpose: gather itself must scope them.
+            worker_objects_of(&self.0, kind, None)
         }
     }
 
@@ -183,29 +167,6 @@ mod tests {
                 .collect(),
         );
         Arc::new(o)
-    }
-
-    #[test]
-    fn json_cache_serializes_once_per_resource_version() {
-        let cache = JsonCache::default();
-        let kind = KindRef::new("apps/v1", "Deployment");
-        let mut o = (*deployment("a", "d", &[])).clone();
-        o.metadata.uid = Some("u1".into());
-        o.metadata.resource_version = Some("1".into());
-        let first = cache.get(&kind, &o);
-        assert!(
-            Arc::ptr_eq(&first, &cache.get(&kind, &o)),
-            "same rv: cached"
-        );
-        o.metadata.resource_version = Some("2".into());
-        o.data["spec"]["replicas"] = serde_json::json!(3);
-        let second = cache.get(&kind, &o);
-        assert!(
-            !Arc::ptr_eq(&first, &second) && second.contains("\"replicas\":3"),
-            "new rv: re-serialized"
-        );
-        cache.retain(&std::collections::HashSet::new());
-        assert!(cache.is_empty());
     }
 
     #[test]

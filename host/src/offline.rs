@@ -6,7 +6,7 @@
 
 use crate::crd::{KindRef, WasmOperator};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
-use crate::inputs::{self, ObjectSource};
+use crate::inputs::{self, ObjectSource, WorkerObject};
 use crate::modules::ModuleCache;
 use crate::outputs::{self, CheckedOutput, Owner};
 use crate::reconcile::ReconcileError;
@@ -69,8 +69,11 @@ pub struct Decision {
 pub struct ObjectsByKind(pub HashMap<KindRef, Vec<Arc<DynamicObject>>>);
 
 impl ObjectSource for ObjectsByKind {
-    fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>> {
-        self.0.get(kind).cloned().unwrap_or_default()
+    fn worker_objects(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+        self.0
+            .get(kind)
+            .map(|objects| inputs::worker_objects_of(objects, kind, namespace))
+            .unwrap_or_default()
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::informers::{MetadataInformer, ObjectInformer};
-use crate::inputs::{self, ObjectSource};
+use crate::inputs::{self, ObjectSource, WorkerObject};
 use crate::kinds::ResolvedKind;
 use crate::outputs::{self, CheckedOutput, ObjectKey, OutputError, Owner};
 use crate::sandbox::{
@@ -52,16 +52,12 @@ pub struct MetricsSource {
     pub default_url: Option<String>,
 }
 
-/// The shared informers of every input kind (their caches and the worker JSON of their objects).
+/// The shared informers of every input kind (their objects as workers see them).
 #[derive(Clone, Default)]
 pub struct InputCaches(pub HashMap<KindRef, Arc<ObjectInformer>>);
 
 impl ObjectSource for InputCaches {
-    fn objects(&self, kind: &KindRef) -> Vec<Arc<DynamicObject>> {
-        self.0.get(kind).map(|i| i.cache.all()).unwrap_or_default()
-    }
-
-    fn objects_in(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<DynamicObject>> {
+    fn worker_objects(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
         let Some(informer) = self.0.get(kind) else {
             return Vec::new();
         };
@@ -71,22 +67,6 @@ impl ObjectSource for InputCaches {
             objects.extend(informer.cache.in_namespace(Some("")));
         }
         objects
-    }
-
-    fn worker_json(&self, kind: &KindRef, object: &DynamicObject) -> Arc<str> {
-        match self.0.get(kind) {
-            Some(informer) => informer.json.get(kind, object),
-            None => Arc::from(inputs::to_worker_json(object, kind)),
-        }
-    }
-}
-
-impl InputCaches {
-    /// Forgets serialized objects that left the caches (bounded memory under churn).
-    pub fn sweep(&self) {
-        for informer in self.0.values() {
-            informer.sweep_json();
-        }
     }
 }
 
@@ -377,7 +357,6 @@ async fn run_phase(
     let now = now_rfc3339();
     let resource = inputs::to_worker_json(&obj, &def.resource);
     let mut phase_inputs = inputs::gather(phase, obj.namespace().as_deref(), &ctx.inputs);
-    ctx.inputs.sweep();
     if !phase.queries.is_empty() {
         let (url, timeout) = match &def.prometheus {
             Some((url, timeout)) => (Some(url.as_str()), *timeout),

@@ -29,11 +29,8 @@ pub async fn run(
     let input_kinds: BTreeSet<KindRef> = ctx.inputs.0.keys().cloned().collect();
     for informer in ctx.inputs.0.values() {
         let mapper = requeue_namespace(owners.clone(), resource.clone());
-        controller = controller.watches_shared_stream_with(
-            informer.subscribe(),
-            mapper,
-            informer.api.clone(),
-        );
+        let changes = informer.subscribe().map(|o| o.meta.clone());
+        controller = controller.watches_shared_stream_with(changes, mapper, informer.api.clone());
     }
     for informer in ctx.outputs.0.values() {
         let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
@@ -70,9 +67,12 @@ pub async fn run(
 fn requeue_namespace(
     owners: Store<DynamicObject>,
     resource: ApiResource,
-) -> impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
-    move |input: Arc<DynamicObject>| {
-        let ns = input.namespace();
+) -> impl Fn(Arc<PartialObjectMeta<DynamicObject>>) -> Vec<ObjectRef<DynamicObject>>
+       + Send
+       + Sync
+       + 'static {
+    move |input: Arc<PartialObjectMeta<DynamicObject>>| {
+        let ns = input.metadata.namespace.clone();
         owners
             .state()
             .iter()

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use wasmpilot::crd::KindRef;
 use wasmpilot::informers::{Informers, EVENT_BUFFER};
+use wasmpilot::inputs::WorkerObject;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn informers_are_shared_and_subscribers_never_miss_a_change() {
@@ -42,12 +43,10 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let in_ns = {
         let ns = ns.to_string();
         // (The namespace also gets a kube-root-ca.crt ConfigMap from the controller manager.)
-        move |o: &Arc<DynamicObject>| {
-            o.metadata.namespace.as_deref() == Some(ns.as_str())
-                && o.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with("cm-"))
+        move |o: &Arc<WorkerObject>| {
+            let m = o.metadata();
+            m.namespace.as_deref() == Some(ns.as_str())
+                && m.name.as_deref().is_some_and(|n| n.starts_with("cm-"))
         }
     };
     let count = EVENT_BUFFER + 20;
@@ -70,16 +69,16 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         }))?;
         api.create(&PostParams::default(), &cm).await?;
     }
-    let seen: Vec<Arc<DynamicObject>> =
+    let seen: Vec<Arc<WorkerObject>> =
         tokio::time::timeout(Duration::from_secs(60), live).await??;
     assert_eq!(seen.len(), count);
     assert_eq!(
-        seen[count - 1].metadata.name.as_deref(),
+        seen[count - 1].metadata().name.as_deref(),
         Some(format!("cm-{}", count - 1).as_str())
     );
 
     // The lagging one gets the whole cache, which holds every object (once, stripped).
-    let caught_up: Vec<Arc<DynamicObject>> = tokio::time::timeout(
+    let caught_up: Vec<Arc<WorkerObject>> = tokio::time::timeout(
         Duration::from_secs(30),
         lagging
             .filter(|o| futures::future::ready(in_ns(o)))
@@ -89,7 +88,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     .await?;
     let mut names: Vec<&str> = caught_up
         .iter()
-        .filter_map(|o| o.metadata.name.as_deref())
+        .filter_map(|o| o.metadata().name.as_deref())
         .collect();
     names.sort_unstable();
     names.dedup();
@@ -101,21 +100,22 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let cached = first.cache.all();
     let sample = cached
         .iter()
-        .find(|o| in_ns(o) && o.metadata.name.as_deref() == Some("cm-0"))
+        .find(|o| in_ns(o) && o.metadata().name.as_deref() == Some("cm-0"))
         .ok_or_else(|| anyhow::anyhow!("cm-0 not cached"))?;
+    // The cache keeps the JSON workers see, serialized once, and a few metadata fields.
+    let json: serde_json::Value = serde_json::from_str(&sample.json)?;
+    assert_eq!(json["kind"], "ConfigMap");
+    assert_eq!(json["data"]["i"], "0");
     assert!(
-        sample.metadata.managed_fields.is_none(),
-        "managedFields stripped in the cache"
+        json["metadata"].get("managedFields").is_none(),
+        "managedFields stripped: {json}"
     );
     assert_eq!(
-        sample
-            .metadata
-            .annotations
-            .as_ref()
-            .map(|a| a.keys().cloned().collect::<Vec<_>>()),
-        Some(vec!["keep".to_string()]),
+        json["metadata"]["annotations"],
+        json!({"keep": "me"}),
         "kubectl's last-applied annotation stripped, other annotations kept"
     );
+    assert!(sample.metadata().annotations.is_none() && sample.metadata().managed_fields.is_none());
     let meta = metadata.cache.all();
     let meta_sample = meta
         .iter()
