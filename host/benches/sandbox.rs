@@ -36,8 +36,8 @@ use wasmpilot::outputs::{self, Owner};
 use wasmpilot::sandbox::bindings::phase::wasmpilot::operator::{log, types};
 use wasmpilot::sandbox::bindings::phase::{Phase, PhasePre};
 use wasmpilot::sandbox::{
-    CallThread, InstanceMemory, LimitOverride, LogField, LogLevel, PhaseModule, Sandbox,
-    SandboxLimits, SyncRequest, SyncResult,
+    InstanceMemory, LimitOverride, LogField, LogLevel, PhaseModule, Sandbox, SandboxLimits,
+    SyncRequest, SyncResult,
 };
 use wasmpilot_guest::testing::SyncTest;
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -127,8 +127,6 @@ struct Env {
     namespaced: HashMap<KindRef, bool>,
     /// The host's sandbox before the instance pool (fresh mmapped memory per call).
     on_demand: Variant,
-    /// The host's sandbox running calls with `block_in_place` instead of `spawn_blocking`.
-    in_place: Variant,
 }
 
 /// A sandbox with other settings than the host's defaults, and the two modules loaded in it.
@@ -221,13 +219,6 @@ impl Env {
                 wasm,
                 SandboxLimits {
                     instance_memory: InstanceMemory::OnDemand,
-                    ..SandboxLimits::default()
-                },
-            ),
-            in_place: Variant::new(
-                wasm,
-                SandboxLimits {
-                    call_thread: CallThread::InPlace,
                     ..SandboxLimits::default()
                 },
             ),
@@ -526,12 +517,8 @@ fn fixed_cost(
                 let v = &env.on_demand;
                 black_box(env.run_with(rt, &v.sandbox, &v.initializing, request.clone()));
             }),
-            Case::batched("×10 in a runtime task: spawn_blocking", 10, || {
+            Case::batched("×10 in a runtime task", 10, || {
                 let v = &env.default_variant();
-                v.run_in_task(rt, &v.initializing, &request, 10);
-            }),
-            Case::batched("×10 in a runtime task: block_in_place", 10, || {
-                let v = &env.in_place;
                 v.run_in_task(rt, &v.initializing, &request, 10);
             }),
             Case::new("  one native log line echo (stderr: /dev/null)", || {
@@ -567,9 +554,8 @@ fn fixed_cost(
             instantiate_pooling: s[7].median,
             spawn_blocking: s[8].median,
             on_demand: s[9].median,
-            in_task_blocking: s[10].median,
-            in_task_in_place: s[11].median,
-            log_line: s[12].median,
+            in_task: s[10].median,
+            log_line: s[11].median,
         });
     }
 }
@@ -656,11 +642,7 @@ fn breakdown(
                     request.clone(),
                 )));
             }),
-            Case::batched("×10 in a runtime task: block_in_place", 10, || {
-                let v = &env.in_place;
-                v.run_in_task(rt, &v.syncing, &request, 10);
-            }),
-            Case::batched("×10 in a runtime task: spawn_blocking", 10, || {
+            Case::batched("×10 in a runtime task", 10, || {
                 let v = &env.default_variant();
                 v.run_in_task(rt, &v.syncing, &request, 10);
             }),
@@ -680,10 +662,9 @@ fn breakdown(
         );
         println!(
             "   Sandbox::run_sync with on-demand memory (before the instance pool) {:.2}×; from \
-             inside a runtime task (per call, without parsing): block_in_place {:.2}×, spawn_blocking {:.2}×",
+             inside a runtime task (per call, without parsing) {:.2}×",
             paired(&s[10], &s[0]),
-            paired(&s[11], &s[0]),
-            paired(&s[12], &s[0])
+            paired(&s[11], &s[0])
         );
         let projected: Vec<f64> = (7..10).map(|i| paired(&s[i], &s[6])).collect();
         println!(
@@ -1206,8 +1187,7 @@ struct FixedCost {
     /// `Sandbox::run_sync` with fresh mmapped memory per call (before the instance pool).
     on_demand: Duration,
     /// Per call, several calls made from inside one runtime task (as a reconcile makes them).
-    in_task_blocking: Duration,
-    in_task_in_place: Duration,
+    in_task: Duration,
     log_line: Duration,
 }
 
@@ -1288,10 +1268,9 @@ impl Summary {
             );
             println!(
                 "  Sandbox::run_sync with on-demand memory (before the instance pool) {}; from inside a \
-                 runtime task: spawn_blocking {}, block_in_place {}",
+                 runtime task {}",
                 fmt(f.on_demand),
-                fmt(f.in_task_blocking),
-                fmt(f.in_task_in_place),
+                fmt(f.in_task),
             );
         }
         for (n, serialize, host, cached) in &self.serialize_share {

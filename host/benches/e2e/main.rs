@@ -73,10 +73,23 @@ pub struct HostVariant {
     pub label: String,
     pub binary: PathBuf,
     pub args: Vec<String>,
+    /// Environment for the host process (`NAME=value` words of the flag set).
+    pub env: Vec<(String, String)>,
+}
+
+impl HostVariant {
+    /// `wasmpilot run` with this variant's flags and environment.
+    pub fn run_command(&self) -> Command {
+        let mut run = Command::new(&self.binary);
+        run.arg("run")
+            .args(&self.args)
+            .envs(self.env.iter().cloned());
+        run
+    }
 }
 
 /// This tree's host once per flag set in `WASMPILOT_BENCH_E2E_HOST_ARGS` (`;`-separated, e.g.
-/// `"--no-instance-pool;"`), plus `WASMPILOT_BENCH_E2E_BASE_HOST` (a binary built from another
+/// `"--no-instance-pool;"`; `NAME=value` words set the environment), plus `WASMPILOT_BENCH_E2E_BASE_HOST` (a binary built from another
 /// commit: before/after figures in one run).
 fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
     let binary = host_binary()?;
@@ -84,14 +97,24 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
         .unwrap_or_default()
         .split(';')
         .map(|s| s.trim().to_string())
-        .map(|args| HostVariant {
-            label: if args.is_empty() {
-                "wasmpilot".into()
-            } else {
-                format!("wasmpilot {args}")
-            },
-            binary: binary.clone(),
-            args: args.split_whitespace().map(str::to_string).collect(),
+        .map(|args| {
+            let (env, flags): (Vec<&str>, Vec<&str>) = args
+                .split_whitespace()
+                .partition(|w| !w.starts_with('-') && w.contains('='));
+            HostVariant {
+                label: if args.is_empty() {
+                    "wasmpilot".into()
+                } else {
+                    format!("wasmpilot {args}")
+                },
+                binary: binary.clone(),
+                args: flags.into_iter().map(str::to_string).collect(),
+                env: env
+                    .into_iter()
+                    .filter_map(|w| w.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }
         })
         .collect();
     if let Some(base) = std::env::var_os("WASMPILOT_BENCH_E2E_BASE_HOST") {
@@ -99,6 +122,7 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
             label: "wasmpilot (base build)".into(),
             binary: base.into(),
             args: Vec::new(),
+            env: Vec::new(),
         });
     }
     Ok(hosts)
@@ -146,9 +170,7 @@ async fn throughput(
         }
         let mut runs = vec![native];
         for host in hosts {
-            let mut run = Command::new(&host.binary);
-            run.arg("run").args(&host.args);
-            runs.push(measure(client, n, host.label.clone(), &mut run).await?);
+            runs.push(measure(client, n, host.label.clone(), &mut host.run_command()).await?);
         }
         for r in &runs {
             println!(

@@ -133,9 +133,8 @@ async fn measure_all(
     for (i, host) in hosts.iter().enumerate() {
         let addr = format!("127.0.0.1:{}", 18490 + i);
         let log = std::env::temp_dir().join(format!("wasmpilot-bench-memory-{i}.log"));
-        let child = Command::new(&host.binary)
-            .arg("run")
-            .args(&host.args)
+        let child = host
+            .run_command()
             .args(["--metrics-addr", &addr])
             .env("WASMPILOT_LOG", "info")
             .stdout(Stdio::null())

@@ -49,19 +49,6 @@ pub struct SandboxLimits {
     pub concurrency: usize,
     /// How worker instances get their memory: see [`InstanceMemory`].
     pub instance_memory: InstanceMemory,
-    /// Which thread runs a worker call: see [`CallThread`].
-    pub call_thread: CallThread,
-}
-
-/// Which thread runs a worker call (Wasm must not run on a thread that polls other tasks).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallThread {
-    /// tokio's blocking pool (`spawn_blocking`): a thread hand-over per call.
-    BlockingPool,
-    /// The runtime worker thread that picks up the call's task, which hands its other tasks to
-    /// another thread first (`block_in_place`). Needs a multi-thread runtime; elsewhere the
-    /// blocking pool is used.
-    InPlace,
 }
 
 /// Where a fresh instance's linear memory and tables come from.
@@ -92,7 +79,6 @@ impl Default for SandboxLimits {
             instance_memory: InstanceMemory::Pooling {
                 keep_resident: DEFAULT_KEEP_RESIDENT,
             },
-            call_thread: CallThread::BlockingPool,
         }
     }
 }
@@ -470,18 +456,9 @@ impl Sandbox {
                 out
             })
         };
-        let joined = match self.limits.call_thread {
-            CallThread::InPlace
-                if tokio::runtime::Handle::current().runtime_flavor()
-                    == tokio::runtime::RuntimeFlavor::MultiThread =>
-            {
-                // A task of its own (the controller polls all its reconciles in one task, which
-                // must not block), run on the worker thread that picks it up; block_in_place
-                // hands that thread's other tasks to another thread meanwhile.
-                tokio::spawn(async move { tokio::task::block_in_place(run) }).await
-            }
-            _ => tokio::task::spawn_blocking(run).await,
-        };
+        // tokio's blocking pool. (Running the call with block_in_place on the runtime worker
+        // that picks up its task measured the same: BENCHMARKS.md, fixed cost.)
+        let joined = tokio::task::spawn_blocking(run).await;
         joined.map_err(|e| RunError::Trap {
             message: format!("worker thread failed: {e}"),
             stderr: String::new(),
