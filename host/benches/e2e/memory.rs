@@ -86,6 +86,13 @@ async fn measure_all(
             )
             .await?;
     }
+    // The hosts with their operators and no Deployments yet: what the objects add.
+    create_operators(client, operators).await?;
+    let mut idle = Vec::new();
+    for (i, host) in hosts.iter().enumerate() {
+        idle.push(measure_host(host, i, &format!("{operators} operators, no Deployments")).await?);
+    }
+
     let created = Instant::now();
     let deployment = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
     stream::iter(0..objects)
@@ -129,58 +136,63 @@ async fn measure_all(
     });
     drop(_child);
 
-    create_operators(client, operators).await?;
+    samples.extend(idle);
     for (i, host) in hosts.iter().enumerate() {
-        let addr = format!("127.0.0.1:{}", 18490 + i);
-        let log = std::env::temp_dir().join(format!("wasmpilot-bench-memory-{i}.log"));
-        let child = host
-            .run_command()
-            .args(["--metrics-addr", &addr])
-            .env("WASMPILOT_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?;
-        let pid = child.id();
-        let mut child = Killed(child);
-        let started = Instant::now();
-        // Ready: every operator's modules loaded and its watches synced. (Builds before
-        // 2026-11-22 could stay at 503 with several operators: then steady RSS only.)
-        let mut ready = None;
-        while started.elapsed() < Duration::from_secs(120) {
-            if http_status(&addr, "/readyz") == Some(200) {
-                ready = Some(started.elapsed());
-                break;
-            }
-            if let Ok(Some(status)) = child.0.try_wait() {
-                bail!(
-                    "{} exited with {status} (log: {})",
-                    host.label,
-                    log.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        let steady = steady_rss(pid).await;
-        let ready = match ready {
-            Some(r) => r,
-            None => {
-                eprintln!(
-                    "{}: /readyz never answered 200 (log: {}); measured at steady RSS",
-                    host.label,
-                    log.display()
-                );
-                started.elapsed() - steady.map_or(Duration::ZERO, |_| Duration::from_secs(3))
-            }
-        };
-        let (peak, _) = proc_stats(pid);
-        samples.push(Sample {
-            label: format!("{} ({operators} operators)", host.label),
-            rss_mib: rss_mib(pid),
-            peak_mib: peak,
-            ready_seconds: ready.as_secs_f64(),
-        });
+        samples.push(measure_host(host, i, &format!("{operators} operators")).await?);
     }
     Ok(samples)
+}
+
+/// Starts a host, waits for `/readyz` 200 (every operator's modules loaded, watches synced) and
+/// steady RSS; the host is stopped when this returns.
+async fn measure_host(host: &HostVariant, i: usize, what: &str) -> anyhow::Result<Sample> {
+    let addr = format!("127.0.0.1:{}", 18490 + i);
+    let log = std::env::temp_dir().join(format!("wasmpilot-bench-memory-{i}.log"));
+    let child = host
+        .run_command()
+        .args(["--metrics-addr", &addr])
+        .env("WASMPILOT_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let pid = child.id();
+    let mut child = Killed(child);
+    let started = Instant::now();
+    // (Builds before 2026-11-22 could stay at 503 with several operators: then steady RSS only.)
+    let mut ready = None;
+    while started.elapsed() < Duration::from_secs(120) {
+        if http_status(&addr, "/readyz") == Some(200) {
+            ready = Some(started.elapsed());
+            break;
+        }
+        if let Ok(Some(status)) = child.0.try_wait() {
+            bail!(
+                "{} exited with {status} (log: {})",
+                host.label,
+                log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let steady = steady_rss(pid).await;
+    let ready = match ready {
+        Some(r) => r,
+        None => {
+            eprintln!(
+                "{}: /readyz never answered 200 (log: {}); measured at steady RSS",
+                host.label,
+                log.display()
+            );
+            started.elapsed() - steady.map_or(Duration::ZERO, |_| Duration::from_secs(3))
+        }
+    };
+    let (peak, _) = proc_stats(pid);
+    Ok(Sample {
+        label: format!("{} ({what})", host.label),
+        rss_mib: rss_mib(pid),
+        peak_mib: peak,
+        ready_seconds: ready.as_secs_f64(),
+    })
 }
 
 /// A fixture Deployment as a client would create it: no server-set fields.
