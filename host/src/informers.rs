@@ -24,6 +24,10 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use tokio::sync::broadcast::{self, error::RecvError};
 
+/// Objects per list page: a page is parsed whole before its objects are reduced to what the
+/// cache keeps, so the page size bounds the transient memory of a (re)list (kube's default: 500).
+const LIST_PAGE_SIZE: u32 = 100;
+
 /// Changes a subscriber may fall behind before it is handed the whole cache instead.
 pub const EVENT_BUFFER: usize = 256;
 
@@ -81,7 +85,7 @@ impl<T: Cached> Informer<T> {
         let (sender, writer, label) = (changes.clone(), cache.clone(), kind.kind.to_string());
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default())
+            let mut events = watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE))
                 .backoff(crate::schedule::watch_backoff())
                 .boxed();
             // A (re)list is collected apart and replaces the cache when complete, as
