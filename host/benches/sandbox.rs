@@ -190,20 +190,11 @@ impl Env {
         let operator: WasmOperator = serde_json::from_value(doc).expect("a WasmOperator");
         let definition = OperatorDefinition::validate("autoroute", &operator.spec)
             .expect("the AutoRoute operator validates");
-        let sandbox = Sandbox::new(SandboxLimits::default()).expect("sandbox");
-        let limits = sandbox.call_limits(&LimitOverride {
-            max_outputs: Some(10_000),
-            ..Default::default()
-        });
-        let load = |file: &str| {
-            let component = sandbox.compile(&wasm.read(file)).expect("compiles");
-            sandbox
-                .phase_module(&format!("sha256:{file}"), &component)
-                .expect("a phase worker")
-                .with_limits(limits)
-        };
-        let syncing = load(SYNCING);
-        let initializing = load(INITIALIZING);
+        let Variant {
+            sandbox,
+            syncing,
+            initializing,
+        } = Variant::new(wasm, SandboxLimits::default());
         let namespaced = definition
             .output_kinds()
             .into_iter()

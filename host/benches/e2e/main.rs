@@ -139,14 +139,7 @@ async fn throughput(
         "{:>6}  {:<30} {:>9} {:>12} {:>14} {:>10} {:>8}",
         "routes", "controller", "seconds", "ratio", "API req/route", "peak RSS", "CPU s"
     );
-    let operators: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "wasmpilot.io",
-            "v1alpha1",
-            "WasmOperator",
-        )),
-    );
+    let operators = cluster_api(client, WASM_OPERATOR);
     for &n in sizes {
         // Native first, with the autoroute WasmOperator removed: no wasmpilot host anywhere
         // (another test's, say) may touch AutoRoutes meanwhile.
@@ -297,41 +290,15 @@ async fn measure(
     let namespaces: Vec<String> = (0..n.div_ceil(PER_NAMESPACE))
         .map(|i| format!("bench-{slug}-{stamp}-{i}"))
         .collect();
-    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    for ns in &namespaces {
-        ns_api
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-            )
-            .await?;
-    }
+    create_namespaces(client, &namespaces).await?;
     let routes: Vec<(String, String)> = (0..n)
         .map(|i| (namespaces[i / PER_NAMESPACE].clone(), format!("r{i}")))
         .collect();
     // Inputs exist before the controller starts: their creation is not measured.
-    stream::iter(routes.iter().flat_map(|(ns, r)| {
-        (0..2).map(move |j| (ns.clone(), format!("{r}-d{j}"), r.clone(), 8000 + j))
-    }))
-    .map(|(ns, name, group, port)| {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &ns,
-            &ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")),
-        );
-        async move {
-            api.create(
-                &PostParams::default(),
-                &serde_json::from_value(deployment(&name, &group, port))?,
-            )
-            .await
-            .map(|_| ())
-            .map_err(anyhow::Error::from)
-        }
-    })
-    .buffer_unordered(16)
-    .try_collect::<Vec<_>>()
-    .await?;
+    let deployments = routes.iter().flat_map(|(ns, r)| {
+        (0..2).map(move |j| (ns.clone(), deployment(&format!("{r}-d{j}"), r, 8000 + j)))
+    });
+    create_all(client, ("apps", "v1", "Deployment"), deployments, 16).await?;
 
     settle_deployments(client, &namespaces).await?;
 
@@ -346,17 +313,13 @@ async fn measure(
 
     let before = api_requests(client).await?;
     let start = Instant::now();
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("examples.io", "v1", "AutoRoute"));
-    stream::iter(routes.iter())
-        .map(|(ns, r)| {
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-            let obj = json!({"apiVersion": "examples.io/v1", "kind": "AutoRoute", "metadata": {"name": r},
-                             "spec": {"deploymentSelector": {"matchLabels": {"route": r}}}});
-            async move { api.create(&PostParams::default(), &serde_json::from_value(obj)?).await.map(|_| ()).map_err(anyhow::Error::from) }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await?;
+    let autoroutes = routes.iter().map(|(ns, r)| {
+        let obj = json!({"apiVersion": "examples.io/v1", "kind": "AutoRoute", "metadata": {"name": r},
+                         "spec": {"deploymentSelector": {"matchLabels": {"route": r}}}});
+        (ns.clone(), obj)
+    });
+    create_all(client, AUTOROUTE, autoroutes, 16).await?;
+    let ar = gvk_resource(AUTOROUTE);
     loop {
         let mut ready = 0;
         for ns in &namespaces {
@@ -425,7 +388,7 @@ pub(crate) async fn settle_deployments(
     client: &Client,
     namespaces: &[String],
 ) -> anyhow::Result<()> {
-    let deployments = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+    let deployments = gvk_resource(("apps", "v1", "Deployment"));
     let settle = Instant::now();
     loop {
         let mut pending = 0;
@@ -467,6 +430,60 @@ pub(crate) async fn delete_namespaces(
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+/// Group, version, kind.
+pub(crate) type Gvk = (&'static str, &'static str, &'static str);
+pub(crate) const AUTOROUTE: Gvk = ("examples.io", "v1", "AutoRoute");
+pub(crate) const WASM_OPERATOR: Gvk = ("wasmpilot.io", "v1alpha1", "WasmOperator");
+
+pub(crate) fn gvk_resource((group, version, kind): Gvk) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+/// A cluster-wide Api of a kind.
+pub(crate) fn cluster_api(client: &Client, kind: Gvk) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &gvk_resource(kind))
+}
+
+/// Creates objects of a kind, each in its namespace, with `parallel` requests in flight.
+pub(crate) async fn create_all(
+    client: &Client,
+    kind: Gvk,
+    objects: impl Iterator<Item = (String, serde_json::Value)>,
+    parallel: usize,
+) -> anyhow::Result<()> {
+    let resource = gvk_resource(kind);
+    stream::iter(objects)
+        .map(|(ns, body)| {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+            async move {
+                api.create(&PostParams::default(), &serde_json::from_value(body)?)
+                    .await
+                    .map(|_| ())
+                    .map_err(anyhow::Error::from)
+            }
+        })
+        .buffer_unordered(parallel)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn create_namespaces(
+    client: &Client,
+    namespaces: &[String],
+) -> anyhow::Result<()> {
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for ns in namespaces {
+        ns_api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
     }
     Ok(())
 }

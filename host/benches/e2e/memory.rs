@@ -11,13 +11,13 @@
 #[allow(dead_code)]
 mod fixtures;
 
-use crate::{delete_namespaces, proc_stats, settle_deployments, HostVariant, Killed};
+use crate::{
+    cluster_api, create_all, create_namespaces, delete_namespaces, proc_stats, settle_deployments,
+    Gvk, HostVariant, Killed, WASM_OPERATOR,
+};
 use anyhow::{bail, Context};
-use futures::{stream, StreamExt, TryStreamExt};
-use kube::api::{DeleteParams, DynamicObject, PostParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::ApiResource;
-use kube::{Api, Client};
+use kube::api::{DeleteParams, PostParams};
+use kube::Client;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 const PER_NAMESPACE: usize = 500;
 const GROUP: &str = "bench.wasmpilot.io";
+const CRD: Gvk = ("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
 
 struct Sample {
     label: String,
@@ -77,15 +78,7 @@ async fn measure_all(
     operators: usize,
     namespaces: &[String],
 ) -> anyhow::Result<Vec<Sample>> {
-    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    for ns in namespaces {
-        ns_api
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-            )
-            .await?;
-    }
+    create_namespaces(client, namespaces).await?;
     // The hosts with their operators and no Deployments yet: what the objects add.
     create_operators(client, operators).await?;
     let mut idle = Vec::new();
@@ -94,22 +87,11 @@ async fn measure_all(
     }
 
     let created = Instant::now();
-    let deployment = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
-    stream::iter(0..objects)
-        .map(|i| {
-            let ns = &namespaces[i / PER_NAMESPACE];
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &deployment);
-            let body = as_applied(fixtures::deployment(i), ns);
-            async move {
-                api.create(&PostParams::default(), &serde_json::from_value(body)?)
-                    .await
-                    .map(|_| ())
-                    .map_err(anyhow::Error::from)
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<_>>()
-        .await?;
+    let deployments = (0..objects).map(|i| {
+        let ns = &namespaces[i / PER_NAMESPACE];
+        (ns.clone(), as_applied(fixtures::deployment(i), ns))
+    });
+    create_all(client, ("apps", "v1", "Deployment"), deployments, 32).await?;
     settle_deployments(client, namespaces).await?;
     println!(
         "({objects} Deployments created and settled in {:.0} s)",
@@ -265,22 +247,8 @@ fn http_status(addr: &str, path: &str) -> Option<u16> {
 /// `operators` copies of the AutoRoute CRD (kinds MemRoute0…) and of the deployed `autoroute`
 /// WasmOperator, each on its own kind, sharing its modules.
 async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<()> {
-    let crds: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "apiextensions.k8s.io",
-            "v1",
-            "CustomResourceDefinition",
-        )),
-    );
-    let wasm_ops: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "wasmpilot.io",
-            "v1alpha1",
-            "WasmOperator",
-        )),
-    );
+    let crds = cluster_api(client, CRD);
+    let wasm_ops = cluster_api(client, WASM_OPERATOR);
     let crd = crds
         .get("autoroutes.examples.io")
         .await
@@ -347,22 +315,8 @@ async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<(
 }
 
 async fn cleanup(client: &Client, operators: usize) {
-    let crds: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "apiextensions.k8s.io",
-            "v1",
-            "CustomResourceDefinition",
-        )),
-    );
-    let wasm_ops: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "wasmpilot.io",
-            "v1alpha1",
-            "WasmOperator",
-        )),
-    );
+    let crds = cluster_api(client, CRD);
+    let wasm_ops = cluster_api(client, WASM_OPERATOR);
     for i in 0..operators {
         let _ = wasm_ops
             .delete(&format!("membench-{i}"), &DeleteParams::default())
