@@ -20,6 +20,7 @@ mod fixtures;
 
 use autoroute_initializing::Initializing;
 use autoroute_syncing::Syncing;
+use futures::executor::block_on;
 use kube::api::DynamicObject;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -37,13 +38,13 @@ use wasmpilot::sandbox::bindings::phase::wasmpilot::operator::{log, types};
 use wasmpilot::sandbox::bindings::phase::{Phase, PhasePre};
 use wasmpilot::sandbox::{
     InstanceMemory, LimitOverride, LogField, LogLevel, PhaseModule, Sandbox, SandboxLimits,
-    SyncRequest, SyncResult,
+    SyncRequest, SyncResult, DEFAULT_KEEP_RESIDENT,
 };
 use wasmpilot_guest::testing::SyncTest;
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
-    StoreLimitsBuilder,
+    Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store,
+    StoreLimits, StoreLimitsBuilder,
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -479,8 +480,9 @@ fn fixed_cost(
             Case::new("native (baseline)", || {
                 black_box(native.run(&Initializing).expect("native"));
             }),
-            Case::new("Sandbox::run_sync (the host's call)", || {
-                black_box(env.run(rt, &env.initializing, request.clone()));
+            Case::batched("Sandbox::run_sync in a runtime task (host)", 10, || {
+                let v = &env.default_variant();
+                v.run_in_task(rt, &v.initializing, &request, 10);
             }),
             Case::new("raw: fresh instance, on-demand allocator", || {
                 black_box(raw.on_demand.call(&request));
@@ -494,23 +496,25 @@ fn fixed_cost(
             Case::new("raw: warm instance (no fresh memory)", || {
                 black_box(warm.call(&request));
             }),
+            Case::new("raw: keep resident + pagemap scan (host's)", || {
+                black_box(raw.pagemap.call(&request));
+            }),
             Case::new("  instantiate + drop only, on-demand", || {
                 raw.on_demand.instantiate_only();
             }),
             Case::new("  instantiate + drop only, pooling", || {
                 raw.pooling.instantiate_only();
             }),
-            Case::new("  tokio spawn_blocking round trip", || {
+            Case::new("  spawn_blocking round trip (hand-off before)", || {
                 rt.block_on(async { tokio::task::spawn_blocking(|| black_box(1)).await })
                     .expect("spawn_blocking");
             }),
-            Case::new("Sandbox::run_sync, on-demand memory (before)", || {
+            Case::batched("Sandbox::run_sync in a task, on-demand memory", 10, || {
                 let v = &env.on_demand;
-                black_box(env.run_with(rt, &v.sandbox, &v.initializing, request.clone()));
-            }),
-            Case::batched("×10 in a runtime task", 10, || {
-                let v = &env.default_variant();
                 v.run_in_task(rt, &v.initializing, &request, 10);
+            }),
+            Case::new("Sandbox::run_sync via block_on from outside", || {
+                black_box(env.run(rt, &env.initializing, request.clone()));
             }),
             Case::new("  one native log line echo (stderr: /dev/null)", || {
                 eprintln!(
@@ -532,6 +536,7 @@ fn fixed_cost(
                 ("raw, pooling", 3),
                 ("raw, keep resident", 4),
                 ("raw, warm instance", 5),
+                ("raw, pagemap scan", 6),
             ],
         );
         sum.fixed = Some(FixedCost {
@@ -541,21 +546,23 @@ fn fixed_cost(
             raw_pooling: s[3].median,
             raw_resident: s[4].median,
             warm: s[5].median,
-            instantiate: s[6].median,
-            instantiate_pooling: s[7].median,
-            spawn_blocking: s[8].median,
-            on_demand: s[9].median,
-            in_task: s[10].median,
-            log_line: s[11].median,
+            raw_pagemap: s[6].median,
+            instantiate: s[7].median,
+            instantiate_pooling: s[8].median,
+            spawn_blocking: s[9].median,
+            on_demand: s[10].median,
+            outside: s[11].median,
+            log_line: s[12].median,
         });
     }
 }
 
 const RAW_NOTE: &str =
     "raw = wasmtime driven directly with the sandbox's engine settings, linker and \
-    WASI context, on the calling thread (no semaphore, spawn_blocking or stdio forwarding); \
-    keep resident = pooling with linear_memory_keep_resident(16 MiB). Sandbox::run_sync uses the \
-    host's defaults: instance pool keeping 8 MiB resident, spawn_blocking";
+    WASI context, on the calling thread (no semaphore or stdio forwarding); keep resident = \
+    pooling with linear_memory_keep_resident(8 MiB), resetting the low 8 MiB with memset unless \
+    pagemap scan finds the dirty pages. Sandbox::run_sync uses the host's defaults: instance pool \
+    keeping 8 MiB resident, pagemap scan, the call on a fiber of the calling task";
 
 /// Evidence: where the time of a data-heavy call goes — fresh memory per call (on-demand vs
 /// pooling allocator vs a warm instance) against the native baseline.
@@ -854,8 +861,10 @@ enum Alloc {
     OnDemand,
     /// The pooling instance allocator (slots reused; memory reset with madvise).
     Pooling,
-    /// Pooling, resetting up to 16 MiB of each memory with memset instead (fewer page faults).
+    /// Pooling, resetting up to 8 MiB of each memory with memset instead (fewer page faults).
     PoolingResident,
+    /// Keep resident, resetting only the pages a call dirtied (PAGEMAP_SCAN): the host's default.
+    PoolingPagemap,
 }
 
 /// An engine configured like `Sandbox::new` (epoch interruption, component model), with the
@@ -864,16 +873,19 @@ fn sandbox_engine(alloc: Alloc) -> Engine {
     let mut config = Config::new();
     config.epoch_interruption(true);
     config.wasm_component_model(true);
-    if let Alloc::Pooling | Alloc::PoolingResident = alloc {
+    if let Alloc::Pooling | Alloc::PoolingResident | Alloc::PoolingPagemap = alloc {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(16)
             .total_core_instances(128)
             .total_memories(64)
             .total_tables(128)
             .max_memory_size(512 << 20);
-        if let Alloc::PoolingResident = alloc {
-            pool.linear_memory_keep_resident(16 << 20)
-                .table_keep_resident(1 << 20);
+        if let Alloc::PoolingResident | Alloc::PoolingPagemap = alloc {
+            pool.linear_memory_keep_resident(DEFAULT_KEEP_RESIDENT)
+                .table_keep_resident(64 << 10);
+        }
+        if let Alloc::PoolingPagemap = alloc {
+            pool.pagemap_scan(Enabled::Auto);
         }
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
@@ -908,6 +920,7 @@ struct RawWorkers {
     on_demand: RawWorker,
     pooling: RawWorker,
     resident: RawWorker,
+    pagemap: RawWorker,
 }
 
 impl RawWorkers {
@@ -916,8 +929,14 @@ impl RawWorkers {
             on_demand: RawWorker::new(bytes, Alloc::OnDemand),
             pooling: RawWorker::new(bytes, Alloc::Pooling),
             resident: RawWorker::new(bytes, Alloc::PoolingResident),
+            pagemap: RawWorker::new(bytes, Alloc::PoolingPagemap),
         };
-        for w in [&workers.on_demand, &workers.pooling, &workers.resident] {
+        for w in [
+            &workers.on_demand,
+            &workers.pooling,
+            &workers.resident,
+            &workers.pagemap,
+        ] {
             assert_eq!(w.call(request).next_phase, next);
         }
         let mut warm = workers.on_demand.warm();
@@ -937,7 +956,7 @@ impl RawWorker {
     fn new(bytes: &[u8], alloc: Alloc) -> Self {
         let engine = sandbox_engine(alloc);
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).expect("WASI");
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("WASI");
         log::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s: &mut RawState| s)
             .expect("log import");
         let component = Component::new(&engine, bytes).expect("compiles");
@@ -970,14 +989,14 @@ impl RawWorker {
 
     fn instantiate_only(&self) {
         let mut store = self.store();
-        black_box(self.pre.instantiate(&mut store).expect("instantiates"));
+        black_box(block_on(self.pre.instantiate_async(&mut store)).expect("instantiates"));
     }
 
     /// A store and instance to call repeatedly (not what the host does: state would leak
     /// between calls; here it isolates the cost of fresh memory).
     fn warm(&self) -> WarmInstance {
         let mut store = self.store();
-        let instance = self.pre.instantiate(&mut store).expect("instantiates");
+        let instance = block_on(self.pre.instantiate_async(&mut store)).expect("instantiates");
         WarmInstance { store, instance }
     }
 }
@@ -989,11 +1008,13 @@ struct WarmInstance {
 
 impl WarmInstance {
     fn call(&mut self, request: &SyncRequest) -> SyncResult {
-        self.instance
-            .wasmpilot_operator_phase_worker()
-            .call_sync(&mut self.store, request)
-            .expect("no trap")
-            .unwrap_or_else(|e| panic!("worker error: {e:?}"))
+        block_on(
+            self.instance
+                .wasmpilot_operator_phase_worker()
+                .call_sync(&mut self.store, request),
+        )
+        .expect("no trap")
+        .unwrap_or_else(|e| panic!("worker error: {e:?}"))
     }
 }
 
@@ -1171,14 +1192,15 @@ struct FixedCost {
     raw: Duration,
     raw_pooling: Duration,
     raw_resident: Duration,
+    raw_pagemap: Duration,
     warm: Duration,
     instantiate: Duration,
     instantiate_pooling: Duration,
     spawn_blocking: Duration,
     /// `Sandbox::run_sync` with fresh mmapped memory per call (before the instance pool).
     on_demand: Duration,
-    /// Per call, several calls made from inside one runtime task (as a reconcile makes them).
-    in_task: Duration,
+    /// Called with `block_on` from outside the runtime: adds a wake-up of the calling thread.
+    outside: Duration,
     log_line: Duration,
 }
 
@@ -1246,11 +1268,13 @@ impl Summary {
                 fmt(f.native),
             );
             println!(
-                "  raw fresh instance: on-demand {}, pooling {}, keep resident {}; warm instance {}; \
-                 instantiate + drop: on-demand {}, pooling {}; spawn_blocking round trip {}; a native log line echo {}",
+                "  raw fresh instance: on-demand {}, pooling {}, keep resident {}, + pagemap scan {}; \
+                 warm instance {}; instantiate + drop: on-demand {}, pooling {}; spawn_blocking round \
+                 trip (the host's hand-off before fibers) {}; a native log line echo {}",
                 fmt(f.raw),
                 fmt(f.raw_pooling),
                 fmt(f.raw_resident),
+                fmt(f.raw_pagemap),
                 fmt(f.warm),
                 fmt(f.instantiate),
                 fmt(f.instantiate_pooling),
@@ -1258,10 +1282,10 @@ impl Summary {
                 fmt(f.log_line),
             );
             println!(
-                "  Sandbox::run_sync with on-demand memory (before the instance pool) {}; from inside a \
-                 runtime task {}",
+                "  Sandbox::run_sync in a runtime task with on-demand memory (no instance pool) {}; \
+                 called with block_on from outside the runtime {}",
                 fmt(f.on_demand),
-                fmt(f.in_task),
+                fmt(f.outside),
             );
         }
         for (n, serialize, host, cached) in &self.serialize_share {

@@ -150,6 +150,38 @@ async fn a_looping_worker_does_not_block_others() {
     ));
 }
 
+/// Calls run on the async runtime's threads (on fibers), so a looping guest must hand its thread
+/// back at every epoch tick: on a one-thread runtime, a timer task keeps firing while it loops.
+#[tokio::test(flavor = "current_thread")]
+async fn a_looping_worker_yields_the_runtime_thread() {
+    let sb = Sandbox::new(SandboxLimits {
+        deadline: Duration::from_millis(600),
+        ..Default::default()
+    })
+    .unwrap();
+    let m = scripted(&sb);
+    let looping =
+        tokio::spawn(async move { sb.run_sync(&m, request(json!({"mode": "loop"}))).await });
+    let mut ticks_while_looping = 0;
+    while !looping.is_finished() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if !looping.is_finished() {
+            ticks_while_looping += 1;
+        }
+    }
+    assert!(matches!(
+        looping.await.unwrap(),
+        Err(RunError::DeadlineExceeded(_))
+    ));
+    // A thread held for the whole 600 ms deadline would give 0 (and a plain wasmtime yield, 1:
+    // tokio then polls its timers only every 61 task polls); slices of one 10 ms tick give
+    // about 60 (each 5 ms sleep waits for the guest's slice to end).
+    assert!(
+        ticks_while_looping >= 10,
+        "the timer ran only {ticks_while_looping} times while the guest looped"
+    );
+}
+
 #[tokio::test]
 async fn oversized_requests_and_outputs_are_refused() {
     let sb = Sandbox::new(SandboxLimits {

@@ -1,6 +1,6 @@
 //! Runs phase and finalizer components: compiled once per digest, instantiated fresh per call.
 //! Every call is bounded: a wall-clock deadline (epoch interruption), a memory cap, log and output
-//! budgets, and a semaphore so Wasm runs on blocking threads without stalling the async runtime.
+//! budgets, and a semaphore; calls run on fibers that yield to the async runtime at every epoch tick.
 
 pub mod bindings;
 mod state;
@@ -14,12 +14,17 @@ pub use bindings::{
 pub use bindings::{LogField, LogLevel};
 use state::HostState;
 pub use state::RunLimits;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::Semaphore;
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime::{
+    Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
+    UpdateDeadline,
+};
 
 /// No phase may return more outputs than this, whatever it asks for.
 const MAX_OUTPUTS_CEILING: usize = 10_000;
@@ -30,7 +35,8 @@ pub const DEFAULT_KEEP_RESIDENT: usize = 8 << 20;
 /// Memories a component may define; Rust components have one, more are refused at load.
 const MEMORIES_PER_COMPONENT: u32 = 2;
 
-/// How often the epoch ticks; deadlines are rounded up to this.
+/// How often the epoch ticks: a running call checks its deadline and yields its thread to the
+/// async runtime at every tick, so no call holds a runtime thread for longer.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Limits for every worker call, set on the host (`wasmpilot run` flags): defaults, and the
@@ -229,7 +235,7 @@ impl Sandbox {
         }
         let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow::Error::from)?;
         bindings::phase::wasmpilot::operator::log::add_to_linker::<
             _,
             wasmtime::component::HasSelf<_>,
@@ -324,7 +330,7 @@ impl Sandbox {
         })
     }
 
-    /// Runs `sync` in a fresh instance, on a blocking thread, within the limits.
+    /// Runs `sync` in a fresh instance, on a task of its own, within the limits.
     pub async fn run_sync(
         &self,
         module: &PhaseModule,
@@ -339,24 +345,33 @@ impl Sandbox {
                 .sum::<usize>();
         let limits = module.limits;
         Self::check_request_size(size, &limits)?;
+        let permit = self.permit().await?;
+        let mut call = self.call(limits);
         let pre = module.pre.clone();
-        let result = self
-            .run_blocking(limits, move |store| {
+        let result = spawn_call(async move {
+            let _permit = permit;
+            let result = async {
                 let instance = pre
-                    .instantiate(&mut *store)
-                    .map_err(|e| instantiate_error(store, e))?;
+                    .instantiate_async(&mut call.store)
+                    .await
+                    .map_err(|e| instantiate_error(&call.store, e))?;
                 instance
                     .wasmpilot_operator_phase_worker()
-                    .call_sync(&mut *store, &request)
-                    .map_err(|e| classify(store, e))
-            })
-            .await?;
-        let result = result.map_err(worker_error)?;
+                    .call_sync(&mut call.store, &request)
+                    .await
+                    .map_err(|e| classify(&call.store, e))
+            }
+            .await;
+            call.finish();
+            result
+        })
+        .await;
+        let result = result?.map_err(worker_error)?;
         self.check_outputs(&result.outputs, &limits)?;
         Ok(result)
     }
 
-    /// Runs `finalize` in a fresh instance, on a blocking thread, within the limits.
+    /// Runs `finalize` in a fresh instance, on a task of its own, within the limits.
     pub async fn run_finalize(
         &self,
         module: &FinalizerModule,
@@ -364,19 +379,67 @@ impl Sandbox {
     ) -> Result<FinalizeResult, RunError> {
         let limits = module.limits;
         Self::check_request_size(request.resource.len(), &limits)?;
+        let permit = self.permit().await?;
+        let mut call = self.call(limits);
         let pre = module.pre.clone();
-        let result = self
-            .run_blocking(limits, move |store| {
+        let result = spawn_call(async move {
+            let _permit = permit;
+            let result = async {
                 let instance = pre
-                    .instantiate(&mut *store)
-                    .map_err(|e| instantiate_error(store, e))?;
+                    .instantiate_async(&mut call.store)
+                    .await
+                    .map_err(|e| instantiate_error(&call.store, e))?;
                 instance
                     .wasmpilot_operator_finalizer_worker()
-                    .call_finalize(&mut *store, &request)
-                    .map_err(|e| classify(store, e))
-            })
-            .await?;
-        result.map_err(worker_error)
+                    .call_finalize(&mut call.store, &request)
+                    .await
+                    .map_err(|e| classify(&call.store, e))
+            }
+            .await;
+            call.finish();
+            result
+        })
+        .await;
+        result?.map_err(worker_error)
+    }
+
+    /// One of the `concurrency` slots for a running call; the rest wait here.
+    async fn permit(&self) -> Result<OwnedSemaphorePermit, RunError> {
+        let waiting = &crate::metrics::METRICS.worker_calls_waiting;
+        waiting.inc();
+        let permit = self.permits.clone().acquire_owned().await;
+        waiting.dec();
+        permit.map_err(|_| RunError::ShuttingDown)
+    }
+
+    /// A fresh store for one call: its own WASI context, memory limiter, log and output budgets,
+    /// and a deadline checked at every epoch tick, where the call also yields to the runtime.
+    fn call(&self, limits: CallLimits) -> WorkerCall {
+        let run_limits = RunLimits {
+            deadline: limits.deadline,
+            memory_bytes: limits.memory_bytes,
+            log_lines: self.limits.log_lines,
+            log_bytes: self.limits.log_bytes,
+            stdio_bytes: self.limits.stdio_bytes,
+        };
+        let mut store = Store::new(&self.engine, HostState::new(&run_limits));
+        store.limiter(|s| &mut s.limiter);
+        let started = Instant::now();
+        let deadline = limits.deadline;
+        store.epoch_deadline_callback(move |_| {
+            if started.elapsed() >= deadline {
+                Err(Trap::Interrupt.into())
+            } else {
+                // tokio's yield lets the runtime poll its I/O and timers before the call goes
+                // on; a plain yield would wait behind up to 61 other polls.
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
+            }
+        });
+        store.set_epoch_deadline(1);
+        WorkerCall { store, started }
     }
 
     fn check_request_size(size: usize, limits: &CallLimits) -> Result<(), RunError> {
@@ -407,62 +470,42 @@ impl Sandbox {
         }
         Ok(())
     }
+}
 
-    async fn run_blocking<R: Send + 'static>(
-        &self,
-        call_limits: CallLimits,
-        call: impl FnOnce(&mut Store<HostState>) -> Result<R, RunError> + Send + 'static,
-    ) -> Result<R, RunError> {
-        let waiting = &crate::metrics::METRICS.worker_calls_waiting;
-        waiting.inc();
-        let permit = self.permits.clone().acquire_owned().await;
-        waiting.dec();
-        let _permit = permit.map_err(|_| RunError::ShuttingDown)?;
-        let engine = self.engine.clone();
-        let limits = self.limits.clone();
-        let span = tracing::Span::current();
-        let run = move || {
-            span.in_scope(|| {
-                let run_limits = RunLimits {
-                    deadline: call_limits.deadline,
-                    memory_bytes: call_limits.memory_bytes,
-                    log_lines: limits.log_lines,
-                    log_bytes: limits.log_bytes,
-                    stdio_bytes: limits.stdio_bytes,
-                };
-                let mut store = Store::new(&engine, HostState::new(&run_limits));
-                store.limiter(|s| &mut s.limiter);
-                let ticks = call_limits
-                    .deadline
-                    .as_millis()
-                    .div_ceil(EPOCH_TICK.as_millis())
-                    .max(1);
-                store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
-                store.epoch_deadline_trap();
-                let started = std::time::Instant::now();
-                let out = call(&mut store);
-                forward_stdio(&store);
-                let dropped = store.data().dropped_log_lines();
-                if dropped > 0 {
-                    tracing::warn!(
-                        dropped,
-                        "worker log lines dropped: over the per-call budget"
-                    );
-                }
-                tracing::debug!(
-                    elapsed_us = started.elapsed().as_micros() as u64,
-                    "worker call finished"
-                );
-                out
-            })
-        };
-        // tokio's blocking pool. (Running the call with block_in_place on the runtime worker
-        // that picks up its task measured the same: BENCHMARKS.md, fixed cost.)
-        let joined = tokio::task::spawn_blocking(run).await;
-        joined.map_err(|e| RunError::Trap {
-            message: format!("worker thread failed: {e}"),
+/// Runs a worker call as a task of its own, in the caller's span: controllers poll their
+/// reconciles from one task, so a task per call is what lets calls use every core.
+async fn spawn_call<R: Send + 'static>(
+    call: impl Future<Output = Result<R, RunError>> + Send + 'static,
+) -> Result<R, RunError> {
+    tokio::spawn(call.instrument(tracing::Span::current()))
+        .await
+        .map_err(|e| RunError::Trap {
+            message: format!("worker task failed: {e}"),
             stderr: String::new(),
         })?
+}
+
+/// The store of one worker call, from its creation to what the guest printed.
+struct WorkerCall {
+    store: Store<HostState>,
+    started: Instant,
+}
+
+impl WorkerCall {
+    /// Forwards the guest's output and dropped log lines to the host log.
+    fn finish(&self) {
+        forward_stdio(&self.store);
+        let dropped = self.store.data().dropped_log_lines();
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "worker log lines dropped: over the per-call budget"
+            );
+        }
+        tracing::debug!(
+            elapsed_us = self.started.elapsed().as_micros() as u64,
+            "worker call finished"
+        );
     }
 }
 
@@ -476,9 +519,12 @@ fn instance_pool(limits: &SandboxLimits, keep_resident: usize) -> PoolingAllocat
         .total_memories(slots.saturating_mul(MEMORIES_PER_COMPONENT))
         .max_memories_per_component(MEMORIES_PER_COMPONENT)
         .total_tables(slots.saturating_mul(16))
+        .total_stacks(slots)
         .max_memory_size(limits.max_memory_bytes.max(limits.memory_bytes))
         .linear_memory_keep_resident(keep_resident)
-        .table_keep_resident(64 << 10);
+        .table_keep_resident(64 << 10)
+        // Reset only the pages a call dirtied (Linux 6.7+), not all of `keep_resident`.
+        .pagemap_scan(Enabled::Auto);
     pool
 }
 
