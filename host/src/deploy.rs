@@ -3,7 +3,7 @@
 
 use crate::crd::{ConfigMapModule, ModuleRef, WasmOperator};
 use crate::modules::{digest_of, DEFAULT_MODULE_NAMESPACE};
-use crate::offline::read_documents;
+use crate::offline::{read_documents, read_operator};
 use anyhow::{anyhow, bail, Context};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -57,17 +57,23 @@ pub fn component_crates(dir: &Path) -> anyhow::Result<ComponentCrates> {
         .context("running cargo metadata (is cargo installed?)")?;
     if !meta.status.success() {
         bail!(
-            "cargo metadata failed in {}: {}",
+            "cargo metadata failed in {}: {}\nfix the Cargo.toml it names (check with `cargo metadata --no-deps` there), or pass the operator directory that holds Cargo.toml and operator.yaml",
             dir.display(),
-            String::from_utf8_lossy(&meta.stderr)
+            String::from_utf8_lossy(&meta.stderr).trim_end()
         );
     }
-    let meta: Value = serde_json::from_slice(&meta.stdout)?;
-    let target_dir = PathBuf::from(
-        meta["target_directory"]
-            .as_str()
-            .ok_or_else(|| anyhow!("cargo metadata: no target_directory"))?,
-    );
+    let meta: Value = serde_json::from_slice(&meta.stdout).with_context(|| {
+        format!(
+            "cargo metadata in {} printed no JSON: update cargo (rustup update)",
+            dir.display()
+        )
+    })?;
+    let target_dir = PathBuf::from(meta["target_directory"].as_str().ok_or_else(|| {
+        anyhow!(
+            "cargo metadata in {} names no target_directory: update cargo (rustup update), or set CARGO_TARGET_DIR",
+            dir.display()
+        )
+    })?);
     let mut packages = Vec::new();
     for p in meta["packages"].as_array().into_iter().flatten() {
         let manifest = Path::new(p["manifest_path"].as_str().unwrap_or_default());
@@ -135,12 +141,7 @@ pub fn read_components(crates: &ComponentCrates) -> anyhow::Result<BTreeMap<Stri
 
 pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<WasmOperator> {
     let manifest = opts.dir.join("operator.yaml");
-    let doc = read_documents(&manifest)?
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow!("{} is empty", manifest.display()))?;
-    let mut op: WasmOperator = serde_json::from_value(doc)
-        .with_context(|| format!("{} is not a WasmOperator", manifest.display()))?;
+    let mut op = read_operator(&manifest)?;
     let op_name = op
         .metadata
         .name
@@ -252,7 +253,12 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
             &Patch::Apply(&body),
         )
         .await
-        .context("applying the WasmOperator")?;
+        .with_context(|| {
+            format!(
+                "applying WasmOperator {op_name}: fix the field of {} the API server names below, or check access (kubectl auth can-i patch wasmoperators.wasmpilot.io)",
+                manifest.display()
+            )
+        })?;
     println!(
         "WasmOperator {op_name} applied (generation {})",
         applied.metadata.generation.unwrap_or(0)
@@ -296,7 +302,9 @@ pub async fn apply_crd(client: &Client, crd: Value) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    bail!("CRD {name} was not Established within 10s")
+    bail!(
+        "CRD {name} was not Established within 10s: see why with `kubectl describe crd {name}` (NamesAccepted=False names a conflicting CRD), fix it and rerun"
+    )
 }
 
 /// Server-side applies any object; CRDs are waited for. `namespace` defaults namespaced objects.
@@ -320,7 +328,12 @@ pub async fn apply_document(
     let (ar, caps) =
         kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, &kind))
             .await
-            .with_context(|| format!("{api_version} {kind} is not served by the API server"))?;
+            .with_context(|| {
+                format!(
+                    "{api_version} {kind} is not served by the API server: {}",
+                    crate::kinds::HINT_NOT_SERVED
+                )
+            })?;
     let name = doc["metadata"]["name"]
         .as_str()
         .ok_or_else(|| anyhow!("{kind} without metadata.name"))?

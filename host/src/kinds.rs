@@ -29,9 +29,14 @@ impl ResolvedKind {
     }
 }
 
+/// What to do about a kind the API server does not serve.
+pub const HINT_NOT_SERVED: &str = "apply its CRD (kubectl apply -f <operator>/crds/, or wasmpilot deploy <dir>) and check the apiVersion and kind spelling";
+
 /// Discovery could not find a kind.
 #[derive(Debug, thiserror::Error)]
-#[error("{field}: {api_version} {kind} is not served by the API server ({source})")]
+#[error(
+    "{field}: {api_version} {kind} is not served by the API server ({source}); {HINT_NOT_SERVED}"
+)]
 pub struct KindNotServed {
     pub field: String,
     pub api_version: String,
@@ -88,6 +93,28 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn not_served_says_what_to_do() {
+        let e = KindNotServed {
+            field: "spec.resource".into(),
+            api_version: "examples.io/v1".into(),
+            kind: "AutoRoute".into(),
+            source: kube::Error::LinesCodecMaxLineLengthExceeded,
+        };
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(
+                "spec.resource: examples.io/v1 AutoRoute is not served by the API server"
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("kubectl apply -f <operator>/crds/, or wasmpilot deploy <dir>"),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "conditions keep one line: {msg}");
+    }
 
     #[test]
     fn core_and_grouped_api_versions_parse() {

@@ -115,21 +115,47 @@ pub fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
     Ok(docs)
 }
 
-/// Reads a WasmOperator manifest (its first WasmOperator document, else its first document)
-/// and validates it as the host does.
-pub fn load_operator(path: &Path) -> anyhow::Result<(WasmOperator, OperatorDefinition)> {
-    let docs = read_documents(path)?;
+/// What to do about a manifest that holds no (valid) WasmOperator.
+const HINT_OPERATOR: &str =
+    "compare examples/autoroute/operator.yaml, or scaffold a project with `wasmpilot init <dir>`";
+
+/// Reads a WasmOperator manifest: its first WasmOperator document, else its first document.
+pub fn read_operator(path: &Path) -> anyhow::Result<WasmOperator> {
+    let docs = read_documents(path).with_context(|| {
+        format!(
+            "no WasmOperator manifest at {}: pass the operator directory (holding operator.yaml) or the manifest's path",
+            path.display()
+        )
+    })?;
     let doc = docs
         .iter()
         .find(|d| d["kind"] == "WasmOperator")
         .or(docs.first())
         .cloned()
-        .ok_or_else(|| anyhow!("{} is empty", path.display()))?;
-    let op: WasmOperator = serde_json::from_value(doc)
-        .with_context(|| format!("{} is not a WasmOperator", path.display()))?;
+        .ok_or_else(|| {
+            anyhow!(
+                "{} is empty: it must hold a WasmOperator ({HINT_OPERATOR})",
+                path.display()
+            )
+        })?;
+    serde_json::from_value(doc).with_context(|| {
+        format!(
+            "{} is not a WasmOperator: fix the field named below ({HINT_OPERATOR})",
+            path.display()
+        )
+    })
+}
+
+/// Reads a WasmOperator manifest ([`read_operator`]) and validates it as the host does.
+pub fn load_operator(path: &Path) -> anyhow::Result<(WasmOperator, OperatorDefinition)> {
+    let op = read_operator(path)?;
     let name = op.metadata.name.clone().unwrap_or_else(|| "offline".into());
-    let def = OperatorDefinition::validate(&name, &op.spec)
-        .with_context(|| format!("{} is not a valid WasmOperator", path.display()))?;
+    let def = OperatorDefinition::validate(&name, &op.spec).with_context(|| {
+        format!(
+            "{} is not a valid WasmOperator: fix what is named below",
+            path.display()
+        )
+    })?;
     Ok((op, def))
 }
 
@@ -293,4 +319,40 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
         requeue_after_ms: decision.requeue_after_ms,
         outputs: decision.outputs.into_iter().map(|c| c.object).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_errors_say_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.yaml");
+        std::fs::write(&empty, "# nothing yet\n").unwrap();
+        let e = format!("{:#}", read_operator(&empty).unwrap_err());
+        assert!(
+            e.contains("empty.yaml is empty: it must hold a WasmOperator"),
+            "{e}"
+        );
+        assert!(e.contains("wasmpilot init <dir>"), "{e}");
+
+        let other = dir.path().join("route.yaml");
+        std::fs::write(
+            &other,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", read_operator(&other).unwrap_err());
+        assert!(e.contains("route.yaml is not a WasmOperator: fix the field named below (compare examples/autoroute/operator.yaml"), "{e}");
+
+        let missing = dir.path().join("nope/operator.yaml");
+        let e = format!("{:#}", load_operator(&missing).unwrap_err());
+        assert!(
+            e.contains(
+                "pass the operator directory (holding operator.yaml) or the manifest's path"
+            ),
+            "{e}"
+        );
+    }
 }

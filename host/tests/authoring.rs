@@ -201,12 +201,21 @@ fn graph_prints_mermaid() {
     );
     assert!(text.contains("finalizer worker runs"), "{text}");
 
+    // Errors say what to do next.
     let out = wasmpilot(&["graph", "no/such/operator.yaml"]);
     assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("reading no/such/operator.yaml"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr.contains("no WasmOperator manifest at no/such/operator.yaml: pass the operator directory (holding operator.yaml) or the manifest's path"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("reading no/such/operator.yaml"), "{stderr}");
+    let out = wasmpilot(&["graph", "examples/autoroute/sample.yaml"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("examples/autoroute/sample.yaml is not a WasmOperator: fix the field named below (compare examples/autoroute/operator.yaml, or scaffold a project with `wasmpilot init <dir>`)"),
+        "{stderr}"
     );
 }
 

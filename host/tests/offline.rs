@@ -123,3 +123,36 @@ fn run_phase_cli_explains_a_missing_module() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/autoroute_syncing.wasm"), "{err}");
 }
+
+#[tokio::test]
+async fn a_wrong_pin_says_how_to_repin() {
+    let root = common::repo_root();
+    let manifest = std::fs::read_to_string(root.join("examples/autoroute/operator.yaml")).unwrap();
+    let zeros = "0".repeat(64);
+    let pinned = manifest.replace(
+        "path: autoroute_syncing.wasm",
+        &format!("path: autoroute_syncing.wasm\n        sha256: {zeros}"),
+    );
+    assert_ne!(pinned, manifest, "the example names autoroute_syncing.wasm");
+    let dir = tempfile::tempdir().unwrap();
+    let operator = dir.path().join("operator.yaml");
+    std::fs::write(&operator, pinned).unwrap();
+    let run = OfflineRun {
+        operator,
+        ..autoroute_run("Syncing")
+    };
+    let e = run_phase(&run, SandboxLimits::default())
+        .await
+        .expect_err("the pin does not match");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains(&format!(
+            "sha256 mismatch: the reference pins sha256:{zeros}"
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("pin the sha256 `wasmpilot build`/`push` printed (or redeploy with `wasmpilot deploy <dir>`)"),
+        "{msg}"
+    );
+}

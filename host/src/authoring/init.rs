@@ -144,7 +144,12 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
-    let dir = args.dir.canonicalize()?;
+    let dir = args.dir.canonicalize().with_context(|| {
+        format!(
+            "resolving {}: check that it is a directory you can read, or choose another",
+            args.dir.display()
+        )
+    })?;
     let sdk = choose_sdk(&dir, args.sdk_path.as_deref(), args.sdk_version.as_deref())?;
     let workspace = match enclosing_workspace(&dir) {
         Some(root) if !args.standalone => Workspace::Member(root),
@@ -164,12 +169,24 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
     for (rel, text) in &files {
         let path = dir.join(rel);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
+            std::fs::create_dir_all(parent).with_context(|| {
+                format!(
+                    "creating {}: check that {} is writable, or choose another directory",
+                    parent.display(),
+                    dir.display()
+                )
+            })?;
         }
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
     }
-    std::fs::create_dir_all(dir.join("crds"))?;
+    std::fs::create_dir_all(dir.join("crds")).with_context(|| {
+        format!(
+            "creating {}: check that {} is writable",
+            dir.join("crds").display(),
+            dir.display()
+        )
+    })?;
     format_rust(&written);
     if let (Workspace::Standalone, Sdk::Path(sdk)) = (&workspace, &sdk) {
         seed_lockfile(sdk, &dir);
@@ -193,7 +210,12 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
             .iter()
             .map(|d| relative_path(ws_dir, &dir.join(d)).display().to_string())
             .collect();
-        let text = std::fs::read_to_string(root)?;
+        let text = std::fs::read_to_string(root).with_context(|| {
+            format!(
+                "reading the enclosing workspace's {}: make it readable, or run init again with --standalone",
+                root.display()
+            )
+        })?;
         match add_workspace_members(&text, &members) {
             Some(new) => {
                 if new != text {

@@ -104,15 +104,29 @@ pub async fn plan(
             .unwrap_or_else(|| client.default_namespace().to_string())
     });
     let api = dynamic_api(&client, &resource_kind, namespace.as_deref());
-    let resource = api.get_opt(name).await?.ok_or_else(|| {
-        anyhow!(
-            "{} {}/{name} not found (kubectl get {} -n {})",
-            def.resource.kind,
-            namespace.clone().unwrap_or_default(),
-            resource_kind.api.plural,
-            namespace.clone().unwrap_or_default()
-        )
-    })?;
+    let resource = api
+        .get_opt(name)
+        .await
+        .with_context(|| {
+            format!(
+                "reading {} {name}: check access with `kubectl get {} {name}{}`",
+                def.resource.kind,
+                resource_kind.api.plural,
+                namespace
+                    .as_deref()
+                    .map(|ns| format!(" -n {ns}"))
+                    .unwrap_or_default()
+            )
+        })?
+        .ok_or_else(|| {
+            anyhow!(
+                "{} {}/{name} not found (kubectl get {} -n {})",
+                def.resource.kind,
+                namespace.clone().unwrap_or_default(),
+                resource_kind.api.plural,
+                namespace.clone().unwrap_or_default()
+            )
+        })?;
     let described = outputs::describe(&(def.resource.clone(), namespace.clone(), name.to_string()));
     let phase_name = offline::current_phase(&def, &resource);
     let phase = offline::declared_phase(&def, &phase_name)?;
@@ -208,7 +222,9 @@ pub async fn plan(
         outputs::label(&mut o.object, &def.name, &phase_name);
         let what = o.describe();
         let api = dynamic_api(&client, &output_kinds[&o.kind], o.namespace.as_deref());
-        let live = api.get_opt(&o.name).await?;
+        let live = api.get_opt(&o.name).await.with_context(|| {
+            format!("reading the live {what} to diff against: check that KUBECONFIG's user may get it (kubectl auth can-i get {})", output_kinds[&o.kind].api.plural)
+        })?;
         let params = PatchParams::apply(&field_manager).force().dry_run();
         let planned = match api.patch(&o.name, &params, &Patch::Apply(&o.object)).await {
             Ok(p) => p,
@@ -256,10 +272,16 @@ pub async fn plan(
     for kind in &phase.outputs {
         let resolved = &output_kinds[kind];
         let api = dynamic_api(&client, resolved, namespace.as_deref());
-        for meta in api
+        let applied = api
             .list_metadata(&ListParams::default().labels(&selector))
-            .await?
-        {
+            .await
+            .with_context(|| {
+                format!(
+                    "listing the {} phase {phase_name} applied, to find what it would prune: check that KUBECONFIG's user may list them (kubectl auth can-i list {})",
+                    kind.kind, resolved.api.plural
+                )
+            })?;
+        for meta in applied {
             let m = &meta.metadata;
             let key = (
                 kind.clone(),
@@ -273,7 +295,12 @@ pub async fn plan(
                 dry_run: true,
                 ..Default::default()
             };
-            api.delete(&key.2, &params).await?;
+            api.delete(&key.2, &params).await.with_context(|| {
+                format!(
+                    "dry-run delete of {} failed: the host could not prune it either; grant it with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`",
+                    outputs::describe(&key)
+                )
+            })?;
             summary.delete += 1;
             writeln!(
                 out,

@@ -38,7 +38,7 @@ pub enum ModuleError {
     MultipleSources(String),
     #[error("{source_name}: no cluster connection to read it from (offline run)")]
     Offline { source_name: String },
-    #[error("ConfigMap {namespace}/{name} could not be read: {source}")]
+    #[error("ConfigMap {namespace}/{name} could not be read: {source}; store the module with `wasmpilot deploy <dir>`, or fix the configMap name/namespace")]
     ConfigMapUnreadable {
         namespace: String,
         name: String,
@@ -62,7 +62,7 @@ pub enum ModuleError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{source_name}: could not decompress: {source}")]
+    #[error("{source_name}: could not decompress: {source}; a key ending in .gz must hold gzip data: store the module again with `wasmpilot deploy <dir>`")]
     Decompress {
         source_name: String,
         #[source]
@@ -76,13 +76,13 @@ pub enum ModuleError {
         message: String,
     },
     /// A download (OCI pull or URL) failed: refused, unreachable, too large, wrong layout.
-    #[error("{source_name}: {message}")]
+    #[error("{source_name}: {message}; check the reference, and that the host can reach it (publish with `wasmpilot push`)")]
     Fetch {
         source_name: String,
         message: String,
     },
     #[error(
-        "{source_name}: sha256 mismatch: the reference pins {expected}, the bytes hash to {actual}"
+        "{source_name}: sha256 mismatch: the reference pins {expected}, the bytes hash to {actual}; if the new bytes are intended, pin the sha256 `wasmpilot build`/`push` printed (or redeploy with `wasmpilot deploy <dir>`), else restore the pinned component"
     )]
     DigestMismatch {
         source_name: String,
