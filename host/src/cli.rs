@@ -304,12 +304,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         timing,
     );
     tokio::pin!(shutdown);
-    // A standby is healthy and ready (as a standby); it must not block rollouts.
-    wasmpilot::metrics::READINESS.mark_listed();
+    // A standby is healthy and ready (as a standby, says /readyz); it must not block rollouts.
+    wasmpilot::metrics::READINESS.mark_standby();
     tokio::select! {
         () = election.acquire() => {}
         () = &mut shutdown => return Ok(()),
     }
+    // The leader is ready only once its own WasmOperators are listed and loaded, caches synced.
+    wasmpilot::metrics::READINESS.mark_leader();
     let manager = Manager::new(client, modules).with_prometheus(args.prometheus_url.clone());
     tokio::select! {
         result = manager.run(&mut shutdown) => {

@@ -131,15 +131,35 @@ impl Metrics {
 /// The process-wide metrics.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
-/// What `/readyz` reports: ready once WasmOperators were listed and every started controller's
-/// caches have synced.
+/// What `/readyz` reports. A single host (or the leader) is ready once WasmOperators were listed,
+/// every listed operator's modules loaded and every started controller's caches synced. A standby
+/// of `--leader-elect` is ready as a standby (it must not block a rollout) until it wins the
+/// Lease; from then on it reports like a single host, from scratch.
 #[derive(Default)]
 pub struct Readiness {
+    standby: AtomicBool,
     listed: AtomicBool,
     syncing: Mutex<BTreeSet<String>>,
 }
 
+/// `/readyz` body of a ready leader or single host.
+pub const READY: &str = "ok";
+/// `/readyz` body of a ready standby.
+pub const READY_STANDBY: &str = "ok: standby, waiting for the leader-election Lease";
+
 impl Readiness {
+    /// This host waits for leadership: ready, as a standby.
+    pub fn mark_standby(&self) {
+        self.standby.store(true, Ordering::Relaxed);
+    }
+
+    /// This host just became the leader: not ready until its own listing and syncs are done.
+    pub fn mark_leader(&self) {
+        self.listed.store(false, Ordering::Relaxed);
+        self.standby.store(false, Ordering::Relaxed);
+    }
+
+    /// Every WasmOperator was listed, and the modules of each were loaded (or failed).
     pub fn mark_listed(&self) {
         self.listed.store(true, Ordering::Relaxed);
     }
@@ -152,14 +172,17 @@ impl Readiness {
         self.lock().remove(operator);
     }
 
-    /// `Ok` when ready, else what is still pending.
-    pub fn check(&self) -> Result<(), String> {
+    /// The body of a ready host ([`READY`] or [`READY_STANDBY`]), else what is still pending.
+    pub fn check(&self) -> Result<&'static str, String> {
+        if self.standby.load(Ordering::Relaxed) {
+            return Ok(READY_STANDBY);
+        }
         if !self.listed.load(Ordering::Relaxed) {
-            return Err("WasmOperators not listed yet (or waiting for leadership)".into());
+            return Err("WasmOperators not listed (and their modules not loaded) yet".into());
         }
         let syncing = self.lock();
         if syncing.is_empty() {
-            Ok(())
+            Ok(READY)
         } else {
             Err(format!(
                 "caches not synced for: {}",
@@ -192,7 +215,7 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
             "/readyz",
             get(|| async {
                 match READINESS.check() {
-                    Ok(()) => (StatusCode::OK, "ok".to_string()),
+                    Ok(body) => (StatusCode::OK, body.to_string()),
                     Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
                 }
             }),
@@ -244,6 +267,27 @@ mod tests {
         r.syncing("a");
         assert_eq!(r.check().unwrap_err(), "caches not synced for: a");
         r.synced("a");
-        assert!(r.check().is_ok());
+        assert_eq!(r.check(), Ok(READY));
+    }
+
+    #[test]
+    fn a_standby_is_ready_and_a_new_leader_is_not_until_listed_and_synced() {
+        let r = Readiness::default();
+        r.mark_standby();
+        assert_eq!(
+            r.check(),
+            Ok(READY_STANDBY),
+            "a standby must not block a rollout"
+        );
+        // Whatever was marked while standing by, a new leader starts from scratch.
+        r.mark_listed();
+        r.mark_leader();
+        let why = r.check().unwrap_err();
+        assert!(why.contains("not listed"), "{why}");
+        r.syncing("autoroute");
+        r.mark_listed();
+        assert_eq!(r.check().unwrap_err(), "caches not synced for: autoroute");
+        r.synced("autoroute");
+        assert_eq!(r.check(), Ok(READY));
     }
 }
