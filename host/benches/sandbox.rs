@@ -908,8 +908,14 @@ impl WasiView for RawState {
 }
 
 impl log::Host for RawState {
-    fn log(&mut self, _level: LogLevel, message: String, fields: Vec<LogField>) {
+    fn log(
+        &mut self,
+        _level: LogLevel,
+        message: String,
+        fields: Vec<LogField>,
+    ) -> wasmtime::Result<()> {
         black_box((message, fields));
+        Ok(())
     }
 }
 

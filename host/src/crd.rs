@@ -129,6 +129,17 @@ pub struct WorkerLimits {
     /// Most outputs one call may return.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_outputs: Option<u32>,
+    /// Most bytes of outputs (their JSON) one call may return, in KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_output_kib: Option<u32>,
+    /// Most log lines one call may send; one more fails the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_lines: Option<u32>,
+    /// Most bytes of log messages and fields one call may send, in KiB; more fails the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub log_kib: Option<u32>,
 }
 
 /// A named input: every object of a kind in the resource's namespace, optionally filtered by labels.

@@ -270,13 +270,23 @@ fn limit_override(l: Option<&WorkerLimits>, field: &str) -> Result<LimitOverride
         }
         None => None,
     };
-    if l.memory_mib == Some(0) {
-        return Err(invalid(format!("{field}.memoryMib"), "must be at least 1"));
+    for (value, name) in [
+        (l.memory_mib, "memoryMib"),
+        (l.max_output_kib, "maxOutputKib"),
+        (l.log_kib, "logKib"),
+    ] {
+        if value == Some(0) {
+            return Err(invalid(format!("{field}.{name}"), "must be at least 1"));
+        }
     }
+    let kib = |k: Option<u32>| k.map(|k| (k as usize) << 10);
     Ok(LimitOverride {
         deadline,
         memory_bytes: l.memory_mib.map(|m| (m as usize) << 20),
         max_outputs: l.max_outputs.map(|m| m as usize),
+        max_output_bytes: kib(l.max_output_kib),
+        log_lines: l.log_lines.map(|n| n as usize),
+        log_bytes: kib(l.log_kib),
     })
 }
 
@@ -434,6 +444,9 @@ mod tests {
             deadline: Some("500ms".into()),
             memory_mib: Some(16),
             max_outputs: None,
+            max_output_kib: Some(4),
+            log_lines: Some(0),
+            log_kib: None,
         });
         let d = OperatorDefinition::validate(
             "a",
@@ -448,6 +461,8 @@ mod tests {
         assert!(p.allows("A") && p.allows("B") && !p.allows("C"));
         assert_eq!(p.limits.deadline, Some(Duration::from_millis(500)));
         assert_eq!(p.limits.memory_bytes, Some(16 << 20));
+        assert_eq!(p.limits.max_output_bytes, Some(4 << 10));
+        assert_eq!(p.limits.log_lines, Some(0), "a phase may forbid logging");
 
         a.next = vec!["Nowhere".into()];
         let e = OperatorDefinition::validate("a", &spec(vec![a.clone(), phase("B", false, true)]))
@@ -459,8 +474,15 @@ mod tests {
             deadline: Some("fast".into()),
             ..Default::default()
         });
-        let e = OperatorDefinition::validate("a", &spec(vec![a])).unwrap_err();
+        let e = OperatorDefinition::validate("a", &spec(vec![a.clone()])).unwrap_err();
         assert_eq!(e.field, "spec.phases[0].limits.deadline");
+
+        a.limits = Some(WorkerLimits {
+            log_kib: Some(0),
+            ..Default::default()
+        });
+        let e = OperatorDefinition::validate("a", &spec(vec![a])).unwrap_err();
+        assert_eq!(e.field, "spec.phases[0].limits.logKib");
     }
 
     #[test]

@@ -6,7 +6,9 @@ mod common;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use wasmpilot::sandbox::{PhaseModule, RunError, Sandbox, SandboxLimits, SyncRequest};
+use wasmpilot::sandbox::{
+    LimitOverride, PhaseModule, RunError, Sandbox, SandboxLimits, SyncRequest,
+};
 
 fn sandbox() -> Arc<Sandbox> {
     Sandbox::new(SandboxLimits {
@@ -215,6 +217,97 @@ async fn oversized_requests_and_outputs_are_refused() {
         Err(RunError::TooManyOutputs { count: 3, limit: 2 }) => {}
         other => panic!("expected too many outputs, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn output_bytes_are_capped_and_a_phase_may_raise_the_cap() {
+    let sb = Sandbox::new(SandboxLimits {
+        max_output_bytes: 64 << 10,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = scripted(&sb);
+    let bloat = || request(json!({"mode": "bloat", "count": 200 << 10}));
+    match sb.run_sync(&m, bloat()).await {
+        Err(e @ RunError::OutputsTooLarge { limit, .. }) => {
+            assert_eq!(limit, 64 << 10);
+            assert!(e.to_string().contains("bytes of outputs"), "{e}");
+        }
+        other => panic!("expected outputs too large, got {other:?}"),
+    }
+    let raised = m.clone().with_limits(sb.call_limits(&LimitOverride {
+        max_output_bytes: Some(1 << 20),
+        ..Default::default()
+    }));
+    let r = sb.run_sync(&raised, bloat()).await.unwrap();
+    assert_eq!(r.outputs.len(), 1);
+}
+
+#[tokio::test]
+async fn a_worker_over_its_log_budget_is_stopped() {
+    let sb = Sandbox::new(SandboxLimits {
+        log_lines: 50,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = scripted(&sb);
+    // The scripted worker logs one line of its own before the chatty ones.
+    let chatty = |n: usize| request(json!({"mode": "chatty", "count": n, "next": "Done"}));
+    assert_eq!(
+        sb.run_sync(&m, chatty(40)).await.unwrap().next_phase,
+        "Done"
+    );
+    match sb.run_sync(&m, chatty(100)).await {
+        Err(e @ RunError::LogLimit { lines: 50, .. }) => {
+            assert_eq!(e.reason(), "WorkerLogLimitExceeded");
+            assert!(e.to_string().contains("50 log lines"), "{e}");
+        }
+        other => panic!("expected the log limit, got {other:?}"),
+    }
+    let raised = m.clone().with_limits(sb.call_limits(&LimitOverride {
+        log_lines: Some(500),
+        ..Default::default()
+    }));
+    assert_eq!(
+        sb.run_sync(&raised, chatty(100)).await.unwrap().next_phase,
+        "Done"
+    );
+    let silent = m.with_limits(sb.call_limits(&LimitOverride {
+        log_lines: Some(0),
+        ..Default::default()
+    }));
+    assert!(matches!(
+        sb.run_sync(&silent, chatty(0)).await,
+        Err(RunError::LogLimit { lines: 0, .. })
+    ));
+}
+
+/// Everything the README's "What a worker can reach" says a guest cannot reach, tried from a
+/// real guest: environment, arguments, files, sockets, name lookup; and the wall clock it reads.
+#[tokio::test]
+async fn a_guest_reaches_nothing_outside_its_request() {
+    let sb = sandbox();
+    let m = scripted(&sb);
+    let r = sb
+        .run_sync(&m, request(json!({"mode": "probe", "next": "Done"})))
+        .await
+        .unwrap();
+    let info: Value = serde_json::from_str(r.status_info.as_deref().unwrap()).unwrap();
+    let probe = &info["probe"];
+    assert_eq!(probe["env"], 0, "{probe}");
+    assert_eq!(probe["args"], 0, "{probe}");
+    for denied in [
+        "readRoot",
+        "readEtc",
+        "writeTmp",
+        "tcpConnect",
+        "nameLookup",
+        "udpBind",
+    ] {
+        assert_eq!(probe[denied], false, "{denied}: {probe}");
+    }
+    // The request's `now` (2026-01-01T00:00:00Z), not the host's clock.
+    assert_eq!(probe["wallClockSecs"], 1_767_225_600, "{probe}");
 }
 
 #[tokio::test]

@@ -6,6 +6,8 @@ pub mod phase {
     wasmtime::component::bindgen!({
         world: "phase",
         path: "../wit",
+        // A guest over its log budget is stopped at the line that crosses it.
+        imports: { "wasmpilot:operator/log.log": trappable },
         exports: { default: async },
     });
 }

@@ -29,6 +29,12 @@ use wasmtime::{
 /// No phase may return more outputs than this, whatever it asks for.
 const MAX_OUTPUTS_CEILING: usize = 10_000;
 
+/// No phase may send more log lines per call than this, whatever it asks for.
+const LOG_LINES_CEILING: usize = 10_000;
+
+/// No phase may send more bytes of log per call than this, whatever it asks for.
+const LOG_BYTES_CEILING: usize = 1 << 20;
+
 /// Bytes of each pooled memory kept mapped between calls (`--keep-resident-mib`).
 pub const DEFAULT_KEEP_RESIDENT: usize = 8 << 20;
 
@@ -49,6 +55,8 @@ pub struct SandboxLimits {
     pub max_deadline: Duration,
     pub max_memory_bytes: usize,
     pub max_output_bytes: usize,
+    /// The most a phase's `maxOutputKib` override may raise `max_output_bytes` to.
+    pub max_output_bytes_ceiling: usize,
     pub log_lines: usize,
     pub log_bytes: usize,
     pub stdio_bytes: usize,
@@ -78,6 +86,7 @@ impl Default for SandboxLimits {
             max_deadline: Duration::from_secs(30),
             max_memory_bytes: 512 << 20,
             max_output_bytes: 8 << 20,
+            max_output_bytes_ceiling: 64 << 20,
             log_lines: 200,
             log_bytes: 64 << 10,
             stdio_bytes: 16 << 10,
@@ -108,6 +117,8 @@ pub enum RunError {
     TooManyOutputs { count: usize, limit: usize },
     #[error("the worker returned {size} bytes of outputs, more than the limit of {limit}")]
     OutputsTooLarge { size: usize, limit: usize },
+    #[error("the worker sent more than its {lines} log lines or {} KiB of log per call", .bytes >> 10)]
+    LogLimit { lines: usize, bytes: usize },
     #[error("could not instantiate the component: {0}")]
     Instantiate(String),
     #[error("the sandbox is shutting down")]
@@ -140,6 +151,7 @@ impl RunError {
             RunError::TooManyOutputs { .. } | RunError::OutputsTooLarge { .. } => {
                 "OutputLimitExceeded"
             }
+            RunError::LogLimit { .. } => "WorkerLogLimitExceeded",
             RunError::Instantiate(_) => "InstantiateFailed",
             RunError::ShuttingDown => "ShuttingDown",
         }
@@ -166,6 +178,9 @@ pub struct CallLimits {
     pub deadline: Duration,
     pub memory_bytes: usize,
     pub max_outputs: usize,
+    pub max_output_bytes: usize,
+    pub log_lines: usize,
+    pub log_bytes: usize,
 }
 
 /// A phase's requested limits; unset fields take the host's defaults.
@@ -174,6 +189,9 @@ pub struct LimitOverride {
     pub deadline: Option<Duration>,
     pub memory_bytes: Option<usize>,
     pub max_outputs: Option<usize>,
+    pub max_output_bytes: Option<usize>,
+    pub log_lines: Option<usize>,
+    pub log_bytes: Option<usize>,
 }
 
 /// A phase component ready to be instantiated per call, with the limits of its calls.
@@ -284,6 +302,12 @@ impl Sandbox {
                 .max_outputs
                 .unwrap_or(l.max_outputs)
                 .min(MAX_OUTPUTS_CEILING),
+            max_output_bytes: o
+                .max_output_bytes
+                .unwrap_or(l.max_output_bytes)
+                .min(l.max_output_bytes_ceiling),
+            log_lines: o.log_lines.unwrap_or(l.log_lines).min(LOG_LINES_CEILING),
+            log_bytes: o.log_bytes.unwrap_or(l.log_bytes).min(LOG_BYTES_CEILING),
         }
     }
 
@@ -346,7 +370,7 @@ impl Sandbox {
         let limits = module.limits;
         Self::check_request_size(size, &limits)?;
         let permit = self.permit().await?;
-        let mut call = self.call(limits);
+        let mut call = self.call(limits, &request.now);
         let pre = module.pre.clone();
         let result = spawn_call(async move {
             let _permit = permit;
@@ -367,7 +391,7 @@ impl Sandbox {
         })
         .await;
         let result = result?.map_err(worker_error)?;
-        self.check_outputs(&result.outputs, &limits)?;
+        Self::check_outputs(&result.outputs, &limits)?;
         Ok(result)
     }
 
@@ -380,7 +404,7 @@ impl Sandbox {
         let limits = module.limits;
         Self::check_request_size(request.resource.len(), &limits)?;
         let permit = self.permit().await?;
-        let mut call = self.call(limits);
+        let mut call = self.call(limits, &request.now);
         let pre = module.pre.clone();
         let result = spawn_call(async move {
             let _permit = permit;
@@ -414,13 +438,14 @@ impl Sandbox {
 
     /// A fresh store for one call: its own WASI context, memory limiter, log and output budgets,
     /// and a deadline checked at every epoch tick, where the call also yields to the runtime.
-    fn call(&self, limits: CallLimits) -> WorkerCall {
+    fn call(&self, limits: CallLimits, now: &str) -> WorkerCall {
         let run_limits = RunLimits {
             deadline: limits.deadline,
             memory_bytes: limits.memory_bytes,
-            log_lines: self.limits.log_lines,
-            log_bytes: self.limits.log_bytes,
+            log_lines: limits.log_lines,
+            log_bytes: limits.log_bytes,
             stdio_bytes: self.limits.stdio_bytes,
+            wall_clock: state::wall_clock_at(now),
         };
         let mut store = Store::new(&self.engine, HostState::new(&run_limits));
         store.limiter(|s| &mut s.limiter);
@@ -454,7 +479,7 @@ impl Sandbox {
         Ok(())
     }
 
-    fn check_outputs(&self, outputs: &[String], limits: &CallLimits) -> Result<(), RunError> {
+    fn check_outputs(outputs: &[String], limits: &CallLimits) -> Result<(), RunError> {
         if outputs.len() > limits.max_outputs {
             return Err(RunError::TooManyOutputs {
                 count: outputs.len(),
@@ -462,10 +487,10 @@ impl Sandbox {
             });
         }
         let size: usize = outputs.iter().map(String::len).sum();
-        if size > self.limits.max_output_bytes {
+        if size > limits.max_output_bytes {
             return Err(RunError::OutputsTooLarge {
                 size,
-                limit: self.limits.max_output_bytes,
+                limit: limits.max_output_bytes,
             });
         }
         Ok(())
@@ -492,16 +517,9 @@ struct WorkerCall {
 }
 
 impl WorkerCall {
-    /// Forwards the guest's output and dropped log lines to the host log.
+    /// Forwards what the guest printed to the host log.
     fn finish(&self) {
         forward_stdio(&self.store);
-        let dropped = self.store.data().dropped_log_lines();
-        if dropped > 0 {
-            tracing::warn!(
-                dropped,
-                "worker log lines dropped: over the per-call budget"
-            );
-        }
         tracing::debug!(
             elapsed_us = self.started.elapsed().as_micros() as u64,
             "worker call finished"
@@ -553,6 +571,12 @@ fn classify(store: &Store<HostState>, e: wasmtime::Error) -> RunError {
         if *trap == Trap::Interrupt {
             return RunError::DeadlineExceeded(store.data().deadline);
         }
+    }
+    if let Some(budget) = e.downcast_ref::<state::LogBudgetExceeded>() {
+        return RunError::LogLimit {
+            lines: budget.lines,
+            bytes: budget.bytes,
+        };
     }
     if store.data().limiter.exceeded {
         return RunError::MemoryLimit {

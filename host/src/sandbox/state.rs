@@ -5,7 +5,7 @@ use super::bindings::{phase::wasmpilot::operator::log, LogField, LogLevel};
 use super::stdio::CappedOutput;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 /// Caps applied to one run.
 #[derive(Clone, Debug)]
@@ -15,6 +15,8 @@ pub struct RunLimits {
     pub log_lines: usize,
     pub log_bytes: usize,
     pub stdio_bytes: usize,
+    /// What the guest's wall clock reads, since the Unix epoch: the request's `now`.
+    pub wall_clock: Option<std::time::Duration>,
 }
 
 /// Everything one Store owns for one worker call.
@@ -32,12 +34,22 @@ impl HostState {
     pub fn new(limits: &RunLimits) -> Self {
         let stdout = CappedOutput::new(limits.stdio_bytes);
         let stderr = CappedOutput::new(limits.stdio_bytes);
-        // No preopened directories, no environment, no arguments, no network: WasiCtxBuilder
-        // grants none of these unless asked, and the socket address check denies everything.
-        let wasi = WasiCtxBuilder::new()
-            .stdout(stdout.clone())
+        // No preopened directories, no environment, no arguments: WasiCtxBuilder grants none of
+        // these unless asked. No network: TCP, UDP and name lookup are switched off (and the
+        // default socket address check denies every address anyway). The wall clock reads the
+        // request's `now`, so a worker that asks the system for the time gets the same answer
+        // as `Context::now` and a replay stays deterministic. What remains: the monotonic clock
+        // (for measuring), random bytes, and stdout/stderr captured below.
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(stdout.clone())
             .stderr(stderr.clone())
-            .build();
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if let Some(now) = limits.wall_clock {
+            wasi.wall_clock(FrozenWallClock(now));
+        }
+        let wasi = wasi.build();
         HostState {
             wasi,
             table: ResourceTable::new(),
@@ -48,17 +60,13 @@ impl HostState {
             logs: LogSink {
                 lines_left: limits.log_lines,
                 bytes_left: limits.log_bytes,
-                dropped: 0,
+                lines: limits.log_lines,
+                bytes: limits.log_bytes,
             },
             stdout,
             stderr,
             deadline: limits.deadline,
         }
-    }
-
-    /// Log lines the guest sent beyond its budget.
-    pub fn dropped_log_lines(&self) -> usize {
-        self.logs.dropped
     }
 }
 
@@ -69,6 +77,27 @@ impl WasiView for HostState {
             table: &mut self.table,
         }
     }
+}
+
+/// A wall clock that always reads the same instant.
+struct FrozenWallClock(std::time::Duration);
+
+impl HostWallClock for FrozenWallClock {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(1)
+    }
+
+    fn now(&self) -> std::time::Duration {
+        self.0
+    }
+}
+
+/// The instant an RFC 3339 timestamp names, as the guest's wall clock reads it.
+pub fn wall_clock_at(rfc3339: &str) -> Option<std::time::Duration> {
+    let t: jiff::Timestamp = rfc3339.parse().ok()?;
+    let secs = u64::try_from(t.as_second()).ok()?;
+    let nanos = u32::try_from(t.subsec_nanosecond()).ok()?;
+    Some(std::time::Duration::new(secs, nanos))
 }
 
 /// Refuses linear memory growth beyond the limit and remembers that it did.
@@ -104,19 +133,36 @@ impl ResourceLimiter for MemoryLimiter {
 struct LogSink {
     lines_left: usize,
     bytes_left: usize,
-    dropped: usize,
+    lines: usize,
+    bytes: usize,
+}
+
+/// The trap a guest gets for the log line that crosses its per-call budget.
+#[derive(Debug, thiserror::Error)]
+#[error("log budget of {lines} lines / {bytes} bytes per call exceeded")]
+pub struct LogBudgetExceeded {
+    pub lines: usize,
+    pub bytes: usize,
 }
 
 impl log::Host for HostState {
-    fn log(&mut self, level: LogLevel, message: String, fields: Vec<LogField>) {
+    fn log(
+        &mut self,
+        level: LogLevel,
+        message: String,
+        fields: Vec<LogField>,
+    ) -> wasmtime::Result<()> {
         let size = message.len()
             + fields
                 .iter()
                 .map(|f| f.key.len() + f.value.len())
                 .sum::<usize>();
         if self.logs.lines_left == 0 || size > self.logs.bytes_left {
-            self.logs.dropped += 1;
-            return;
+            return Err(LogBudgetExceeded {
+                lines: self.logs.lines,
+                bytes: self.logs.bytes,
+            }
+            .into());
         }
         self.logs.lines_left -= 1;
         self.logs.bytes_left -= size;
@@ -133,6 +179,7 @@ impl log::Host for HostState {
             LogLevel::Warn => tracing::warn!(target: "wasmpilot::guest", %fields, "{message}"),
             LogLevel::Error => tracing::error!(target: "wasmpilot::guest", %fields, "{message}"),
         }
+        Ok(())
     }
 }
 

@@ -22,7 +22,7 @@ pub struct Script {
 #[derive(Deserialize, Default, Clone)]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
-    /// ok | fatal | retryable | loop | alloc | panic | print
+    /// ok | fatal | retryable | loop | alloc | panic | print | chatty | bloat | probe
     #[serde(default)]
     mode: String,
     #[serde(default)]
@@ -38,6 +38,9 @@ pub struct Step {
     /// For `ok`: also report how many objects each input held, as status info `inputCounts`.
     #[serde(default)]
     count_inputs: bool,
+    /// For `chatty`: log lines to send; for `bloat`: bytes of data in the ConfigMap returned.
+    #[serde(default)]
+    count: usize,
 }
 
 #[derive(Deserialize)]
@@ -88,6 +91,30 @@ fn misbehave(step: &Step) -> Option<WorkerError> {
     }
 }
 
+/// What the guest can reach of the world outside its request, as the `probe` mode reports it
+/// (status info `probe`): environment, arguments, files, network, the wall clock.
+fn probe() -> Value {
+    let connect = std::net::TcpStream::connect("127.0.0.1:6443");
+    let resolve = std::net::ToSocketAddrs::to_socket_addrs(&("kubernetes.default", 443));
+    let udp = std::net::UdpSocket::bind("0.0.0.0:0");
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    serde_json::json!({
+        "env": std::env::vars().count(),
+        "args": std::env::args().count(),
+        "cwd": std::env::current_dir().ok().map(|d| d.display().to_string()),
+        "readRoot": std::fs::read_dir("/").is_ok(),
+        "readEtc": std::fs::read("/etc/hostname").is_ok(),
+        "writeTmp": std::fs::write("/tmp/escape", b"x").is_ok(),
+        "tcpConnect": connect.is_ok(),
+        "nameLookup": resolve.is_ok(),
+        "udpBind": udp.is_ok(),
+        "wallClockSecs": wall,
+    })
+}
+
 #[derive(Default)]
 pub struct Scripted;
 
@@ -113,9 +140,25 @@ impl PhaseWorker for Scripted {
         if let Some(e) = misbehave(&step) {
             return Err(e);
         }
+        if step.mode == "chatty" {
+            for i in 0..step.count {
+                ctx.info("chatty line", &[("i", &i)]);
+            }
+        }
         let next = step.next.clone().unwrap_or_else(|| ctx.phase().to_string());
         let mut outcome = Outcome::next(next).outputs(step.outputs.iter())?;
+        if step.mode == "bloat" {
+            let data = "x".repeat(step.count);
+            outcome = outcome.outputs([serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "bloat"},
+                "data": {"x": data},
+            })])?;
+        }
         let mut info = step.status_info.clone().unwrap_or(Value::Null);
+        if step.mode == "probe" {
+            info = serde_json::json!({ "probe": probe() });
+        }
         if step.count_inputs {
             let counts: BTreeMap<String, usize> = inputs
                 .names()
