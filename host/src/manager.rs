@@ -1,5 +1,7 @@
 //! Watches `WasmOperator` objects and keeps one controller running per valid operator:
 //! validate → resolve kinds → load modules → start (or swap) its controller → report status.
+//! A swap drains the previous controller first (its in-flight reconciles finish on the old
+//! modules), so two controllers of one operator never reconcile at the same time.
 
 use crate::crd::{KindRef, WasmOperator, WasmOperatorSpec};
 use crate::definition::{OperatorDefinition, FINALIZER_ROLE};
@@ -18,11 +20,16 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 /// Retry delay for operators whose kinds or modules are not available yet.
 const LOAD_RETRY: Duration = Duration::from_secs(10);
+
+/// How much longer than the host's `--max-deadline` a stopped controller may take to finish its
+/// in-flight reconciles (a worker call, then the writes) before it is aborted.
+const DRAIN_MARGIN: Duration = Duration::from_secs(30);
 
 /// Why an operator could not be (re)started; becomes the `Ready=False` message.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +70,18 @@ impl LoadFailure {
 struct Running {
     spec: WasmOperatorSpec,
     shutdown: Option<oneshot::Sender<()>>,
+    /// The controller task; it ends once the graceful shutdown has finished.
+    task: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Signals the graceful shutdown; returns the task to wait for.
+    fn stop(mut self) -> Option<JoinHandle<()>> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.task.take()
+    }
 }
 
 impl Drop for Running {
@@ -79,6 +98,9 @@ pub struct Manager {
     modules: Arc<ModuleCache>,
     recorder: Recorder,
     running: HashMap<String, Running>,
+    /// Stopped controllers that may still be finishing in-flight reconciles; a controller of the
+    /// same name starts only after its predecessor's task ended.
+    draining: HashMap<String, JoinHandle<()>>,
     /// Specs that failed to load, so status-only updates don't retry them in a loop.
     failed: HashMap<String, WasmOperatorSpec>,
     /// Operators with a retry timer running, so failures do not stack timers.
@@ -101,6 +123,7 @@ impl Manager {
             modules,
             recorder,
             running: HashMap::new(),
+            draining: HashMap::new(),
             failed: HashMap::new(),
             retry_pending: HashSet::new(),
             metrics_source: crate::reconcile::MetricsSource::default(),
@@ -174,12 +197,31 @@ impl Manager {
         for name in names {
             self.stop(&name);
         }
+        // In-flight reconciles finish before this host lets go (and, when leader-elected,
+        // releases the Lease to a standby).
+        let grace = self.drain_grace();
+        let draining: Vec<_> = self.draining.drain().collect();
+        futures::future::join_all(
+            draining
+                .into_iter()
+                .map(|(name, task)| async move { drain(&name, task, grace).await }),
+        )
+        .await;
         Ok(())
     }
 
+    /// How long a stopped controller may take to finish its in-flight reconciles.
+    fn drain_grace(&self) -> Duration {
+        self.modules.sandbox().limits().max_deadline + DRAIN_MARGIN
+    }
+
     fn stop(&mut self, name: &str) {
-        if self.running.remove(name).is_some() {
+        self.draining.retain(|_, task| !task.is_finished());
+        if let Some(running) = self.running.remove(name) {
             tracing::info!(operator = %name, "stopping controller");
+            if let Some(task) = running.stop() {
+                self.draining.insert(name.to_string(), task);
+            }
         }
         crate::metrics::READINESS.synced(name);
         crate::metrics::METRICS
@@ -203,23 +245,40 @@ impl Manager {
         }
         match self.load(&name, &op.spec).await {
             Ok((ctx, digests)) => {
+                let ctx_for_sync = ctx.clone();
                 self.failed.remove(&name);
-                let (tx, rx) = oneshot::channel::<()>();
+                let (tx, mut rx) = oneshot::channel::<()>();
                 let swapped = self.running.contains_key(&name);
-                // Dropping the previous Running signals its graceful shutdown: its in-flight
-                // reconciles finish on the old modules, new ones start on the new controller.
+                // The previous controller shuts down gracefully: its in-flight reconciles finish
+                // on the old modules. The new one starts once it has (bounded wait), so the two
+                // never reconcile the same object at once.
+                self.stop(&name);
+                let previous = self.draining.remove(&name);
+                let grace = self.drain_grace();
+                let operator = name.clone();
+                let task = tokio::spawn(async move {
+                    if let Some(previous) = previous {
+                        drain(&operator, previous, grace).await;
+                    }
+                    // Stopped or swapped again while the previous one drained: never start.
+                    if !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+                        return;
+                    }
+                    watch::run(ctx, async move {
+                        let _ = rx.await;
+                    })
+                    .await;
+                });
                 self.running.insert(
                     name.clone(),
                     Running {
                         spec: op.spec.clone(),
                         shutdown: Some(tx),
+                        task: Some(task),
                     },
                 );
                 crate::metrics::READINESS.syncing(&name);
-                tokio::spawn(report_synced(name.clone(), ctx.clone()));
-                tokio::spawn(watch::run(ctx, async move {
-                    let _ = rx.await;
-                }));
+                tokio::spawn(report_synced(name.clone(), ctx_for_sync));
                 crate::metrics::METRICS
                     .operators_running
                     .set(self.running.len() as i64);
@@ -455,6 +514,33 @@ impl Manager {
     }
 }
 
+/// Aborts a task when dropped (a no-op once it has finished).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Waits, at most `grace`, for a stopped controller's in-flight reconciles; then aborts it.
+async fn drain(name: &str, task: JoinHandle<()>, grace: Duration) {
+    let started = Instant::now();
+    // Aborted also when this wait itself is cancelled (e.g. a swap's waiting task is aborted).
+    let mut task = AbortOnDrop(task);
+    match tokio::time::timeout(grace, &mut task.0).await {
+        Ok(_) => tracing::debug!(
+            operator = %name,
+            waited_ms = started.elapsed().as_millis() as u64,
+            "previous controller finished its in-flight reconciles"
+        ),
+        Err(_) => tracing::warn!(
+            operator = %name,
+            "previous controller still running after {grace:?}; aborting its in-flight reconciles"
+        ),
+    }
+}
+
 /// Marks an operator synced for `/readyz` once all its caches have their first list.
 async fn report_synced(name: String, ctx: Arc<OperatorContext>) {
     for informer in ctx.inputs.0.values() {
@@ -477,4 +563,33 @@ fn schedule_retry_after_delay(tx: &mpsc::UnboundedSender<String>, name: String) 
         tokio::time::sleep(LOAD_RETRY).await;
         let _ = tx.send(name);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn drain_waits_for_the_previous_controller_then_aborts_it() {
+        // Finishes within the grace: waited for, not cut short.
+        let quick = tokio::spawn(tokio::time::sleep(Duration::from_millis(50)));
+        let started = Instant::now();
+        drain("quick", quick, Duration::from_secs(10)).await;
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(started.elapsed() < Duration::from_secs(10));
+
+        // Never finishes: aborted after the grace (its future, and what it holds, is dropped).
+        let (held, dropped) = oneshot::channel::<()>();
+        let stuck = tokio::spawn(async move {
+            let _held = held;
+            std::future::pending::<()>().await;
+        });
+        drain("stuck", stuck, Duration::from_millis(50)).await;
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), dropped)
+                .await
+                .is_ok_and(|r| r.is_err()),
+            "the stuck controller was aborted"
+        );
+    }
 }
