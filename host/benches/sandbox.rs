@@ -140,8 +140,11 @@ struct Variant {
 impl Variant {
     fn new(wasm: &WasmDir, limits: SandboxLimits) -> Self {
         let sandbox = Sandbox::new(limits).expect("sandbox");
+        // 1,000 Deployments: 1,201 outputs and a log line per Deployment (per-phase overrides).
         let call_limits = sandbox.call_limits(&LimitOverride {
             max_outputs: Some(10_000),
+            log_lines: Some(10_000),
+            log_bytes: Some(1 << 20),
             ..Default::default()
         });
         let load = |file: &str| {
@@ -732,6 +735,8 @@ fn parsing_share(
         .with_limits(env.sandbox.call_limits(&LimitOverride {
             memory_bytes: Some(256 << 20),
             max_outputs: Some(10_000),
+            log_lines: Some(10_000),
+            log_bytes: Some(1 << 20),
             ..Default::default()
         }));
     let expected = 1 + 2 * fixtures::routable_count(n);

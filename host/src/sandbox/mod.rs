@@ -87,8 +87,8 @@ impl Default for SandboxLimits {
             max_memory_bytes: 512 << 20,
             max_output_bytes: 8 << 20,
             max_output_bytes_ceiling: 64 << 20,
-            log_lines: 200,
-            log_bytes: 64 << 10,
+            log_lines: 1000,
+            log_bytes: 256 << 10,
             stdio_bytes: 16 << 10,
             concurrency: 4,
             instance_memory: InstanceMemory::Pooling {
