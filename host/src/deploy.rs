@@ -149,8 +149,16 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         .ok_or_else(|| anyhow!("{}: metadata.name is required", manifest.display()))?;
     let components = build_components(&opts.dir, !opts.no_build)?;
 
-    apply_crd(&client, serde_json::to_value(WasmOperator::crd())?).await?;
     let crd_dir = opts.dir.join("crds");
+    eprintln!(
+        "applying the WasmOperator CRD{} (each waits until Established) …",
+        if crd_dir.is_dir() {
+            format!(" and the CRDs in {}", crd_dir.display())
+        } else {
+            String::new()
+        }
+    );
+    apply_crd(&client, serde_json::to_value(WasmOperator::crd())?).await?;
     if crd_dir.is_dir() {
         let mut files: Vec<_> = std::fs::read_dir(&crd_dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -199,6 +207,12 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
             role.to_lowercase()
                 .replace(|c: char| !c.is_ascii_alphanumeric(), "-")
         );
+        eprintln!(
+            "storing {} ({} KiB gz) in ConfigMap {}/{cm_name} …",
+            file.path,
+            gz.len().div_ceil(1024),
+            opts.module_namespace
+        );
         let cm = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -238,6 +252,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
             ..Default::default()
         };
     }
+    eprintln!("applying WasmOperator {op_name} …");
     let ops: Api<WasmOperator> = Api::all(client.clone());
     let mut body = serde_json::to_value(&op)?;
     if let Some(m) = body["metadata"].as_object_mut() {

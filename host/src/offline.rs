@@ -295,7 +295,8 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
             .with_context(|| format!("in {}", path.display()))?,
         None => ObjectsByKind::default(),
     };
-    let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(run.module_dir.clone()));
+    let modules =
+        ModuleCache::new(Sandbox::new(limits)?, None, Some(run.module_dir.clone())).with_progress();
     let now = run
         .now
         .clone()

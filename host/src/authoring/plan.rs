@@ -180,7 +180,8 @@ pub async fn plan(
         Some(client.clone()),
         args.module_dir.clone(),
     )
-    .with_compile_cache(compile_cache_dir(None, false));
+    .with_compile_cache(compile_cache_dir(None, false))
+    .with_progress();
     let decision = offline::decide(
         &modules,
         &def,

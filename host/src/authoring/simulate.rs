@@ -244,7 +244,8 @@ pub async fn simulate(
     })?;
     // The compile cache `wasmpilot run` uses: a rerun loads unchanged components in milliseconds.
     let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(module_dir))
-        .with_compile_cache(compile_cache_dir(None, false));
+        .with_compile_cache(compile_cache_dir(None, false))
+        .with_progress();
     let generation = world.resource.metadata.generation;
     let name = describe(&(
         def.resource.clone(),

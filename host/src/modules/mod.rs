@@ -216,6 +216,7 @@ pub struct ModuleCache {
     compiled: Mutex<HashMap<String, Component>>,
     disk: Option<Arc<CompileCache>>,
     allow_http_urls: bool,
+    progress: bool,
     stats_compiled: AtomicUsize,
     stats_disk: AtomicUsize,
 }
@@ -230,6 +231,7 @@ impl ModuleCache {
             compiled: Mutex::new(HashMap::new()),
             disk: None,
             allow_http_urls: false,
+            progress: false,
             stats_compiled: AtomicUsize::new(0),
             stats_disk: AtomicUsize::new(0),
         }
@@ -258,6 +260,22 @@ impl ModuleCache {
     pub fn allow_plain_http_urls(mut self) -> Self {
         self.allow_http_urls = true;
         self
+    }
+
+    /// Prints a line to stderr before and after each long step (download, compile) instead of
+    /// logging it: for the CLI commands (`simulate`, `plan`, `run-phase`); `wasmpilot run` logs.
+    pub fn with_progress(mut self) -> Self {
+        self.progress = true;
+        self
+    }
+
+    /// A progress line for the CLI, or an info log for the host.
+    fn progress(&self, message: std::fmt::Arguments<'_>) {
+        if self.progress {
+            eprintln!("{message}");
+        } else {
+            tracing::info!("{message}");
+        }
     }
 
     pub fn sandbox(&self) -> &Arc<Sandbox> {
@@ -317,6 +335,20 @@ impl ModuleCache {
         let disk = self.disk.clone();
         let key = digest.clone();
         let started = Instant::now();
+        if self.progress {
+            match &disk {
+                Some(d) if d.paths(&digest).0.exists() => {}
+                Some(d) => eprintln!(
+                    "compiling {} (first use; cached in {})",
+                    short_digest(&digest),
+                    home_relative(d.dir().parent().unwrap_or(d.dir()))
+                ),
+                None => eprintln!(
+                    "compiling {} (no compile cache: every run compiles)",
+                    short_digest(&digest)
+                ),
+            }
+        }
         let loaded = tokio::task::spawn_blocking(move || match disk {
             Some(disk) => disk.load_or_compile(sandbox.engine(), &key, &bytes),
             None => sandbox.compile(&bytes).map(Loaded::Compiled),
@@ -334,12 +366,22 @@ impl ModuleCache {
         let compiled = match loaded {
             Loaded::Compiled(c) => {
                 self.stats_compiled.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(%digest, source = %source_name, elapsed_ms, "compiled module");
+                if self.progress {
+                    eprintln!(
+                        "compiled {} in {:.1}s",
+                        short_digest(&digest),
+                        elapsed_ms / 1000.0
+                    );
+                } else {
+                    tracing::info!(%digest, source = %source_name, elapsed_ms, "compiled module");
+                }
                 c
             }
             Loaded::Cached(c) => {
                 self.stats_disk.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(%digest, source = %source_name, elapsed_ms, "loaded compiled module from the compile cache");
+                if !self.progress {
+                    tracing::info!(%digest, source = %source_name, elapsed_ms, "loaded compiled module from the compile cache");
+                }
                 c
             }
         };
@@ -380,6 +422,8 @@ impl ModuleCache {
                         })?
                 }
             };
+            self.progress(format_args!("pulling oci://{} …", o.reference));
+            let started = Instant::now();
             let pulled = oci::pull(
                 &o.reference,
                 &auth,
@@ -392,7 +436,17 @@ impl ModuleCache {
                 source_name: source_name.clone(),
                 message,
             })?;
-            tracing::debug!(source = %source_name, manifest = %pulled.manifest_digest, layer = %pulled.layer_digest, "pulled module");
+            if self.progress {
+                eprintln!(
+                    "pulled {} KiB in {:.1}s, {} (manifest {})",
+                    pulled.bytes.len().div_ceil(1024),
+                    started.elapsed().as_secs_f64(),
+                    pulled.layer_digest,
+                    pulled.manifest_digest
+                );
+            } else {
+                tracing::info!(source = %source_name, bytes = pulled.bytes.len(), manifest = %pulled.manifest_digest, layer = %pulled.layer_digest, "pulled module");
+            }
             // The layer digest was verified against the bytes while pulling; a pin, when set,
             // must match it too. Without a pin the manifest's layer digest is the component's.
             let pin = o.sha256.clone().or(Some(pulled.layer_digest));
@@ -400,6 +454,8 @@ impl ModuleCache {
         }
         if let Some(u) = &r.url {
             let source_name = format!("URL {}", url::redact(&u.url));
+            self.progress(format_args!("downloading {} …", url::redact(&u.url)));
+            let started = Instant::now();
             let bytes = url::fetch(
                 &u.url,
                 self.allow_http_urls,
@@ -411,6 +467,16 @@ impl ModuleCache {
                 source_name: source_name.clone(),
                 message,
             })?;
+            if self.progress {
+                eprintln!(
+                    "downloaded {} KiB in {:.1}s, {}",
+                    bytes.len().div_ceil(1024),
+                    started.elapsed().as_secs_f64(),
+                    digest_of(&bytes)
+                );
+            } else {
+                tracing::info!(source = %source_name, bytes = bytes.len(), digest = %digest_of(&bytes), "downloaded module");
+            }
             return Ok((source_name, bytes, Some(u.sha256.clone())));
         }
         if let Some(cm) = &r.config_map {
@@ -462,6 +528,23 @@ impl ModuleCache {
         }
         Err(ModuleError::NoSource)
     }
+}
+
+/// `sha256:0123456789ab…`: enough to tell components apart in progress lines.
+fn short_digest(digest: &str) -> String {
+    match digest.get(..19) {
+        Some(prefix) if prefix.len() < digest.len() => format!("{prefix}…"),
+        _ => digest.to_string(),
+    }
+}
+
+/// A path with the home directory written `~`, for progress lines.
+fn home_relative(path: &std::path::Path) -> String {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .and_then(|home| path.strip_prefix(home).ok())
+        .map(|rest| format!("~/{}", rest.display()))
+        .unwrap_or_else(|| path.display().to_string())
 }
 
 /// Modules stored under a name ending in `.gz` are gzip-compressed (ConfigMaps hold at most 1 MiB);

@@ -369,18 +369,25 @@ pub fn wasm_config(component_digest: &str, imports: &[String], exports: &[String
     serde_json::to_vec(&config).expect("JSON values serialize")
 }
 
-/// Publishes a component as a Wasm OCI artifact under a tag; returns its digests.
+/// Publishes a component as a Wasm OCI artifact under a tag; returns its digests. `progress`
+/// is told about each long step before it starts (validating, uploading the layer).
 pub async fn push(
     component: &[u8],
     reference: &str,
     auth: &Auth,
     insecure: bool,
     title: Option<&str>,
+    progress: &dyn Fn(&str),
 ) -> anyhow::Result<Pushed> {
     let r = parse_reference(reference).map_err(anyhow::Error::msg)?;
     if r.digest().is_some() {
-        bail!("push to a tag (registry/repository:tag), not to a digest");
+        bail!(
+            "push to a tag (registry/repository:tag), not to a digest: e.g. oci://{}/{}:v1",
+            r.registry(),
+            r.repository()
+        );
     }
+    progress("checking that it is a Wasm component (compiles it once) …");
     let (imports, exports) = component_world(component)?;
     let component_digest = digest_of(component);
     let config = wasm_config(&component_digest, &imports, &exports);
@@ -413,10 +420,21 @@ pub async fn push(
         }],
         ..Default::default()
     };
+    progress(&format!(
+        "pushing oci://{}: layer {} KiB, {component_digest} …",
+        r.whole(),
+        component.len().div_ceil(1024)
+    ));
     client
         .push_blob(&r, layer.data, &component_digest)
         .await
-        .with_context(|| format!("pushing the component to {}", r.whole()))?;
+        .with_context(|| {
+            format!(
+                "pushing the component to {}: check the registry address, that it is reachable (--insecure for plain HTTP), and your credentials (--username)",
+                r.whole()
+            )
+        })?;
+    progress("pushing the config and the manifest …");
     client
         .push_blob(&r, config, &manifest.config.digest)
         .await
@@ -464,8 +482,12 @@ pub async fn push_command(args: PushArgs) -> anyhow::Result<()> {
         .strip_prefix("oci://")
         .unwrap_or(&args.target)
         .to_string();
-    let bytes = std::fs::read(&args.component)
-        .with_context(|| format!("reading {}", args.component.display()))?;
+    let bytes = std::fs::read(&args.component).with_context(|| {
+        format!(
+            "reading {}: build it first (wasmpilot build <dir>) and pass the .wasm it lists",
+            args.component.display()
+        )
+    })?;
     let auth = match &args.username {
         None => Auth::Anonymous,
         Some(user) => {
@@ -486,7 +508,10 @@ pub async fn push_command(args: PushArgs) -> anyhow::Result<()> {
         }
     };
     let title = args.component.file_name().and_then(|n| n.to_str());
-    let pushed = push(&bytes, &reference, &auth, args.insecure, title).await?;
+    let pushed = push(&bytes, &reference, &auth, args.insecure, title, &|step| {
+        eprintln!("{step}")
+    })
+    .await?;
     println!("pushed {}", pushed.reference);
     println!("manifest digest:  {}", pushed.manifest_digest);
     println!("component sha256: {}", pushed.component_digest);
