@@ -2,7 +2,8 @@
 //! operator shipped by `wasmpilot deploy --no-build examples/autoroute` (modules in ConfigMaps),
 //! a live AutoRoute in phase Syncing, a Service someone else created with another selector and a
 //! stale VirtualService the Syncing phase applied earlier. The plan must show the field-level
-//! diff the host would cause, the pruning and the next phase — and write nothing.
+//! diff the host would cause, the pruning and the next phase — and write nothing. Without
+//! `--operator`, plan finds the operator by the resource's kind.
 
 mod common;
 
@@ -213,6 +214,27 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let (ok, _, stderr) = plan(&["service/frontend", "-n", ns, "--operator", "autoroute"]);
     anyhow::ensure!(
         !ok && stderr.contains("manages AutoRoute (autoroutes), not \"service\""),
+        "{stderr}"
+    );
+
+    // Without --operator: the WasmOperator whose spec.resource is the kind (or its plural).
+    for target in ["AutoRoute/example", "autoroutes/example"] {
+        let (ok, stdout, stderr) = plan(&[target, "-n", ns, "--now", "2026-11-21T12:00:00Z"]);
+        anyhow::ensure!(
+            ok,
+            "plan {target} without --operator failed:\n{stderr}\n{stdout}"
+        );
+        anyhow::ensure!(
+            stdout.contains(&format!(
+                "plan for AutoRoute {ns}/example (operator autoroute)"
+            )) && stdout.contains("4 to create, 1 to update, 0 unchanged, 1 to delete"),
+            "plan {target} without --operator:\n{stdout}"
+        );
+    }
+    let (ok, _, stderr) = plan(&["service/frontend", "-n", ns]);
+    anyhow::ensure!(
+        !ok && stderr.contains("no WasmOperator manages \"service\"")
+            && stderr.contains("kubectl get wasmoperators"),
         "{stderr}"
     );
     Ok(())

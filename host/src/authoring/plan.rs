@@ -1,5 +1,6 @@
-//! `wasmpilot plan <kind>/<name> --operator <op>`: what the operator would do to one live
-//! resource right now, without writing anything.
+//! `wasmpilot plan <kind>/<name> [-n ns] [--operator <op>]`: what the operator would do to one
+//! live resource right now, without writing anything. Without `--operator`, the WasmOperator
+//! whose `spec.resource` kind is `<kind>` (its kind or plural, any case) is used.
 //!
 //! It reads the WasmOperator, the resource and the current phase's inputs from the cluster,
 //! loads the phase's module as the host does ([`ModuleCache`]: ConfigMap, OCI, URL, verified by
@@ -36,9 +37,9 @@ pub struct PlanArgs {
     /// Its namespace (default: the kubeconfig context's namespace).
     #[arg(short, long)]
     pub namespace: Option<String>,
-    /// The WasmOperator that manages it.
+    /// The WasmOperator that manages it (default: the one whose spec.resource is that kind).
     #[arg(long)]
-    pub operator: String,
+    pub operator: Option<String>,
     /// Where `file` modules resolve (only for operators deployed with file modules).
     #[arg(long, env = "WASMPILOT_MODULE_DIR")]
     pub module_dir: Option<PathBuf>,
@@ -75,24 +76,27 @@ pub async fn plan(
             args.target
         )
     })?;
-    let op = Api::<WasmOperator>::all(client.clone())
-        .get_opt(&args.operator)
+    let operators = Api::<WasmOperator>::all(client.clone());
+    let operator = match &args.operator {
+        Some(op) => op.clone(),
+        None => infer_operator(&client, &operators, kind_arg).await?,
+    };
+    let op = operators
+        .get_opt(&operator)
         .await
         .context("reading WasmOperators (is KUBECONFIG set, and the wasmpilot CRD applied?)")?
         .ok_or_else(|| {
             anyhow!(
-                "WasmOperator {} not found: deploy it first (wasmpilot deploy <dir>), or list them with kubectl get wasmoperators",
-                args.operator
+                "WasmOperator {operator} not found: deploy it first (wasmpilot deploy <dir>), or list them with kubectl get wasmoperators"
             )
         })?;
-    let def = OperatorDefinition::validate(&args.operator, &op.spec)
-        .with_context(|| format!("WasmOperator {} is invalid", args.operator))?;
+    let def = OperatorDefinition::validate(&operator, &op.spec)
+        .with_context(|| format!("WasmOperator {operator} is invalid: fix it and redeploy (wasmpilot deploy <dir>); kubectl describe wasmoperator {operator} shows its Ready condition"))?;
     let resource_kind = kinds::resolve(&client, &def.resource, "spec.resource").await?;
     let wanted = kind_arg.to_ascii_lowercase();
     if wanted != def.resource.kind.to_ascii_lowercase() && wanted != resource_kind.api.plural {
         bail!(
-            "WasmOperator {} manages {} ({}), not {kind_arg:?}: plan {}/{name}",
-            args.operator,
+            "WasmOperator {operator} manages {} ({}), not {kind_arg:?}: plan {}/{name}, or drop --operator to find the operator of {kind_arg:?}",
             def.resource.kind,
             resource_kind.api.plural,
             def.resource.kind.to_ascii_lowercase()
@@ -130,7 +134,7 @@ pub async fn plan(
     let described = outputs::describe(&(def.resource.clone(), namespace.clone(), name.to_string()));
     let phase_name = offline::current_phase(&def, &resource);
     let phase = offline::declared_phase(&def, &phase_name)?;
-    writeln!(out, "plan for {described} (operator {})", args.operator)?;
+    writeln!(out, "plan for {described} (operator {operator})")?;
     let generation = resource.metadata.generation;
     if phase.is_final {
         let observed = resource.data["status"]["observedGeneration"].as_i64();
@@ -372,6 +376,80 @@ pub async fn plan(
     Ok(summary)
 }
 
+/// A WasmOperator and the kind of its top-level resource.
+struct Managed {
+    operator: String,
+    kind: KindRef,
+    /// The kind's plural, when the API server serves it.
+    plural: Option<String>,
+}
+
+impl Managed {
+    /// `kind` as users type it: the kind or its plural, any case.
+    fn manages(&self, kind: &str) -> bool {
+        let kind = kind.to_ascii_lowercase();
+        kind == self.kind.kind.to_ascii_lowercase() || self.plural.as_deref() == Some(kind.as_str())
+    }
+}
+
+/// The WasmOperator whose `spec.resource` is `kind` (kind or plural, any case).
+async fn infer_operator(
+    client: &Client,
+    operators: &Api<WasmOperator>,
+    kind: &str,
+) -> anyhow::Result<String> {
+    let list = operators
+        .list(&ListParams::default())
+        .await
+        .context("listing WasmOperators to find the one managing the resource (is KUBECONFIG set, and the wasmpilot CRD applied?); or name it with --operator")?;
+    let mut managed = Vec::new();
+    for op in list.items {
+        let resource = op.spec.resource.clone();
+        let plural = kinds::resolve(client, &resource, "spec.resource")
+            .await
+            .ok()
+            .map(|r| r.api.plural);
+        managed.push(Managed {
+            operator: op.metadata.name.unwrap_or_default(),
+            kind: resource,
+            plural,
+        });
+    }
+    choose_operator(kind, &managed)
+}
+
+/// The one operator managing `kind`; none or several is an error saying what to do.
+fn choose_operator(kind: &str, managed: &[Managed]) -> anyhow::Result<String> {
+    let matching: Vec<&Managed> = managed.iter().filter(|m| m.manages(kind)).collect();
+    match matching.as_slice() {
+        [one] => Ok(one.operator.clone()),
+        [] => bail!(
+            "no WasmOperator manages {kind:?}: check the kind, deploy its operator (wasmpilot deploy <dir>), or name one with --operator (kubectl get wasmoperators lists them{})",
+            if managed.is_empty() {
+                "; there are none".to_string()
+            } else {
+                format!(
+                    ": {}",
+                    managed
+                        .iter()
+                        .map(|m| format!("{} manages {}", m.operator, m.kind))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        ),
+        several => bail!(
+            "{} WasmOperators manage {kind:?}: {}; choose one with --operator",
+            several.len(),
+            several
+                .iter()
+                .map(|m| format!("{} ({})", m.operator, m.kind))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 fn write_changes(out: &mut dyn Write, changes: &[Change]) -> std::io::Result<()> {
     for c in changes {
         writeln!(out, "    {c}")?;
@@ -412,4 +490,59 @@ async fn read_inputs(
         objects.insert(kind, list.items.into_iter().map(Arc::new).collect());
     }
     Ok(ObjectsByKind(objects))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn managed(operator: &str, api_version: &str, kind: &str, plural: &str) -> Managed {
+        Managed {
+            operator: operator.into(),
+            kind: KindRef::new(api_version, kind),
+            plural: Some(plural.into()),
+        }
+    }
+
+    #[test]
+    fn the_operator_is_found_by_kind_or_plural() {
+        let ops = [
+            managed("autoroute", "examples.io/v1", "AutoRoute", "autoroutes"),
+            managed(
+                "shell",
+                "cache.example.com/v1alpha1",
+                "MyOwnShell",
+                "myownshells",
+            ),
+        ];
+        for kind in ["autoroute", "AutoRoute", "autoroutes", "AUTOROUTES"] {
+            assert_eq!(choose_operator(kind, &ops).unwrap(), "autoroute", "{kind}");
+        }
+        assert_eq!(choose_operator("myownshell", &ops).unwrap(), "shell");
+
+        let none = choose_operator("service", &ops).unwrap_err().to_string();
+        assert!(
+            none.starts_with("no WasmOperator manages \"service\""),
+            "{none}"
+        );
+        assert!(none.contains("kubectl get wasmoperators"), "{none}");
+        assert!(
+            none.contains("autoroute manages examples.io/v1 AutoRoute"),
+            "{none}"
+        );
+
+        let both = [
+            managed("autoroute", "examples.io/v1", "AutoRoute", "autoroutes"),
+            managed("autoroute-v2", "examples.io/v2", "AutoRoute", "autoroutes"),
+        ];
+        let several = choose_operator("autoroute", &both).unwrap_err().to_string();
+        assert!(
+            several.contains("2 WasmOperators manage \"autoroute\": autoroute (examples.io/v1 AutoRoute), autoroute-v2 (examples.io/v2 AutoRoute); choose one with --operator"),
+            "{several}"
+        );
+        assert!(choose_operator("x", &[])
+            .unwrap_err()
+            .to_string()
+            .contains("there are none"));
+    }
 }
