@@ -213,6 +213,15 @@ impl<T: Cached> Cache<T> {
         }
     }
 
+    /// One object by namespace (`None`: cluster-scoped) and name.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<T>> {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        objects
+            .get(namespace.unwrap_or_default())?
+            .get(name)
+            .cloned()
+    }
+
     /// Every cached object.
     pub fn all(&self) -> Vec<Arc<T>> {
         self.in_namespace(None)

@@ -82,6 +82,8 @@ pub enum OutputError {
         kind: String,
         name: String,
     },
+    #[error("{object} already exists and {holder}; the host does not take over objects it did not create for this resource: delete or rename it, or have the worker return another name")]
+    NotOurs { object: String, holder: String },
     #[error("could not delete {object}, which the worker no longer returns: {source}")]
     PruneFailed {
         object: String,
@@ -104,7 +106,10 @@ impl OutputError {
                 source: kube::Error::Api(s),
                 ..
             } => (400..500).contains(&s.code) && s.code != 409 && s.code != 429,
-            OutputError::ApplyFailed { .. } | OutputError::PruneFailed { .. } => false,
+            // Retried with backoff: the conflict goes away when the other object does.
+            OutputError::ApplyFailed { .. }
+            | OutputError::PruneFailed { .. }
+            | OutputError::NotOurs { .. } => false,
             _ => true,
         }
     }
@@ -258,6 +263,40 @@ fn valid_name(name: &str) -> bool {
 pub fn label(object: &mut Value, operator: &str, phase: &str) {
     object["metadata"]["labels"][crate::OPERATOR_LABEL] = json!(operator);
     object["metadata"]["labels"][crate::PHASE_LABEL] = json!(phase);
+}
+
+/// Refuses the whole result when an output names an object that exists (in the output watch
+/// cache) without this resource's controller reference: applying would adopt it, and pruning or
+/// garbage collection could later delete an object the host never created.
+pub fn refuse_takeovers(
+    outputs: &[CheckedOutput],
+    owner_uid: &str,
+    caches: &crate::reconcile::OutputCaches,
+) -> Result<(), OutputError> {
+    for out in outputs {
+        let Some(informer) = caches.0.get(&out.kind) else {
+            continue;
+        };
+        let Some(existing) = informer.cache.get(out.namespace.as_deref(), &out.name) else {
+            continue;
+        };
+        let controller = existing
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true));
+        let holder = match controller {
+            Some(o) if o.uid == owner_uid => continue,
+            Some(o) => format!("is controlled by {} {}", o.kind, o.name),
+            None => "has no controller".to_string(),
+        };
+        return Err(OutputError::NotOurs {
+            object: out.describe(),
+            holder,
+        });
+    }
+    Ok(())
 }
 
 /// Server-side applies checked outputs, labelled with the operator, forcing ownership of their

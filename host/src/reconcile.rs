@@ -431,6 +431,12 @@ async fn run_phase(
                 source: Box::new(source),
             }
         })?;
+    outputs::refuse_takeovers(&checked, &uid, &ctx.outputs).map_err(|source| {
+        ReconcileError::Outputs {
+            phase: current.clone(),
+            source: Box::new(source),
+        }
+    })?;
     let total = checked.len();
     let keep: BTreeSet<ObjectKey> = checked.iter().map(CheckedOutput::key).collect();
     let applied = outputs::apply_outputs(&ctx.client, &def.name, &current, &ctx.kinds, checked)

@@ -371,7 +371,36 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
             "OutputRefused",
             "kube-system",
         ),
+        // Start's logLines (20) and maxOutputKib (64) overrides.
+        (
+            "s-chatty",
+            json!({"mode": "chatty", "count": 50, "next": "Done"}),
+            "WorkerLogLimitExceeded",
+            "20 log lines",
+        ),
+        (
+            "s-bloat",
+            json!({"mode": "bloat", "count": 100_000, "next": "Done"}),
+            "OutputLimitExceeded",
+            "more than the limit of 65536",
+        ),
+        // An object the host did not create is never taken over (nor, later, pruned).
+        (
+            "s-takeover",
+            json!({"mode": "ok", "next": "Done", "outputs": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "users-own"}, "data": {"k": "worker"}}]}),
+            "OutputRefused",
+            "users-own already exists and has no controller",
+        ),
     ];
+    apply_yaml(
+        client,
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"users-own"},"data":{"k":"user"}}"#,
+        Some(ns),
+    )
+    .await?;
+    // The takeover check reads the host's ConfigMap cache: let its watch see the object first.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     for (name, start, _, _) in &hostile {
         apply_yaml(
             client,
@@ -416,6 +445,16 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
             .await?
             .is_none(),
         "partial apply of a refused result"
+    );
+    let users = must(
+        get(client, "v1", "ConfigMap", Some(ns), "users-own").await?,
+        "the user's ConfigMap",
+    )?;
+    ensure!(
+        users["data"]["k"] == "user"
+            && users["metadata"]["ownerReferences"].is_null()
+            && users["metadata"]["labels"].is_null(),
+        "the user's ConfigMap was taken over: {users}"
     );
 
     let good = wait_for("s-good Done", T, || async {
@@ -526,7 +565,7 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
         (
             "bad-missing",
             json!({"resource": scripted, "phases": [start(cm("does-not-exist", &zeros))]}),
-            "ModuleLoadFailed",
+            "ModuleFetchFailed",
             vec!["does-not-exist", "phase Start"],
         ),
         (
@@ -562,13 +601,13 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
         (
             "bad-corrupt",
             json!({"resource": scripted, "phases": [start(cm("corrupt-module", &sha256_hex(&garbage)))]}),
-            "ModuleLoadFailed",
+            "ModuleCompileFailed",
             vec!["not a valid Wasm component"],
         ),
         (
             "bad-tampered",
             json!({"resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Probe"}, "phases": [start(cm("tampered-module", &zeros)), {"name": "Done", "final": true}]}),
-            "ModuleLoadFailed",
+            "ModuleDigestMismatch",
             vec!["sha256 mismatch", &zeros],
         ),
     ];
