@@ -6,8 +6,9 @@
 use crate::crd::{KindRef, WasmOperator, WasmOperatorSpec};
 use crate::definition::{OperatorDefinition, FINALIZER_ROLE};
 use crate::kinds::{self, ResolvedKind};
-use crate::modules::ModuleCache;
+use crate::modules::{ModuleCache, ModuleError};
 use crate::reconcile::{InputCaches, OperatorContext, OutputCaches};
+use crate::sandbox::LoadError;
 use crate::schedule::Backoff;
 use crate::status;
 use crate::watch;
@@ -42,7 +43,7 @@ enum LoadFailure {
     Module {
         role: String,
         #[source]
-        source: crate::modules::ModuleError,
+        source: ModuleError,
     },
     #[error("the host lacks permissions this operator needs: {}; grant them with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     MissingPermissions(Vec<crate::rbac::Missing>),
@@ -51,11 +52,13 @@ enum LoadFailure {
 }
 
 impl LoadFailure {
+    /// The `Ready` / `ModulesLoaded` condition reason, also the `reason` label of
+    /// `wasmpilot_operator_load_failures`.
     fn reason(&self) -> &'static str {
         match self {
             LoadFailure::Invalid(_) => "InvalidDefinition",
             LoadFailure::KindNotServed(_) => "KindNotServed",
-            LoadFailure::Module { .. } => "ModuleLoadFailed",
+            LoadFailure::Module { source, .. } => module_reason(source),
             LoadFailure::MissingPermissions(_) => "MissingPermissions",
             LoadFailure::PermissionCheck(_) => "PermissionCheckFailed",
         }
@@ -64,6 +67,31 @@ impl LoadFailure {
     /// Invalid definitions wait for an edit; the rest may fix themselves (CRD installed, ConfigMap created).
     fn retry(&self) -> bool {
         !matches!(self, LoadFailure::Invalid(_))
+    }
+}
+
+/// Why a module could not be made ready, by what failed: its reference, reading or downloading
+/// its bytes (pull Secret included), their digest, or compiling them for the operator's world.
+fn module_reason(e: &ModuleError) -> &'static str {
+    match e {
+        ModuleError::NoSource | ModuleError::MultipleSources(_) => "InvalidDefinition",
+        ModuleError::FilesDisabled { .. } => "ModuleSourceDisabled",
+        ModuleError::PullSecret { .. } => "ModulePullSecretFailed",
+        ModuleError::Offline { .. }
+        | ModuleError::ConfigMapUnreadable { .. }
+        | ModuleError::KeyMissing { .. }
+        | ModuleError::FileUnreadable { .. }
+        | ModuleError::Decompress { .. }
+        | ModuleError::Fetch { .. } => "ModuleFetchFailed",
+        ModuleError::DigestMismatch { .. } => "ModuleDigestMismatch",
+        ModuleError::Load {
+            source: LoadError::Compile(_),
+            ..
+        } => "ModuleCompileFailed",
+        ModuleError::Load {
+            source: LoadError::WrongWorld { .. },
+            ..
+        } => "ModuleWrongWorld",
     }
 }
 
@@ -568,6 +596,37 @@ fn schedule_retry_after_delay(tx: &mpsc::UnboundedSender<String>, name: String) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn module_failures_have_distinct_reasons() {
+        let module = |source| LoadFailure::Module {
+            role: "phase Start".into(),
+            source,
+        };
+        let fetch = module(ModuleError::Fetch {
+            source_name: "OCI r/x:v1".into(),
+            message: "unauthorized".into(),
+        });
+        let mismatch = module(ModuleError::DigestMismatch {
+            source_name: "OCI r/x:v1".into(),
+            expected: "sha256:0".into(),
+            actual: "sha256:1".into(),
+        });
+        let compile = module(ModuleError::Load {
+            source_name: "OCI r/x:v1".into(),
+            source: LoadError::Compile("bad magic".into()),
+        });
+        let reasons = [fetch.reason(), mismatch.reason(), compile.reason()];
+        assert_eq!(
+            reasons,
+            [
+                "ModuleFetchFailed",
+                "ModuleDigestMismatch",
+                "ModuleCompileFailed"
+            ]
+        );
+        assert_eq!(module(ModuleError::NoSource).reason(), "InvalidDefinition");
+    }
 
     #[tokio::test]
     async fn drain_waits_for_the_previous_controller_then_aborts_it() {

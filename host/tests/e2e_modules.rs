@@ -451,7 +451,7 @@ async fn scenario(
         start_phase(json!({"oci": {"reference": tag, "sha256": zeros, "insecure": true}})),
     )
     .await?;
-    let (msg, o) = ready_message(client, PUBLIC_OP, "False", "ModuleLoadFailed")
+    let (msg, o) = ready_message(client, PUBLIC_OP, "False", "ModuleDigestMismatch")
         .await
         .context("wrong pin")?;
     for w in [
@@ -507,7 +507,7 @@ async fn scenario(
     ensure!(pushed_private.component == expected);
     let anonymous = json!({"oci": {"reference": private_tag, "insecure": true}});
     apply_yaml(client, &operator(PRIVATE_OP, anonymous), None).await?;
-    let (msg, _) = ready_message(client, PRIVATE_OP, "False", "ModuleLoadFailed")
+    let (msg, _) = ready_message(client, PRIVATE_OP, "False", "ModuleFetchFailed")
         .await
         .context("anonymous pull from the private registry")?;
     ensure!(
