@@ -20,10 +20,11 @@ pub struct Rule {
     pub verbs: Vec<&'static str>,
 }
 
+/// Inputs: read from the host's watch caches (list + watch), and `get` for kubectl parity.
 const READ: [&str; 3] = ["get", "list", "watch"];
-const WRITE: [&str; 7] = [
-    "get", "list", "watch", "create", "patch", "update", "delete",
-];
+/// Outputs: watched (list + watch), server-side applied (`patch`, plus `create` when the apply
+/// creates the object), deleted when a phase no longer returns them. Never `update`d.
+const WRITE: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete"];
 
 /// `group` and `plural` of a kind. Uses the plural the API server reports when known (`known`),
 /// else kube's English pluralization (right for almost every kind).
@@ -47,17 +48,17 @@ pub fn rules_for(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, ApiResource>
         }
     };
     let (g, plural) = group_plural(&spec.resource, known);
+    // Watched by the controller, read again after a status conflict, and JSON-patched to add or
+    // remove the finalizer.
     add(
         g.clone(),
         plural.clone(),
-        &["get", "list", "watch", "patch", "update"],
+        &["get", "list", "watch", "patch"],
     );
-    add(
-        g.clone(),
-        format!("{plural}/status"),
-        &["get", "patch", "update"],
-    );
-    // Finalizer handling, and ownerReferences with blockOwnerDeletion on the outputs.
+    // Phase, Conditions and status info: merge patches only.
+    add(g.clone(), format!("{plural}/status"), &["patch"]);
+    // ownerReferences with blockOwnerDeletion on the outputs (OwnerReferencesPermissionEnforcement
+    // checks `update` on the owner's finalizers subresource).
     add(g, format!("{plural}/finalizers"), &["update"]);
     for p in &spec.phases {
         for input in &p.inputs {
@@ -226,11 +227,13 @@ mod tests {
         };
         assert_eq!(
             find("examples.io", "autoroutes"),
-            Some(vec!["get", "list", "patch", "update", "watch"])
+            Some(vec!["get", "list", "patch", "watch"]),
+            "the resource is patched (finalizers), never updated"
         );
         assert_eq!(
             find("examples.io", "autoroutes/status"),
-            Some(vec!["get", "patch", "update"])
+            Some(vec!["patch"]),
+            "status is merge-patched only"
         );
         assert_eq!(
             find("examples.io", "autoroutes/finalizers"),
@@ -243,13 +246,12 @@ mod tests {
         );
         assert_eq!(
             find("", "services"),
-            Some(vec![
-                "create", "delete", "get", "list", "patch", "update", "watch"
-            ])
+            Some(vec!["create", "delete", "get", "list", "patch", "watch"]),
+            "outputs are server-side applied and deleted, never updated"
         );
         assert_eq!(
             find("networking.istio.io", "gateways").map(|v| v.len()),
-            Some(7)
+            Some(6)
         );
         assert_eq!(rules.len(), 6);
     }

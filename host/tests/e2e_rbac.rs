@@ -222,11 +222,20 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     }
     .await;
     ensure!(host.is_alive(), "host alive");
+    let log = host.log_text();
     drop(host);
     for op in ["rbac-missing", "scripted"] {
         let _ = delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, op).await;
     }
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
     let _ = api.delete(&ns, &Default::default()).await;
-    result
+    result?;
+    // Writes that only log a warning when forbidden: the shipped role must cover them too.
+    for denied in [
+        "could not publish event",
+        "could not update WasmOperator status",
+    ] {
+        ensure!(!log.contains(denied), "host log says {denied:?}:\n{log}");
+    }
+    Ok(())
 }
