@@ -523,7 +523,7 @@ impl Manager {
             json_patch::merge(&mut body, &more);
         }
         if failure.is_none() {
-            body["modules"] = json!(digests);
+            body["modules"] = modules_patch(current.as_ref(), &digests);
         }
         if body.as_object().is_some_and(|m| m.is_empty()) {
             return;
@@ -540,6 +540,22 @@ impl Manager {
             tracing::warn!(operator = %op.name_any(), error = %e, "could not update WasmOperator status");
         }
     }
+}
+
+/// The merge patch of `status.modules` that leaves exactly `digests`: roles no longer in the spec
+/// (a removed phase, the finalizer) are set to null, which a JSON merge patch deletes.
+fn modules_patch(current_status: Option<&Value>, digests: &BTreeMap<String, String>) -> Value {
+    let mut patch: serde_json::Map<String, Value> = current_status
+        .and_then(|s| s.get("modules"))
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|m| m.keys())
+        .map(|role| (role.clone(), Value::Null))
+        .collect();
+    for (role, digest) in digests {
+        patch.insert(role.clone(), Value::String(digest.clone()));
+    }
+    Value::Object(patch)
 }
 
 /// Aborts a task when dropped (a no-op once it has finished).
@@ -596,6 +612,27 @@ fn schedule_retry_after_delay(tx: &mpsc::UnboundedSender<String>, name: String) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modules_patch_removes_roles_no_longer_in_the_spec() {
+        let current = json!({"modules": {"Syncing": "sha256:a", "Removed": "sha256:b"}});
+        let digests = BTreeMap::from([
+            ("Syncing".to_string(), "sha256:c".to_string()),
+            ("Added".to_string(), "sha256:d".to_string()),
+        ]);
+        let patch = modules_patch(Some(&current), &digests);
+        assert_eq!(
+            patch,
+            json!({"Syncing": "sha256:c", "Added": "sha256:d", "Removed": null})
+        );
+        let mut status = current.clone();
+        json_patch::merge(&mut status, &json!({ "modules": patch }));
+        assert_eq!(
+            status["modules"],
+            json!({"Syncing": "sha256:c", "Added": "sha256:d"})
+        );
+        assert_eq!(modules_patch(None, &digests), json!(digests));
+    }
 
     #[test]
     fn module_failures_have_distinct_reasons() {
