@@ -180,6 +180,14 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     .await?;
     // The manifest also declares the `scripted` operator: not granted either.
     apply_yaml(client, &probe_op.to_string(), None).await?;
+    // A pull Secret outside the host's namespace: reading it is forbidden, and the Condition says
+    // what to do. (Its resource is AutoRoute, whose role is granted, so loading gets that far.)
+    let secret_op = json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "rbac-secret"},
+        "spec": {"resource": {"apiVersion": "examples.io/v1", "kind": "AutoRoute"},
+                 "phases": [{"name": "Start", "initial": true, "module": {"oci": {
+                     "reference": "127.0.0.1:9/wasmpilot/none:v1", "insecure": true,
+                     "pullSecret": {"name": "registry-credentials", "namespace": "default"}}}}]}});
+    apply_yaml(client, &secret_op.to_string(), None).await?;
 
     let ns = create_namespace(client, "e2e-rbac").await?;
     apply_yaml(
@@ -207,12 +215,22 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         let o = wait_condition(client, ("wasmpilot.io/v1alpha1", "WasmOperator"), None, "rbac-missing", ("Ready", "False", "MissingPermissions"), T).await?;
         let msg = condition(&o, "Ready").and_then(|c| c["message"].as_str()).unwrap_or_default().to_string();
         ensure!(msg.contains("test.wasmpilot.io/probes") && msg.contains("core/secrets") && msg.contains("wasmpilot rbac"), "names what is missing: {msg}");
+        let o = wait_condition(client, ("wasmpilot.io/v1alpha1", "WasmOperator"), None, "rbac-secret", ("Ready", "False", "ModulePullSecretFailed"), T).await?;
+        let msg = condition(&o, "Ready").and_then(|c| c["message"].as_str()).unwrap_or_default().to_string();
+        ensure!(
+            msg.contains("pull Secret default/registry-credentials")
+                && msg.contains("not allowed to get Secrets in namespace default")
+                && msg.contains("Create the pull Secret in wasmpilot-system")
+                && msg.contains("`get` on secrets in default"),
+            "a forbidden pull Secret says what to do: {msg}"
+        );
 
         let http = |path: &str| http(&addr, path);
         let metrics = http("/metrics")?;
         ensure!(metrics.contains(r#"wasmpilot_reconciles_total{operator="autoroute""#), "metrics: {metrics}");
         ensure!(metrics.contains("wasmpilot_worker_duration_seconds_bucket"), "histogram exported");
         ensure!(metrics.contains(r#"wasmpilot_operator_load_failures_total{operator="rbac-missing",reason="MissingPermissions"}"#), "load failures counted");
+        ensure!(metrics.contains(r#"wasmpilot_operator_load_failures_total{operator="rbac-secret",reason="ModulePullSecretFailed"}"#), "labelled with the Condition's reason");
         ensure!(http("/healthz")?.ends_with("200"), "healthz");
         // Still ready as the leader, with the failed operators: a failed load does not block
         // readiness, it is reported on the WasmOperator.
@@ -224,7 +242,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     ensure!(host.is_alive(), "host alive");
     let log = host.log_text();
     drop(host);
-    for op in ["rbac-missing", "scripted"] {
+    for op in ["rbac-missing", "rbac-secret", "scripted"] {
         let _ = delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, op).await;
     }
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());

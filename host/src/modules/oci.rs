@@ -11,7 +11,7 @@
 //! component; their sha256 is verified against the manifest while pulling and against the
 //! reference's `sha256` pin, when set.
 
-use super::{digest_of, install_crypto_provider};
+use super::{digest_of, install_crypto_provider, DEFAULT_MODULE_NAMESPACE};
 use anyhow::{bail, Context};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client as KubeClient};
@@ -221,7 +221,7 @@ pub async fn auth_from_secret(
     let secret = Api::<Secret>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .map_err(|e| format!("could not be read: {e}"))?;
+        .map_err(|e| secret_unreadable(&e, namespace))?;
     let data = secret.data.unwrap_or_default();
     let (json, legacy) = if let Some(d) = data.get(".dockerconfigjson") {
         (&d.0, false)
@@ -234,6 +234,26 @@ pub async fn auth_from_secret(
         );
     };
     auth_for_registry(json, legacy, r.resolve_registry())
+}
+
+/// Why a pull Secret could not be read. Forbidden is the common case (the shipped role lets the
+/// host read Secrets in its own namespace only), so that message says what to do.
+fn secret_unreadable(e: &kube::Error, namespace: &str) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 403 && namespace == DEFAULT_MODULE_NAMESPACE => format!(
+            "could not be read: the host is not allowed to get Secrets in namespace {namespace} \
+             (forbidden). Grant its ServiceAccount `get` on secrets there (the Role in \
+             deploy/rbac.yaml does)"
+        ),
+        kube::Error::Api(s) if s.code == 403 => format!(
+            "could not be read: the host is not allowed to get Secrets in namespace {namespace} \
+             (forbidden). Create the pull Secret in {DEFAULT_MODULE_NAMESPACE}, where the host's \
+             role (deploy/rbac.yaml) lets it read Secrets (a pullSecret without namespace means \
+             that one), or grant the host's ServiceAccount `get` on secrets in {namespace} with a \
+             Role and RoleBinding there"
+        ),
+        _ => format!("could not be read: {e}"),
+    }
 }
 
 /// Finds the registry's entry in a docker config (`{"auths": {host: entry}}`, or `{host: entry}`
@@ -528,6 +548,28 @@ pub async fn push_command(args: PushArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forbidden_pull_secret_says_what_to_do() {
+        let status = |code: u16| {
+            kube::Error::Api(Box::new(
+                serde_json::from_value(json!({"code": code, "message": "secrets \"r\" is forbidden", "reason": "Forbidden"}))
+                    .expect("a Status"),
+            ))
+        };
+        let msg = secret_unreadable(&status(403), "team-a");
+        for w in [
+            "not allowed to get Secrets in namespace team-a",
+            "Create the pull Secret in wasmpilot-system",
+            "`get` on secrets in team-a",
+        ] {
+            assert!(msg.contains(w), "{msg:?} should say {w:?}");
+        }
+        let own = secret_unreadable(&status(403), DEFAULT_MODULE_NAMESPACE);
+        assert!(own.contains("`get` on secrets there"), "{own}");
+        let other = secret_unreadable(&status(500), "team-a");
+        assert!(other.starts_with("could not be read: ") && !other.contains("Create"));
+    }
 
     fn desc(media_type: &str) -> OciDescriptor {
         OciDescriptor {
