@@ -27,7 +27,7 @@ if ! command -v docker-registry >/dev/null 2>&1 || ! command -v htpasswd >/dev/n
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry apache2-utils
 fi
 # The canary example's end-to-end test runs a real Prometheus on loopback (Debian's package;
-# only the binary is used: deploy/local/prometheus.sh starts it with a temporary config).
+# only the binary is used: host/tests/e2e_canary.rs starts it with a temporary config).
 if ! command -v prometheus >/dev/null 2>&1; then
   echo "setup: installing prometheus (Debian package)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
