@@ -11,12 +11,14 @@
 //!     → outputs (validated, server-side applied) → status (phase, status info, Conditions, Events)
 //! ```
 //!
-//! `offline` runs one phase from files through the same definition, inputs, sandbox and output
-//! checks, without a cluster; `deploy` builds an operator's components and ships them;
+//! `decision` is the worker call and its checks, shared by `reconcile` and `offline`, which runs
+//! one phase from files through the same definition, inputs, sandbox and output checks, without
+//! a cluster; `deploy` builds an operator's components and ships them;
 //! `authoring` is the project loop around them (init, build, simulate, graph, plan).
 
 pub mod authoring;
 pub mod crd;
+pub mod decision;
 pub mod definition;
 pub mod deploy;
 pub mod informers;

@@ -1,20 +1,21 @@
 //! Runs one phase of an operator from files, without a cluster: the same definition checks,
 //! input gathering, sandbox and output checks as the controller, printed instead of applied.
 //!
-//! [`decide`] is the reusable step (one worker decision through the host's own checks);
-//! `wasmpilot run-phase`, `simulate` and `plan` all go through it.
+//! [`decide`] loads the phase's component and gathers its inputs, then runs
+//! [`crate::decision::decide`], the decision step reconciles run too; `wasmpilot run-phase`,
+//! `simulate` and `plan` all go through it.
 
 use crate::crd::{KindRef, WasmOperator};
+use crate::decision::{self, phase_names, DecisionInput};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::inputs::{self, ObjectSource, WorkerObject};
 use crate::modules::ModuleCache;
-use crate::outputs::{self, CheckedOutput, Owner};
 use crate::reconcile::ReconcileError;
-use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits, SyncRequest};
+use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits};
 use anyhow::{anyhow, bail, Context};
 use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,20 +50,7 @@ pub struct OfflineOutcome {
     pub outputs: Vec<Value>,
 }
 
-/// One worker decision that passed the host's checks: what a reconcile would apply and record.
-#[derive(Clone, Debug)]
-pub struct Decision {
-    /// The phase that ran.
-    pub phase: String,
-    pub next_phase: String,
-    /// Digest of the component that decided.
-    pub module: String,
-    /// The worker's status patch (host-owned keys are dropped when it is merged).
-    pub status_info: Option<Map<String, Value>>,
-    pub requeue_after_ms: Option<u64>,
-    /// Outputs with namespace and controller ownerReference set, in the worker's order.
-    pub outputs: Vec<CheckedOutput>,
-}
+pub use crate::decision::Decision;
 
 /// Objects standing in for the cluster's watch caches, grouped by kind.
 #[derive(Clone, Default)]
@@ -168,15 +156,6 @@ pub fn current_phase(def: &OperatorDefinition, resource: &DynamicObject) -> Stri
         .to_string()
 }
 
-/// The declared phases, comma-separated, for messages.
-fn phase_names(def: &OperatorDefinition) -> String {
-    def.phases
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The phase `name` of `def`, or the host's error for a resource in an undeclared phase.
 pub fn declared_phase<'a>(
     def: &'a OperatorDefinition,
@@ -191,10 +170,10 @@ pub fn declared_phase<'a>(
 
 /// Runs `phase`'s worker once for `resource`, like a reconcile: the phase's declared inputs
 /// gathered from `source` (plus `extra_inputs`, e.g. metric samples), its component loaded
-/// through `modules` with the phase's limits, the decision checked (declared and allowed next
-/// phase, status info an object, outputs declared, named, in the resource's namespace, not
-/// owned by anyone else). Errors are the host's own ([`ReconcileError`]), so their messages
-/// read like the resource's `Synced` condition would.
+/// through `modules` with the phase's limits, then [`crate::decision::decide`] (declared and
+/// allowed next phase, status info an object, outputs declared, named, in the resource's
+/// namespace, not owned by anyone else). Errors are the host's own ([`ReconcileError`]), so
+/// their messages read like the resource's `Synced` condition would.
 #[allow(clippy::too_many_arguments)]
 pub async fn decide(
     modules: &ModuleCache,
@@ -218,63 +197,17 @@ pub async fn decide(
         .with_limits(sandbox.call_limits(&phase.limits));
     let mut phase_inputs = inputs::gather(phase, resource.metadata.namespace.as_deref(), source);
     phase_inputs.extend(extra_inputs);
-    let request = SyncRequest {
-        operator: def.name.clone(),
-        phase: phase_name.to_string(),
-        resource: inputs::to_worker_json(resource, &def.resource),
+    let input = DecisionInput {
+        definition: def,
+        phase,
+        module: &module,
+        resource,
+        resource_json: inputs::to_worker_json(resource, &def.resource),
         inputs: phase_inputs,
         now: now.to_string(),
+        namespaced,
     };
-    let result =
-        sandbox
-            .run_sync(&module, request)
-            .await
-            .map_err(|source| ReconcileError::Worker {
-                phase: phase_name.to_string(),
-                digest: module.digest.clone(),
-                source,
-            })?;
-    if def.phase(&result.next_phase).is_none() {
-        return Err(ReconcileError::UnknownNextPhase {
-            phase: phase_name.to_string(),
-            next: result.next_phase,
-            declared: phase_names(def),
-        }
-        .into());
-    }
-    if !phase.allows(&result.next_phase) {
-        return Err(ReconcileError::TransitionNotAllowed {
-            phase: phase_name.to_string(),
-            next: result.next_phase,
-            allowed: phase.next.join(", "),
-        }
-        .into());
-    }
-    let status_info =
-        crate::reconcile::parse_status_info(phase_name, result.status_info.as_deref())?;
-    let uid = resource.metadata.uid.clone().unwrap_or_default();
-    let name = resource.metadata.name.clone().unwrap_or_default();
-    let owner = Owner {
-        api_version: &def.resource.api_version,
-        kind: &def.resource.kind,
-        name: &name,
-        uid: &uid,
-        namespace: resource.metadata.namespace.as_deref(),
-    };
-    let outputs = outputs::check(phase, &owner, namespaced, &result.outputs).map_err(|source| {
-        ReconcileError::Outputs {
-            phase: phase_name.to_string(),
-            source: Box::new(source),
-        }
-    })?;
-    Ok(Decision {
-        phase: phase_name.to_string(),
-        next_phase: result.next_phase,
-        module: module.digest,
-        status_info,
-        requeue_after_ms: result.requeue_after_ms,
-        outputs,
-    })
+    Ok(decision::decide(sandbox, input, |_, _| {}).await?)
 }
 
 /// `wasmpilot run-phase`: one decision from files.

@@ -1,15 +1,16 @@
 //! One reconcile of one resource, top to bottom: current phase → inputs → sandbox → outputs →
 //! status. Errors end as a Condition and an Event on the resource, then backoff or resync.
+//! The worker's decision and its checks are [`crate::decision::decide`] (shared with the offline
+//! commands); applying, pruning and the status write are here.
 
 use crate::crd::KindRef;
+use crate::decision::{self, phase_names, DecisionInput};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::informers::{MetadataInformer, ObjectInformer};
 use crate::inputs::{self, ObjectSource, WorkerObject};
 use crate::kinds::ResolvedKind;
-use crate::outputs::{self, CheckedOutput, ObjectKey, OutputError, Owner};
-use crate::sandbox::{
-    FinalizeRequest, FinalizerModule, PhaseModule, RunError, Sandbox, SyncRequest,
-};
+use crate::outputs::{self, CheckedOutput, ObjectKey, OutputError};
+use crate::sandbox::{FinalizeRequest, FinalizerModule, PhaseModule, RunError, Sandbox};
 use crate::schedule::Backoff;
 use crate::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
 use kube::api::DynamicObject;
@@ -328,7 +329,7 @@ async fn run_phase(
         .ok_or_else(|| ReconcileError::UnknownPhase {
             phase: current.clone(),
             operator: def.name.clone(),
-            declared: declared_phases(def),
+            declared: phase_names(def),
         })?;
     let generation = obj.metadata.generation;
     let observed = status
@@ -351,7 +352,7 @@ async fn run_phase(
         .ok_or_else(|| ReconcileError::UnknownPhase {
             phase: current.clone(),
             operator: def.name.clone(),
-            declared: declared_phases(def),
+            declared: phase_names(def),
         })?;
     wait_for_inputs(ctx, phase).await?;
     let now = now_rfc3339();
@@ -377,60 +378,23 @@ async fn run_phase(
             })?;
         phase_inputs.extend(samples);
     }
-    let request = SyncRequest {
-        operator: def.name.clone(),
-        phase: current.clone(),
-        resource,
+    let input = DecisionInput {
+        definition: def,
+        phase,
+        module,
+        resource: &obj,
+        resource_json: resource,
         inputs: phase_inputs,
         now,
+        namespaced: &ctx.namespaced,
     };
-    let started = std::time::Instant::now();
-    let outcome = ctx.sandbox.run_sync(module, request).await;
-    record_worker_call(
-        &def.name,
-        &current,
-        started.elapsed(),
-        outcome.as_ref().err(),
-    );
-    let result = outcome.map_err(|source| ReconcileError::Worker {
-        phase: current.clone(),
-        digest: module.digest.clone(),
-        source,
-    })?;
-    tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, next = %result.next_phase, outputs = result.outputs.len(), "worker decided");
-
-    if def.phase(&result.next_phase).is_none() {
-        return Err(ReconcileError::UnknownNextPhase {
-            phase: current,
-            next: result.next_phase,
-            declared: declared_phases(def),
-        });
-    }
-    if !phase.allows(&result.next_phase) {
-        return Err(ReconcileError::TransitionNotAllowed {
-            allowed: phase.next.join(", "),
-            phase: current,
-            next: result.next_phase,
-        });
-    }
-    let status_info = parse_status_info(&current, result.status_info.as_deref())?;
+    let decision = decision::decide(&ctx.sandbox, input, |elapsed, error| {
+        record_worker_call(&def.name, &current, elapsed, error)
+    })
+    .await?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
-    let name = obj.name_any();
     let namespace = obj.namespace();
-    let owner = Owner {
-        api_version: &def.resource.api_version,
-        kind: &def.resource.kind,
-        name: &name,
-        uid: &uid,
-        namespace: namespace.as_deref(),
-    };
-    let checked =
-        outputs::check(phase, &owner, &ctx.namespaced, &result.outputs).map_err(|source| {
-            ReconcileError::Outputs {
-                phase: current.clone(),
-                source: Box::new(source),
-            }
-        })?;
+    let checked = decision.outputs;
     outputs::refuse_takeovers(&checked, &uid, &ctx.outputs).map_err(|source| {
         ReconcileError::Outputs {
             phase: current.clone(),
@@ -465,8 +429,9 @@ async fn run_phase(
         tracing::info!(pruned, "deleted outputs the worker no longer returns");
     }
 
-    let next = result.next_phase;
-    let update = StatusUpdate::phase_completed(&next, status_info, generation, &module.digest);
+    let next = decision.next_phase;
+    let update =
+        StatusUpdate::phase_completed(&next, decision.status_info, generation, &module.digest);
     let wrote = write_status(api, &obj, &update, true).await?;
     if next != current {
         tracing::info!(from = %current, to = %next, outputs = applied, pruned, "phase changed");
@@ -488,7 +453,7 @@ async fn run_phase(
     } else if wrote {
         tracing::debug!(phase = %current, "status updated");
     }
-    Ok(match result.requeue_after_ms {
+    Ok(match decision.requeue_after_ms {
         Some(ms) => Action::requeue(Duration::from_millis(ms)),
         None => Action::requeue(def.resync),
     })
@@ -681,14 +646,6 @@ fn kind_of(v: &Value) -> &'static str {
         Value::Bool(_) => "a boolean",
         _ => "something else",
     }
-}
-
-fn declared_phases(def: &OperatorDefinition) -> String {
-    def.phases
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// `sha256:0123456789ab` — enough to tell modules apart in messages.

@@ -1,0 +1,133 @@
+//! One worker decision through the host's checks, the step every reconcile shares with the
+//! offline commands (`run-phase`, `simulate`, `plan`): build the phase's request, run its
+//! component in the sandbox, check the next phase (declared, and allowed from this phase), the
+//! status info (a JSON object) and the outputs (declared kinds, named, in the resource's
+//! namespace, owned by nobody else). What to do with the decision — apply, prune, write the
+//! status — is the caller's: `reconcile` does it on the cluster, `simulate` on files.
+
+use crate::crd::KindRef;
+use crate::definition::{OperatorDefinition, PhaseDefinition};
+use crate::outputs::{self, CheckedOutput, Owner};
+use crate::reconcile::{parse_status_info, ReconcileError};
+use crate::sandbox::{NamedObjects, PhaseModule, RunError, Sandbox, SyncRequest};
+use kube::api::DynamicObject;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// One worker decision that passed the host's checks: what a reconcile would apply and record.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    /// The phase that ran.
+    pub phase: String,
+    pub next_phase: String,
+    /// Digest of the component that decided.
+    pub module: String,
+    /// The worker's status patch (host-owned keys are dropped when it is merged).
+    pub status_info: Option<Map<String, Value>>,
+    pub requeue_after_ms: Option<u64>,
+    /// Outputs with namespace and controller ownerReference set, in the worker's order.
+    pub outputs: Vec<CheckedOutput>,
+}
+
+/// What one decision needs: the phase, its component and everything the worker is handed.
+pub struct DecisionInput<'a> {
+    pub definition: &'a OperatorDefinition,
+    pub phase: &'a PhaseDefinition,
+    /// The phase's component, with the phase's call limits.
+    pub module: &'a PhaseModule,
+    pub resource: &'a DynamicObject,
+    /// The resource as workers receive it ([`crate::inputs::to_worker_json`]).
+    pub resource_json: String,
+    /// The phase's inputs, gathered (and metric samples, if any).
+    pub inputs: Vec<NamedObjects>,
+    /// The clock handed to the worker, RFC 3339.
+    pub now: String,
+    /// Whether each output kind is namespaced (kinds absent are taken as namespaced).
+    pub namespaced: &'a HashMap<KindRef, bool>,
+}
+
+/// The declared phases, comma-separated, for messages.
+pub fn phase_names(def: &OperatorDefinition) -> String {
+    def.phases
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs the phase's worker once and checks its decision. `on_call` gets the worker call's
+/// duration and its error, if any (the host records them as metrics). Errors are the host's
+/// own, so their messages are what the resource's `Synced` condition says.
+pub async fn decide(
+    sandbox: &Sandbox,
+    input: DecisionInput<'_>,
+    on_call: impl FnOnce(Duration, Option<&RunError>),
+) -> Result<Decision, ReconcileError> {
+    let DecisionInput {
+        definition: def,
+        phase,
+        module,
+        resource,
+        resource_json,
+        inputs,
+        now,
+        namespaced,
+    } = input;
+    let current = &phase.name;
+    let request = SyncRequest {
+        operator: def.name.clone(),
+        phase: current.clone(),
+        resource: resource_json,
+        inputs,
+        now,
+    };
+    let started = Instant::now();
+    let outcome = sandbox.run_sync(module, request).await;
+    on_call(started.elapsed(), outcome.as_ref().err());
+    let result = outcome.map_err(|source| ReconcileError::Worker {
+        phase: current.clone(),
+        digest: module.digest.clone(),
+        source,
+    })?;
+    tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, next = %result.next_phase, outputs = result.outputs.len(), "worker decided");
+
+    if def.phase(&result.next_phase).is_none() {
+        return Err(ReconcileError::UnknownNextPhase {
+            phase: current.clone(),
+            next: result.next_phase,
+            declared: phase_names(def),
+        });
+    }
+    if !phase.allows(&result.next_phase) {
+        return Err(ReconcileError::TransitionNotAllowed {
+            phase: current.clone(),
+            next: result.next_phase,
+            allowed: phase.next.join(", "),
+        });
+    }
+    let status_info = parse_status_info(current, result.status_info.as_deref())?;
+    let uid = resource.metadata.uid.clone().unwrap_or_default();
+    let name = resource.metadata.name.clone().unwrap_or_default();
+    let owner = Owner {
+        api_version: &def.resource.api_version,
+        kind: &def.resource.kind,
+        name: &name,
+        uid: &uid,
+        namespace: resource.metadata.namespace.as_deref(),
+    };
+    let outputs = outputs::check(phase, &owner, namespaced, &result.outputs).map_err(|source| {
+        ReconcileError::Outputs {
+            phase: current.clone(),
+            source: Box::new(source),
+        }
+    })?;
+    Ok(Decision {
+        phase: current.clone(),
+        next_phase: result.next_phase,
+        module: module.digest.clone(),
+        status_info,
+        requeue_after_ms: result.requeue_after_ms,
+        outputs,
+    })
+}
