@@ -9,7 +9,7 @@
 #                                         10 WasmOperators and 10,000 cached Deployments
 # Builds the guest components it needs (release, wasm32-wasip2). WASMPILOT_BENCH_SECONDS sets the
 # time budget per sandbox group (default 5); WASMPILOT_BENCH_E2E_SIZES (default 200,1000),
-# WASMPILOT_BENCH_E2E_PARTS (throughput,memory), WASMPILOT_BENCH_E2E_HOST_ARGS and
+# WASMPILOT_BENCH_E2E_PARTS (throughput,startup,memory), WASMPILOT_BENCH_E2E_HOST_ARGS and
 # WASMPILOT_BENCH_E2E_BASE_HOST tune the e2e part. See BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -9,6 +9,7 @@
 
 mod memory;
 mod native_autoroute;
+mod startup;
 
 use anyhow::bail;
 use futures::{stream, StreamExt, TryStreamExt};
@@ -47,8 +48,8 @@ fn main() -> anyhow::Result<()> {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let parts =
-        std::env::var("WASMPILOT_BENCH_E2E_PARTS").unwrap_or_else(|_| "throughput,memory".into());
+    let parts = std::env::var("WASMPILOT_BENCH_E2E_PARTS")
+        .unwrap_or_else(|_| "throughput,startup,memory".into());
     rt.block_on(async {
         let client = Client::try_default().await?;
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -59,6 +60,9 @@ fn main() -> anyhow::Result<()> {
         }
         if parts.contains("throughput") {
             throughput(&client, &root, &hosts, &sizes).await?;
+        }
+        if parts.contains("startup") {
+            startup::run(&client, &hosts).await?;
         }
         if parts.contains("memory") {
             let objects = std::env::var("WASMPILOT_BENCH_MEMORY_OBJECTS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
@@ -200,7 +204,7 @@ fn host_binary() -> anyhow::Result<PathBuf> {
     Ok(p)
 }
 
-fn deployment(name: &str, group: &str, port: i32) -> serde_json::Value {
+pub(crate) fn deployment(name: &str, group: &str, port: i32) -> serde_json::Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"route": group}},
            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
                     "template": {"metadata": {"labels": {"app": name}},
@@ -309,7 +313,9 @@ async fn measure(
         .spawn()?;
     let pid = child.id();
     let child = Killed(child);
-    tokio::time::sleep(Duration::from_secs(3)).await; // watches listed, modules loaded (warm cache)
+    // Watches listed, modules loaded from the warm cache: the startup part measures this at well
+    // under a second for both controllers.
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     let before = api_requests(client).await?;
     let start = Instant::now();
