@@ -1,7 +1,8 @@
 //! Runs docs/tutorial.md as written: every file under a `<!-- tutorial-test: file PATH -->`
 //! marker is written into the project, every `run` block is run line by line (`cd` moves
 //! the working directory; `wasmpilot` is this build's binary), and every `expect` block's
-//! lines must appear, in order, as lines of the previous command's output.
+//! lines must appear, in order, as lines of the previous command's output (a `…` inside a line
+//! matches any text: sizes, digests, times).
 //!
 //! The project is generated standalone (its own cargo workspace) under
 //! `~/.cache/wasmpilot/tutorial/`, and built with `CARGO_TARGET_DIR=~/.cache/wasmpilot/scaffold-target`:
@@ -106,8 +107,28 @@ fn missing_line(expected: &[String], output: &str) -> Option<String> {
     expected
         .iter()
         .filter(|l| !l.trim().is_empty() && l.trim() != "…")
-        .find(|want| !out.any(|l| l == want.as_str()))
+        .find(|want| !out.any(|l| line_matches(want, l)))
         .cloned()
+}
+
+/// `line` is `want`, where each `…` in `want` stands for any text.
+fn line_matches(want: &str, line: &str) -> bool {
+    let parts: Vec<&str> = want.split('…').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if parts.len() == 1 {
+        return line == want;
+    }
+    if line.len() < first.len() + last.len() || !line.starts_with(first) || !line.ends_with(last) {
+        return false;
+    }
+    let mut rest = &line[first.len()..line.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(i) => rest = &rest[i + middle.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 #[test]
@@ -198,6 +219,23 @@ fn expected_lines_must_appear_in_order() {
     let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     assert_eq!(missing_line(&lines(&["a", "…", "c"]), out), None);
     assert_eq!(missing_line(&lines(&["c", "a"]), out), Some("a".into()));
+    let built = "built 3 components in 41.3s into /x/wasm32-wasip2/release\n  Ready   r.wasm    755 KiB  sha256:14c5\n";
+    assert_eq!(
+        missing_line(
+            &lines(&[
+                "built 3 components in …s into …/wasm32-wasip2/release",
+                "  Ready   r.wasm  … KiB  sha256:…"
+            ]),
+            built
+        ),
+        None
+    );
+    assert!(missing_line(&lines(&["built 4 components in …s"]), built).is_some());
+    assert!(missing_line(&lines(&["  Ready   r.wasm  … MiB  sha256:…"]), built).is_some());
+    assert!(
+        !line_matches("ab…ba", "aba"),
+        "prefix and suffix may not overlap"
+    );
     let parsed = steps("x\n<!-- tutorial-test: run -->\n```sh\n# comment\ncd d\n\nls\n```\n<!-- tutorial-test: file a/b.rs -->\n```rust\nfn f() {}\n```\n");
     assert!(matches!(&parsed[0], Step::Run(c) if c == &lines(&["cd d", "ls"])));
     assert!(
