@@ -441,9 +441,10 @@ async fn run_phase(
             &reference,
             false,
             "PhaseChanged",
-            // The action names the target phase: the event recorder folds repeats of the same
-            // (reason, action) into one series, and each transition should stay visible.
-            &format!("EnterPhase{next}"),
+            // The action names the transition (e.g. `ReadyToSyncing`): the event recorder folds
+            // repeats of the same (reason, action) into one series, and each kind of transition
+            // should stay visible.
+            &format!("{current}To{next}"),
             format!(
                 "{current} → {next} ({applied} outputs applied, {pruned} pruned, module {})",
                 short(&module.digest)

@@ -23,9 +23,10 @@ async fn operators_on_a_real_cluster() {
     let client = client().await;
     let root = common::repo_root();
 
-    // Ship AutoRoute exactly as a user does (components were built by the test command).
+    // Ship AutoRoute exactly as a user does: the acceptance command, build included (the test
+    // command built the components already, so cargo finds them fresh).
     let status = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .args(["deploy", "--no-build", "examples/autoroute"])
+        .args(["deploy", "examples/autoroute"])
         .current_dir(&root)
         .status()
         .expect("running wasmpilot deploy");
@@ -210,7 +211,8 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
     );
     ensure!(
         gw["spec"]["servers"][0]["hosts"] == json!(["*.r1"])
-            && gw["spec"]["servers"][0]["port"]["number"] == 80,
+            && gw["spec"]["servers"][0]["port"]
+                == json!({"number": 80, "name": "http", "protocol": "HTTP"}),
         "{}",
         gw["spec"]
     );
@@ -226,6 +228,22 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
     wait_synced(client, ns, "r1", &["a", "b", "e"])
         .await
         .context("resync after a new deployment")?;
+    // It went through Syncing: the Ready worker saw the difference and handed over.
+    let events = events_for(client, ns, "r1").await?;
+    ensure!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("PhaseChanged")
+                && e.action.as_deref() == Some("ReadyToSyncing")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("Ready → Syncing"))),
+        "no Ready → Syncing event: {:?}",
+        events
+            .iter()
+            .map(|e| (&e.action, &e.message))
+            .collect::<Vec<_>>()
+    );
     must(
         get(client, "v1", "Service", Some(ns), "e").await?,
         "Service e",
