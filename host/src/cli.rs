@@ -340,12 +340,7 @@ fn rbac_yaml(
     service_account: &str,
     no_binding: bool,
 ) -> anyhow::Result<String> {
-    let doc = wasmpilot::offline::read_documents(operator)?
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("{} is empty", operator.display()))?;
-    let op: WasmOperator = serde_json::from_value(doc)
-        .with_context(|| format!("{} is not a WasmOperator", operator.display()))?;
+    let op = wasmpilot::offline::read_operator(operator)?;
     let name = op
         .metadata
         .name
