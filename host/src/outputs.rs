@@ -277,26 +277,34 @@ pub fn refuse_takeovers(
         let Some(informer) = caches.0.get(&out.kind) else {
             continue;
         };
-        let Some(existing) = informer.cache.get(out.namespace.as_deref(), &out.name) else {
-            continue;
-        };
-        let controller = existing
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true));
-        let holder = match controller {
-            Some(o) if o.uid == owner_uid => continue,
-            Some(o) => format!("is controlled by {} {}", o.kind, o.name),
-            None => "has no controller".to_string(),
-        };
-        return Err(OutputError::NotOurs {
-            object: out.describe(),
-            holder,
-        });
+        if let Some(existing) = informer.cache.get(out.namespace.as_deref(), &out.name) {
+            refuse_takeover(out, owner_uid, &existing.metadata)?;
+        }
     }
     Ok(())
+}
+
+/// One output against the object of that name that exists already (`wasmpilot plan` passes
+/// the live object): refused unless the resource is its controller.
+pub fn refuse_takeover(
+    out: &CheckedOutput,
+    owner_uid: &str,
+    existing: &kube::api::ObjectMeta,
+) -> Result<(), OutputError> {
+    let controller = existing
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    let holder = match controller {
+        Some(o) if o.uid == owner_uid => return Ok(()),
+        Some(o) => format!("is controlled by {} {}", o.kind, o.name),
+        None => "has no controller".to_string(),
+    };
+    Err(OutputError::NotOurs {
+        object: out.describe(),
+        holder,
+    })
 }
 
 /// Server-side applies checked outputs, labelled with the operator, forcing ownership of their

@@ -96,9 +96,13 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    // Someone else's Service with the name Syncing will use, selecting other pods.
+    // The route's own Service, drifted: someone changed its selector and dropped its labels.
     let service = json!({
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "frontend"},
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {
+            "name": "frontend",
+            "ownerReferences": [{"apiVersion": AR.0, "kind": AR.1, "name": "example", "uid": uid, "controller": true}],
+        },
         "spec": {"selector": {"app": "old"}, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]},
     });
     apply_yaml(client, &service.to_string(), Some(ns)).await?;
@@ -196,6 +200,23 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         svc["spec"]["selector"]["app"] == "old",
         "the selector changed"
     );
+
+    // Someone else's Service with a name Syncing returns: the host would refuse the whole
+    // result rather than take it over, and plan says so.
+    let theirs = json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "backend"},
+        "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 9090, "protocol": "TCP"}]},
+    });
+    apply_yaml(client, &theirs.to_string(), Some(ns)).await?;
+    let (ok, stdout, stderr) = plan(&["autoroute/example", "-n", ns, "--operator", "autoroute"]);
+    anyhow::ensure!(!ok, "plan must fail when the host would refuse:\n{stdout}");
+    anyhow::ensure!(
+        stdout.contains(&format!(
+            "! Service {ns}/backend already exists and has no controller"
+        )) && stderr.contains("the host would refuse this result (OutputRefused)"),
+        "plan output:\n{stdout}\n{stderr}"
+    );
+    delete(client, "v1", "Service", Some(ns), "backend").await?;
 
     // Errors say what to do next.
     let (ok, _, stderr) = plan(&["autoroute/example", "-n", ns, "--operator", "nope"]);

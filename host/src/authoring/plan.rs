@@ -220,6 +220,8 @@ pub async fn plan(
     };
     let field_manager = crate::field_manager(&def.name);
     let mut refused = Vec::new();
+    let mut taken = Vec::new();
+    let uid = resource.metadata.uid.clone().unwrap_or_default();
     let mut checked = decision.outputs.clone();
     checked.sort_by_key(|c| c.key());
     let keep: BTreeSet<ObjectKey> = checked.iter().map(|c| c.key()).collect();
@@ -230,6 +232,13 @@ pub async fn plan(
         let live = api.get_opt(&o.name).await.with_context(|| {
             format!("reading the live {what} to diff against: check that KUBECONFIG's user may get it (kubectl auth can-i get {})", output_kinds[&o.kind].api.plural)
         })?;
+        if let Some(existing) = &live {
+            if let Err(e) = outputs::refuse_takeover(&o, &uid, &existing.metadata) {
+                writeln!(out, "\n! {e}")?;
+                taken.push(what);
+                continue;
+            }
+        }
         let params = PatchParams::apply(&field_manager).force().dry_run();
         let planned = match api.patch(&o.name, &params, &Patch::Apply(&o.object)).await {
             Ok(p) => p,
@@ -260,7 +269,6 @@ pub async fn plan(
         write_changes(out, &changes)?;
     }
 
-    let uid = resource.metadata.uid.clone().unwrap_or_default();
     let owned = Owned {
         operator: &def.name,
         phase,
@@ -367,6 +375,12 @@ pub async fn plan(
         "\n{} to create, {} to update, {} unchanged, {} to delete; next reconcile {then}.\nNothing was written (server-side dry run).",
         summary.create, summary.update, summary.unchanged, summary.delete
     )?;
+    if !taken.is_empty() {
+        bail!(
+            "the host would refuse this result (OutputRefused) and apply none of it: {} exist(s) without this resource as controller; delete or rename them, or have the worker return other names",
+            taken.join(", ")
+        );
+    }
     if !refused.is_empty() {
         bail!(
             "the API server refuses {} (the host would report ApplyFailed): fix the worker's outputs",
