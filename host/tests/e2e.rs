@@ -1,4 +1,4 @@
-//! End to end on a real kube-apiserver (KUBECONFIG; `scripts/test.sh` starts the local one):
+//! End to end on a real kube-apiserver (KUBECONFIG; `deploy/local/test.sh` starts the local one):
 //! `wasmpilot deploy examples/autoroute`, the host as a process, and the behaviour users rely on —
 //! AutoRoute to Ready with exactly the right outputs, input changes, worker errors as Conditions
 //! and Events while other resources reconcile, hostile workers contained, finalizers, GC.
@@ -712,7 +712,18 @@ async fn reconfigure_and_remove(client: &Client) -> anyhow::Result<()> {
     let ns = create_namespace(client, "e2e-swap").await?;
     let ns = ns.as_str();
     let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
-    let patch = json!({"apiVersion": ops.0, "kind": ops.1, "metadata": {"name": "scripted"}, "spec": {"resyncInterval": "2m"}});
+    // Another resync interval, and another component for Start: AutoRoute's Initializing worker,
+    // which refuses a Scripted resource (no deploymentSelector): the error names its digest.
+    let op = must(
+        get(client, ops.0, ops.1, None, "scripted").await?,
+        "scripted",
+    )?;
+    let original_phases = op["spec"]["phases"].clone();
+    let mut phases = original_phases.clone();
+    phases[0]["module"] = json!({"file": {"path": "autoroute_initializing.wasm"}});
+    let new_digest =
+        wasmpilot::modules::digest_of(&common::component("autoroute_initializing.wasm"));
+    let patch = json!({"spec": {"resyncInterval": "2m", "phases": phases}});
     // A merge patch through apply would drop other fields; use a JSON merge patch instead.
     let api = dynamic_api(client, ops.0, ops.1, None).await?;
     api.patch(
@@ -727,7 +738,8 @@ async fn reconfigure_and_remove(client: &Client) -> anyhow::Result<()> {
         };
         let ok = condition(&o, "Ready").is_some_and(|c| {
             c["status"] == "True" && c["message"].as_str().is_some_and(|m| m.contains("swapped"))
-        }) && o["status"]["observedGeneration"] == o["metadata"]["generation"];
+        }) && o["status"]["observedGeneration"] == o["metadata"]["generation"]
+            && o["status"]["modules"]["Start"] == json!(new_digest);
         Ok(ok.then_some(()))
     })
     .await?;
@@ -741,8 +753,33 @@ async fn reconfigure_and_remove(client: &Client) -> anyhow::Result<()> {
         Some(ns),
     )
     .await?;
+    let o = wait_condition(
+        client,
+        SC,
+        Some(ns),
+        "after-swap",
+        ("Synced", "False", "WorkerFatalError"),
+        T,
+    )
+    .await
+    .context("the swapped-in component runs")?;
+    let msg = condition(&o, "Synced")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default();
+    ensure!(
+        msg.contains(&new_digest),
+        "run by the new component ({new_digest}): {msg}"
+    );
+
+    // Swap back: the next reconcile runs the scripted worker again.
+    api.patch(
+        "scripted",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&json!({"spec": {"phases": original_phases}})),
+    )
+    .await?;
     wait_for(
-        "a resource reconciled by the swapped controller",
+        "a resource reconciled by the swapped-back controller",
         T,
         || async {
             Ok(get(client, SC.0, SC.1, Some(ns), "after-swap")

@@ -402,6 +402,65 @@ async fn scenario(
         again["status"]
     );
     step("bad stays rolled back");
+
+    // Prometheus unreachable, through the operator's own override (spec.prometheus.url, here a
+    // closed port): the query fails as a retryable MetricQueryFailed on the resource, naming
+    // the address; dropping the override recovers without touching the resource.
+    let operators = dynamic_api(client, WOP.0, WOP.1, None).await?;
+    let set_url = |url: Value| json!({"spec": {"prometheus": {"url": url}}});
+    operators
+        .patch(
+            OPERATOR,
+            &PatchParams::default(),
+            &Patch::Merge(&set_url(json!("http://127.0.0.1:9"))),
+        )
+        .await?;
+    merge_patch(
+        client,
+        DEP,
+        ns,
+        "good",
+        json!({ "spec": { "template": { "spec": { "containers": [
+            { "name": "web", "image": version_image("good", 3) }
+        ] } } } }),
+    )
+    .await?;
+    let o = wait_condition(
+        client,
+        CD,
+        Some(ns),
+        "good",
+        ("Synced", "False", "MetricQueryFailed"),
+        T,
+    )
+    .await
+    .context("a query against the operator's unreachable Prometheus")?;
+    let msg = condition(&o, "Synced")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default();
+    ensure!(
+        msg.contains("127.0.0.1:9"),
+        "the message names the address: {msg}"
+    );
+    step("unreachable Prometheus reported as MetricQueryFailed");
+    operators
+        .patch(
+            OPERATOR,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"prometheus": null}})),
+        )
+        .await?;
+    wait_condition(
+        client,
+        CD,
+        Some(ns),
+        "good",
+        ("Synced", "True", "PhaseCompleted"),
+        T,
+    )
+    .await
+    .context("recovery once the override is gone")?;
+    step("recovered with the host's Prometheus");
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 pub async fn client() -> Client {
     if std::env::var_os("KUBECONFIG").is_none() {
-        panic!("KUBECONFIG is not set: end-to-end tests need a cluster. Run scripts/test.sh (it starts deploy/local/cluster.sh), or export KUBECONFIG for any conformant cluster.");
+        panic!("KUBECONFIG is not set: end-to-end tests need a cluster. Run deploy/local/test.sh (it starts deploy/local/cluster.sh), or export KUBECONFIG for any conformant cluster.");
     }
     Client::try_default()
         .await

@@ -22,7 +22,7 @@ pub fn component(file: &str) -> Vec<u8> {
     let path = wasm_dir().join(file);
     std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}. Build the guest components first: scripts/test.sh does, or \
+            "{}: {e}. Build the guest components first: deploy/local/test.sh does, or \
              cargo build --release --target wasm32-wasip2 -p wasmpilot-test-scripted -p autoroute-initializing -p autoroute-syncing -p autoroute-ready",
             path.display()
         )
