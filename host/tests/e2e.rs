@@ -402,6 +402,30 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
             "OutputLimitExceeded",
             "more than the limit of 65536",
         ),
+        // Start's maxOutputs override (3).
+        (
+            "s-many",
+            json!({"mode": "ok", "next": "Done", "outputs": (0..4).map(|i| json!(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("many-{i}")}})).collect::<Vec<_>>()}),
+            "OutputLimitExceeded",
+            "more than the limit of 3",
+        ),
+        // Output policy: only declared kinds; ownerReferences are the host's to set.
+        (
+            "s-secret",
+            json!({"mode": "ok", "next": "Done", "outputs": [
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "loot"}}]}),
+            "OutputRefused",
+            "Secret is not a declared output",
+        ),
+        (
+            "s-owner",
+            json!({"mode": "ok", "next": "Done", "outputs": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "adopted",
+                 "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "kube-system", "uid": "x", "controller": true}]}}]}),
+            "OutputRefused",
+            "sets ownerReferences",
+        ),
         // An object the host did not create is never taken over (nor, later, pruned).
         (
             "s-takeover",
@@ -464,6 +488,16 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
             .is_none(),
         "partial apply of a refused result"
     );
+    for (kind, name) in [
+        ("ConfigMap", "many-0"),
+        ("Secret", "loot"),
+        ("ConfigMap", "adopted"),
+    ] {
+        ensure!(
+            get(client, "v1", kind, Some(ns), name).await?.is_none(),
+            "a refused result wrote {kind} {name}"
+        );
+    }
     let users = must(
         get(client, "v1", "ConfigMap", Some(ns), "users-own").await?,
         "the user's ConfigMap",

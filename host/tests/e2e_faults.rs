@@ -87,6 +87,52 @@ async fn check_outputs(client: &Client, ns: &str, name: &str, n: usize) -> anyho
         "{name}: {} Services, expected {n}",
         mine.len()
     );
+    // One VirtualService per deployment (`<deployment>.<route>`) and one Gateway, each
+    // controlled by the route.
+    let uid =
+        must(get(client, AR.0, AR.1, Some(ns), name).await?, name)?["metadata"]["uid"].clone();
+    let controlled_by_route = |o: &kube::api::DynamicObject| {
+        o.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.controller == Some(true) && json!(r.uid) == uid)
+    };
+    let vs_api = dynamic_api(
+        client,
+        "networking.istio.io/v1alpha3",
+        "VirtualService",
+        Some(ns),
+    )
+    .await?;
+    let vs = vs_api
+        .list(&kube::api::ListParams::default().labels("wasmpilot.io/operator=autoroute"))
+        .await?;
+    let vs: Vec<_> = vs
+        .items
+        .iter()
+        .filter(|o| {
+            o.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.ends_with(&format!(".{name}")))
+        })
+        .collect();
+    ensure!(
+        vs.len() == n && vs.iter().all(|o| controlled_by_route(o)),
+        "{name}: {} VirtualServices (expected {n}, each controlled by the route)",
+        vs.len()
+    );
+    let gw_api = dynamic_api(client, "networking.istio.io/v1alpha3", "Gateway", Some(ns)).await?;
+    let gw = gw_api.get(name).await?;
+    ensure!(
+        controlled_by_route(&gw),
+        "{name}: the Gateway is controlled by the route"
+    );
+    ensure!(
+        mine.iter().all(|o| controlled_by_route(o)),
+        "{name}: every Service is controlled by the route"
+    );
     Ok(())
 }
 

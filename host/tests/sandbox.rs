@@ -152,6 +152,42 @@ async fn a_looping_worker_does_not_block_others() {
     ));
 }
 
+/// At most `concurrency` calls run at once; the rest wait for a slot (and are counted while they
+/// do), then run normally.
+#[tokio::test]
+async fn calls_beyond_the_concurrency_limit_wait_their_turn() {
+    let sb = Sandbox::new(SandboxLimits {
+        deadline: Duration::from_millis(500),
+        concurrency: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = scripted(&sb);
+    let (sb2, m2) = (sb.clone(), m.clone());
+    let looping =
+        tokio::spawn(async move { sb2.run_sync(&m2, request(json!({"mode": "loop"}))).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let waiting = &wasmpilot::metrics::METRICS.worker_calls_waiting;
+    let before = waiting.get();
+    let (sb3, m3) = (sb.clone(), m.clone());
+    let queued = tokio::spawn(async move {
+        sb3.run_sync(&m3, request(json!({"mode": "ok", "next": "Done"})))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !queued.is_finished(),
+        "the second call ran while the only slot was taken"
+    );
+    assert_eq!(waiting.get(), before + 1, "the waiting call is counted");
+    assert!(matches!(
+        looping.await.unwrap(),
+        Err(RunError::DeadlineExceeded(_))
+    ));
+    assert_eq!(queued.await.unwrap().unwrap().next_phase, "Done");
+    assert_eq!(waiting.get(), before);
+}
+
 /// Calls run on the async runtime's threads (on fibers), so a looping guest must hand its thread
 /// back at every epoch tick: on a one-thread runtime, a timer task keeps firing while it loops.
 #[tokio::test(flavor = "current_thread")]
