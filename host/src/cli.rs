@@ -114,7 +114,7 @@ struct RunArgs {
     /// Linear memory limit for one worker call, in MiB.
     #[arg(long, default_value_t = 64)]
     memory_limit_mib: usize,
-    /// Worker calls that may run at the same time (each a task on the async runtime that yields
+    /// Worker calls that may run at the same time (each on a fiber of its reconcile, yielding
     /// its thread every 10 ms); further calls wait.
     #[arg(long, default_value_t = 4)]
     max_concurrent_workers: usize,

@@ -14,12 +14,10 @@ pub use bindings::{
 pub use bindings::{LogField, LogLevel};
 use state::HostState;
 pub use state::RunLimits;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tracing::Instrument;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
@@ -354,7 +352,7 @@ impl Sandbox {
         })
     }
 
-    /// Runs `sync` in a fresh instance, on a task of its own, within the limits.
+    /// Runs `sync` in a fresh instance, on a fiber of the caller's task, within the limits.
     pub async fn run_sync(
         &self,
         module: &PhaseModule,
@@ -372,7 +370,9 @@ impl Sandbox {
         let permit = self.permit().await?;
         let mut call = self.call(limits, &request.now);
         let pre = module.pre.clone();
-        let result = spawn_call(async move {
+        // On the caller's task: a task per call (to use the other core for another call of the
+        // same controller) measured 1.27× slower at 1,000 AutoRoutes (BENCHMARKS.md).
+        let result = async move {
             let _permit = permit;
             let result = async {
                 let instance = pre
@@ -388,14 +388,14 @@ impl Sandbox {
             .await;
             call.finish();
             result
-        })
+        }
         .await;
         let result = result?.map_err(worker_error)?;
         Self::check_outputs(&result.outputs, &limits)?;
         Ok(result)
     }
 
-    /// Runs `finalize` in a fresh instance, on a task of its own, within the limits.
+    /// Runs `finalize` in a fresh instance, on a fiber of the caller's task, within the limits.
     pub async fn run_finalize(
         &self,
         module: &FinalizerModule,
@@ -406,7 +406,7 @@ impl Sandbox {
         let permit = self.permit().await?;
         let mut call = self.call(limits, &request.now);
         let pre = module.pre.clone();
-        let result = spawn_call(async move {
+        let result = async move {
             let _permit = permit;
             let result = async {
                 let instance = pre
@@ -422,7 +422,7 @@ impl Sandbox {
             .await;
             call.finish();
             result
-        })
+        }
         .await;
         result?.map_err(worker_error)
     }
@@ -495,19 +495,6 @@ impl Sandbox {
         }
         Ok(())
     }
-}
-
-/// Runs a worker call as a task of its own, in the caller's span: controllers poll their
-/// reconciles from one task, so a task per call is what lets calls use every core.
-async fn spawn_call<R: Send + 'static>(
-    call: impl Future<Output = Result<R, RunError>> + Send + 'static,
-) -> Result<R, RunError> {
-    tokio::spawn(call.instrument(tracing::Span::current()))
-        .await
-        .map_err(|e| RunError::Trap {
-            message: format!("worker task failed: {e}"),
-            stderr: String::new(),
-        })?
 }
 
 /// The store of one worker call, from its creation to what the guest printed.
