@@ -17,7 +17,7 @@ pub use state::RunLimits;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
@@ -228,7 +228,7 @@ pub struct Sandbox {
     engine: Engine,
     linker: Linker<HostState>,
     limits: SandboxLimits,
-    permits: Arc<Semaphore>,
+    permits: Semaphore,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -268,7 +268,7 @@ impl Sandbox {
                     ticking.increment_epoch();
                 }
             })?;
-        let permits = Arc::new(Semaphore::new(limits.concurrency.max(1)));
+        let permits = Semaphore::new(limits.concurrency.max(1));
         Ok(Arc::new(Sandbox {
             engine,
             linker,
@@ -352,7 +352,9 @@ impl Sandbox {
         })
     }
 
-    /// Runs `sync` in a fresh instance, on a fiber of the caller's task, within the limits.
+    /// Runs `sync` in a fresh instance, on a fiber of the caller's task, within the limits. (A
+    /// task per call, to use the other core for another call of the same controller, measured
+    /// 1.27× slower at 1,000 AutoRoutes: BENCHMARKS.md.)
     pub async fn run_sync(
         &self,
         module: &PhaseModule,
@@ -367,29 +369,22 @@ impl Sandbox {
                 .sum::<usize>();
         let limits = module.limits;
         Self::check_request_size(size, &limits)?;
-        let permit = self.permit().await?;
+        let _permit = self.permit().await?;
         let mut call = self.call(limits, &request.now);
-        let pre = module.pre.clone();
-        // On the caller's task: a task per call (to use the other core for another call of the
-        // same controller) measured 1.27× slower at 1,000 AutoRoutes (BENCHMARKS.md).
-        let result = async move {
-            let _permit = permit;
-            let result = async {
-                let instance = pre
-                    .instantiate_async(&mut call.store)
-                    .await
-                    .map_err(|e| instantiate_error(&call.store, e))?;
-                instance
-                    .wasmpilot_operator_phase_worker()
-                    .call_sync(&mut call.store, &request)
-                    .await
-                    .map_err(|e| classify(&call.store, e))
-            }
-            .await;
-            call.finish();
-            result
+        let result = async {
+            let instance = module
+                .pre
+                .instantiate_async(&mut call.store)
+                .await
+                .map_err(|e| instantiate_error(&call.store, e))?;
+            instance
+                .wasmpilot_operator_phase_worker()
+                .call_sync(&mut call.store, &request)
+                .await
+                .map_err(|e| classify(&call.store, e))
         }
         .await;
+        call.finish();
         let result = result?.map_err(worker_error)?;
         Self::check_outputs(&result.outputs, &limits)?;
         Ok(result)
@@ -403,35 +398,30 @@ impl Sandbox {
     ) -> Result<FinalizeResult, RunError> {
         let limits = module.limits;
         Self::check_request_size(request.resource.len(), &limits)?;
-        let permit = self.permit().await?;
+        let _permit = self.permit().await?;
         let mut call = self.call(limits, &request.now);
-        let pre = module.pre.clone();
-        let result = async move {
-            let _permit = permit;
-            let result = async {
-                let instance = pre
-                    .instantiate_async(&mut call.store)
-                    .await
-                    .map_err(|e| instantiate_error(&call.store, e))?;
-                instance
-                    .wasmpilot_operator_finalizer_worker()
-                    .call_finalize(&mut call.store, &request)
-                    .await
-                    .map_err(|e| classify(&call.store, e))
-            }
-            .await;
-            call.finish();
-            result
+        let result = async {
+            let instance = module
+                .pre
+                .instantiate_async(&mut call.store)
+                .await
+                .map_err(|e| instantiate_error(&call.store, e))?;
+            instance
+                .wasmpilot_operator_finalizer_worker()
+                .call_finalize(&mut call.store, &request)
+                .await
+                .map_err(|e| classify(&call.store, e))
         }
         .await;
+        call.finish();
         result?.map_err(worker_error)
     }
 
     /// One of the `concurrency` slots for a running call; the rest wait here.
-    async fn permit(&self) -> Result<OwnedSemaphorePermit, RunError> {
+    async fn permit(&self) -> Result<SemaphorePermit<'_>, RunError> {
         let waiting = &crate::metrics::METRICS.worker_calls_waiting;
         waiting.inc();
-        let permit = self.permits.clone().acquire_owned().await;
+        let permit = self.permits.acquire().await;
         waiting.dec();
         permit.map_err(|_| RunError::ShuttingDown)
     }
