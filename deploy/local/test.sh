@@ -36,4 +36,10 @@ cleanup() { if [ "$started_cluster" = 1 ]; then deploy/local/cluster.sh down || 
 trap cleanup EXIT
 
 step "tests (unit, sandbox, end-to-end)"
-cargo test --workspace --no-fail-fast
+status=0
+cargo test --workspace --no-fail-fast || status=$?
+if [ "${WASMPILOT_LOCAL_CLUSTER:-0}" = 1 ]; then
+  step "tests that stop the local cluster's API server (ignored elsewhere)"
+  cargo test -p wasmpilot --test e2e_apiserver_restart -- --ignored || status=$?
+fi
+exit "$status"

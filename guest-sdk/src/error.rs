@@ -1,4 +1,5 @@
-//! Why a worker could not decide: retry later, or give up until something changes.
+//! Why a worker could not decide: retry later (with backoff), or give up on these inputs (run
+//! again on the next change or resync).
 
 use std::fmt;
 
@@ -36,7 +37,9 @@ impl WorkerError {
         }
     }
 
-    /// A permanent failure for this generation: reported, not retried until something changes.
+    /// A permanent failure for these inputs: reported as a Condition and an Event, not retried
+    /// with backoff; the worker runs again when the resource or an input changes, or at the
+    /// resync interval.
     pub fn fatal(message: impl Into<String>) -> Self {
         Self {
             kind: ErrorKind::Fatal,

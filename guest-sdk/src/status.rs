@@ -35,7 +35,8 @@ pub struct HostStatus {
     /// The `.metadata.generation` the host last ran a worker for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Conditions set by the host, e.g. `Ready`, `WorkerFailed`.
+    /// Conditions set by the host: `Synced` (True after a worker's decision was applied; False
+    /// with the reason, e.g. `WorkerFatalError`, and message of the last failure).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The digest (`sha256:…`) of the component that decided the current phase.

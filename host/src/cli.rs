@@ -63,6 +63,10 @@ enum Command {
         /// Clock handed to the worker, RFC 3339 (default: now).
         #[arg(long)]
         now: Option<String>,
+        /// Directories of CustomResourceDefinitions saying which output kinds are
+        /// cluster-scoped (default: crds/ beside the operator manifest).
+        #[arg(long)]
+        crds: Vec<PathBuf>,
     },
     /// Scaffold an operator project: types crate, one worker crate per phase, operator.yaml.
     Init(wasmpilot::authoring::init::InitArgs),
@@ -194,6 +198,7 @@ impl Cli {
                 objects,
                 phase,
                 now,
+                crds,
             } => {
                 let run = wasmpilot::offline::OfflineRun {
                     operator,
@@ -202,6 +207,7 @@ impl Cli {
                     objects,
                     phase,
                     now,
+                    crds,
                 };
                 let outcome = wasmpilot::offline::run_phase(&run, SandboxLimits::default()).await?;
                 print!("{}", serde_yaml::to_string(&outcome)?);

@@ -140,6 +140,10 @@ pub struct WorkerLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub log_kib: Option<u32>,
+    /// Most bytes of status info (its JSON) one call may return, in KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_status_kib: Option<u32>,
 }
 
 /// A named input: every object of a kind in the resource's namespace, optionally filtered by labels.

@@ -10,6 +10,7 @@ use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::outputs::{self, CheckedOutput, Owner};
 use crate::reconcile::{parse_status_info, ReconcileError};
 use crate::sandbox::{NamedObjects, PhaseModule, RunError, Sandbox, SyncRequest};
+use crate::worker_text::{bounded, NAME_BYTES};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -92,17 +93,19 @@ pub async fn decide(
     })?;
     tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, next = %result.next_phase, outputs = result.outputs.len(), "worker decided");
 
+    // The next phase is the worker's text: bounded before it reaches a message.
+    let next_for_message = || bounded(&result.next_phase, NAME_BYTES).into_owned();
     if def.phase(&result.next_phase).is_none() {
         return Err(ReconcileError::UnknownNextPhase {
             phase: current.clone(),
-            next: result.next_phase,
+            next: next_for_message(),
             declared: phase_names(def),
         });
     }
     if !phase.allows(&result.next_phase) {
         return Err(ReconcileError::TransitionNotAllowed {
             phase: current.clone(),
-            next: result.next_phase,
+            next: next_for_message(),
             allowed: phase.next.join(", "),
         });
     }
@@ -127,7 +130,10 @@ pub async fn decide(
         next_phase: result.next_phase,
         module: module.digest.clone(),
         status_info,
-        requeue_after_ms: result.requeue_after_ms,
+        // A worker may not put a resource off for longer than the host allows.
+        requeue_after_ms: result
+            .requeue_after_ms
+            .map(|ms| crate::reconcile::requeue_after(ms).as_millis() as u64),
         outputs,
     })
 }

@@ -274,6 +274,7 @@ fn limit_override(l: Option<&WorkerLimits>, field: &str) -> Result<LimitOverride
         (l.memory_mib, "memoryMib"),
         (l.max_output_kib, "maxOutputKib"),
         (l.log_kib, "logKib"),
+        (l.max_status_kib, "maxStatusKib"),
     ] {
         if value == Some(0) {
             return Err(invalid(format!("{field}.{name}"), "must be at least 1"));
@@ -287,6 +288,7 @@ fn limit_override(l: Option<&WorkerLimits>, field: &str) -> Result<LimitOverride
         max_output_bytes: kib(l.max_output_kib),
         log_lines: l.log_lines.map(|n| n as usize),
         log_bytes: kib(l.log_kib),
+        max_status_bytes: kib(l.max_status_kib),
     })
 }
 
@@ -447,6 +449,7 @@ mod tests {
             max_output_kib: Some(4),
             log_lines: Some(0),
             log_kib: None,
+            max_status_kib: None,
         });
         let d = OperatorDefinition::validate(
             "a",

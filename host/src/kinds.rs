@@ -90,6 +90,126 @@ pub async fn resolve(
     })
 }
 
+/// Kubernetes' own cluster-scoped kinds, by API group and kind (scope does not change between
+/// versions of a kind). Offline tools use this where no API server can be asked.
+const CLUSTER_SCOPED: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("", "ComponentStatus"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("storage.k8s.io", "VolumeAttributesClass"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicyBinding",
+    ),
+    ("networking.k8s.io", "IngressClass"),
+    ("networking.k8s.io", "IPAddress"),
+    ("networking.k8s.io", "ServiceCIDR"),
+    ("node.k8s.io", "RuntimeClass"),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("certificates.k8s.io", "ClusterTrustBundle"),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+    ("policy", "PodSecurityPolicy"),
+    ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "ResourceSlice"),
+    ("wasmpilot.io", "WasmOperator"),
+];
+
+/// Kubernetes' own namespaced kinds that operators commonly read or write.
+const NAMESPACED: &[(&str, &str)] = &[
+    ("", "Pod"),
+    ("", "Service"),
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "ServiceAccount"),
+    ("", "Endpoints"),
+    ("", "PersistentVolumeClaim"),
+    ("", "Event"),
+    ("", "LimitRange"),
+    ("", "ResourceQuota"),
+    ("", "PodTemplate"),
+    ("", "ReplicationController"),
+    ("apps", "Deployment"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("apps", "ReplicaSet"),
+    ("apps", "ControllerRevision"),
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("networking.k8s.io", "Ingress"),
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("policy", "PodDisruptionBudget"),
+    ("autoscaling", "HorizontalPodAutoscaler"),
+    ("coordination.k8s.io", "Lease"),
+    ("discovery.k8s.io", "EndpointSlice"),
+    ("events.k8s.io", "Event"),
+];
+
+/// Whether a Kubernetes kind is namespaced, from the built-in table; `None` for kinds it does
+/// not know (custom resources, kinds of add-ons).
+pub fn builtin_namespaced(kind: &KindRef) -> Option<bool> {
+    let gvk = kind.gvk();
+    let key = (gvk.group.as_str(), gvk.kind.as_str());
+    if CLUSTER_SCOPED.contains(&key) {
+        Some(false)
+    } else if NAMESPACED.contains(&key) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+/// The scope of every kind (each served version) defined by a CustomResourceDefinition among
+/// `docs` (other documents are skipped).
+pub fn crd_scopes(docs: &[serde_json::Value]) -> std::collections::HashMap<KindRef, bool> {
+    let mut scopes = std::collections::HashMap::new();
+    for doc in docs {
+        if doc["kind"] != "CustomResourceDefinition" {
+            continue;
+        }
+        let spec = &doc["spec"];
+        let (Some(group), Some(kind)) = (spec["group"].as_str(), spec["names"]["kind"].as_str())
+        else {
+            continue;
+        };
+        let namespaced = spec["scope"].as_str() != Some("Cluster");
+        let versions = spec["versions"].as_array().into_iter().flatten();
+        let names = versions
+            .filter_map(|v| v["name"].as_str())
+            .chain(spec["version"].as_str());
+        for version in names {
+            scopes.insert(KindRef::new(format!("{group}/{version}"), kind), namespaced);
+        }
+    }
+    scopes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +234,41 @@ mod tests {
             "{msg}"
         );
         assert!(!msg.contains('\n'), "conditions keep one line: {msg}");
+    }
+
+    #[test]
+    fn builtin_scopes_and_crd_scopes() {
+        let cluster_role = KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole");
+        assert_eq!(builtin_namespaced(&cluster_role), Some(false));
+        assert_eq!(
+            builtin_namespaced(&KindRef::new("v1", "Namespace")),
+            Some(false)
+        );
+        assert_eq!(
+            builtin_namespaced(&KindRef::new("v1", "Service")),
+            Some(true)
+        );
+        assert_eq!(
+            builtin_namespaced(&KindRef::new("apps/v1", "Deployment")),
+            Some(true)
+        );
+        assert_eq!(
+            builtin_namespaced(&KindRef::new("example.io/v1", "Thing")),
+            None
+        );
+        let docs: Vec<serde_json::Value> = vec![
+            serde_json::json!({"kind": "CustomResourceDefinition", "spec": {
+                "group": "example.io", "scope": "Cluster", "names": {"kind": "Tenant"},
+                "versions": [{"name": "v1"}, {"name": "v1beta1"}]}}),
+            serde_json::json!({"kind": "CustomResourceDefinition", "spec": {
+                "group": "example.io", "scope": "Namespaced", "names": {"kind": "Route"},
+                "versions": [{"name": "v1"}]}}),
+            serde_json::json!({"kind": "ConfigMap"}),
+        ];
+        let scopes = crd_scopes(&docs);
+        assert!(!scopes[&KindRef::new("example.io/v1beta1", "Tenant")]);
+        assert!(scopes[&KindRef::new("example.io/v1", "Route")]);
+        assert_eq!(scopes.len(), 3);
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub mod sandbox;
 pub mod schedule;
 pub mod status;
 pub mod watch;
+pub mod worker_text;
 
 /// The finalizer the host puts on resources of operators that declare a finalizer worker.
 pub fn finalizer_name(operator: &str) -> String {

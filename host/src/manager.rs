@@ -97,6 +97,10 @@ fn module_reason(e: &ModuleError) -> &'static str {
 
 struct Running {
     spec: WasmOperatorSpec,
+    /// The module digests by role and the Ready message, reported for every generation whose
+    /// spec is this one.
+    digests: BTreeMap<String, String>,
+    message: String,
     shutdown: Option<oneshot::Sender<()>>,
     /// The controller task; it ends once the graceful shutdown has finished.
     task: Option<JoinHandle<()>>,
@@ -265,7 +269,15 @@ impl Manager {
         retry_tx: &mpsc::UnboundedSender<String>,
     ) {
         let name = op.name_any();
-        if self.running.get(&name).is_some_and(|r| r.spec == op.spec) {
+        if let Some(running) = self.running.get(&name).filter(|r| r.spec == op.spec) {
+            // The spec is the running one (e.g. a bad edit reverted): nothing to load, but this
+            // generation gets its status, so a failure of the edit in between does not linger.
+            self.failed.remove(&name);
+            if !reports_generation(&op) {
+                let (message, digests) = (running.message.clone(), running.digests.clone());
+                tracing::info!(operator = %name, "the definition is the running one again");
+                self.report(&op, None, &message, digests).await;
+            }
             return;
         }
         if !retry && self.failed.get(&name).is_some_and(|s| *s == op.spec) {
@@ -297,19 +309,6 @@ impl Manager {
                     })
                     .await;
                 });
-                self.running.insert(
-                    name.clone(),
-                    Running {
-                        spec: op.spec.clone(),
-                        shutdown: Some(tx),
-                        task: Some(task),
-                    },
-                );
-                crate::metrics::READINESS.syncing(&name);
-                tokio::spawn(report_synced(name.clone(), ctx_for_sync));
-                crate::metrics::METRICS
-                    .operators_running
-                    .set(self.running.len() as i64);
                 let message = format!(
                     "{} controller for {} {} with {} module(s)",
                     if swapped {
@@ -321,6 +320,21 @@ impl Manager {
                     op.spec.resource.kind,
                     digests.len()
                 );
+                self.running.insert(
+                    name.clone(),
+                    Running {
+                        spec: op.spec.clone(),
+                        digests: digests.clone(),
+                        message: message.clone(),
+                        shutdown: Some(tx),
+                        task: Some(task),
+                    },
+                );
+                crate::metrics::READINESS.syncing(&name);
+                tokio::spawn(report_synced(name.clone(), ctx_for_sync));
+                crate::metrics::METRICS
+                    .operators_running
+                    .set(self.running.len() as i64);
                 tracing::info!(operator = %name, "{message}");
                 self.report(&op, None, &message, digests).await;
             }
@@ -471,6 +485,7 @@ impl Manager {
             recorder: self.recorder.clone(),
             backoff: Backoff::default(),
             metrics_source: self.metrics_source.clone(),
+            finalized: Default::default(),
         };
         Ok((Arc::new(ctx), digests))
     }
@@ -540,6 +555,21 @@ impl Manager {
             tracing::warn!(operator = %op.name_any(), error = %e, "could not update WasmOperator status");
         }
     }
+}
+
+/// Whether the WasmOperator's status already reports its current generation as running:
+/// `observedGeneration` is the object's generation and `Ready` is `True`.
+fn reports_generation(op: &WasmOperator) -> bool {
+    let Ok(status) = serde_json::to_value(&op.status) else {
+        return false;
+    };
+    let observed = status["observedGeneration"].as_i64();
+    let ready = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    ready && observed.is_some() && observed == op.metadata.generation
 }
 
 /// The merge patch of `status.modules` that leaves exactly `digests`: roles no longer in the spec

@@ -34,6 +34,9 @@ pub struct OfflineRun {
     pub phase: Option<String>,
     /// The clock handed to the worker (default: now).
     pub now: Option<String>,
+    /// Directories of CustomResourceDefinitions saying which output kinds are cluster-scoped
+    /// (default: `crds/` beside the operator manifest).
+    pub crds: Vec<PathBuf>,
 }
 
 /// What the worker decided, after the host's output checks.
@@ -147,6 +150,62 @@ pub fn load_operator(path: &Path) -> anyhow::Result<(WasmOperator, OperatorDefin
     Ok((op, def))
 }
 
+/// Whether each output kind of `def` is namespaced, known offline as the controller knows it
+/// from discovery: Kubernetes' own kinds from a built-in table, custom kinds from the
+/// CustomResourceDefinitions in `crd_dirs` (YAML/JSON files; missing directories are skipped).
+/// A kind found in neither is left out (the output checks then take it as namespaced, which is
+/// what most kinds are) and named on stderr, with how to make the check exact.
+pub fn output_scopes(
+    def: &OperatorDefinition,
+    crd_dirs: &[PathBuf],
+) -> anyhow::Result<HashMap<KindRef, bool>> {
+    let mut docs = Vec::new();
+    for dir in crd_dirs.iter().filter(|d| d.is_dir()) {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+            })
+            .collect();
+        files.sort();
+        for file in files {
+            docs.extend(read_documents(&file)?);
+        }
+    }
+    let from_crds = crate::kinds::crd_scopes(&docs);
+    let mut scopes = HashMap::new();
+    for kind in def.output_kinds() {
+        match crate::kinds::builtin_namespaced(&kind).or_else(|| from_crds.get(&kind).copied()) {
+            Some(namespaced) => {
+                scopes.insert(kind, namespaced);
+            }
+            None => {
+                let looked = crd_dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                eprintln!(
+                    "note: whether {kind} is namespaced is not known offline (not a Kubernetes kind, no CRD for it in {}): its outputs are checked as namespaced; put its CRD there or pass --crds DIR",
+                    if looked.is_empty() { "no CRD directory" } else { &looked }
+                );
+            }
+        }
+    }
+    Ok(scopes)
+}
+
+/// The CRD directory of an operator manifest: `crds/` beside it.
+pub fn crds_beside(manifest: &Path) -> PathBuf {
+    manifest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("crds")
+}
+
 /// The phase a resource is in, as the host reads it: `.status.phase`, else the initial phase.
 pub fn current_phase(def: &OperatorDefinition, resource: &DynamicObject) -> String {
     resource.data["status"]["phase"]
@@ -234,6 +293,12 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
         .now
         .clone()
         .unwrap_or_else(crate::reconcile::now_rfc3339);
+    let crd_dirs = if run.crds.is_empty() {
+        vec![crds_beside(&run.operator)]
+    } else {
+        run.crds.clone()
+    };
+    let namespaced = output_scopes(&def, &crd_dirs)?;
     let decision = decide(
         &modules,
         &def,
@@ -241,7 +306,7 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
         &phase,
         &objects,
         Vec::new(),
-        &HashMap::new(),
+        &namespaced,
         &now,
     )
     .await?;

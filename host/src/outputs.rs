@@ -137,7 +137,7 @@ pub fn check(
         let mut object: Value =
             serde_json::from_str(raw).map_err(|e| OutputError::NotAnObject {
                 index,
-                problem: e.to_string(),
+                problem: shown(&e.to_string()),
             })?;
         if !object.is_object() {
             return Err(OutputError::NotAnObject {
@@ -170,8 +170,8 @@ pub fn check(
         if !phase.outputs.contains(&kind) {
             return Err(OutputError::UndeclaredKind {
                 index,
-                kind: format!("{api_version} {kind_name}"),
-                name,
+                kind: shown(&format!("{api_version} {kind_name}")),
+                name: shown(&name),
                 phase: phase.name.clone(),
                 declared: phase
                     .outputs
@@ -182,7 +182,10 @@ pub fn check(
             });
         }
         if !valid_name(&name) {
-            return Err(OutputError::InvalidName { index, name });
+            return Err(OutputError::InvalidName {
+                index,
+                name: shown(&name),
+            });
         }
         if object["metadata"]
             .get("ownerReferences")
@@ -203,7 +206,7 @@ pub fn check(
                             index,
                             kind: kind_name,
                             name,
-                            namespace: ns.to_string(),
+                            namespace: shown(ns),
                             expected: expected.to_string(),
                         })
                     }
@@ -245,6 +248,11 @@ pub fn check(
         });
     }
     Ok(checked)
+}
+
+/// A worker-supplied name or kind as it may appear in a message: bounded.
+fn shown(text: &str) -> String {
+    crate::worker_text::bounded(text, crate::worker_text::NAME_BYTES).into_owned()
 }
 
 /// RFC 1123 subdomain, the rule for most object names.
@@ -375,30 +383,45 @@ impl Owned<'_> {
     }
 }
 
-/// Deletes objects this phase applied for this resource before and no longer returns (read
-/// from the output watch caches). Objects the host did not create are never touched: they lack
-/// the operator/phase labels or the controller reference to the resource, which workers cannot
-/// set. Each delete is preconditioned on the cached uid. Returns how many were deleted.
-pub async fn prune_outputs(
-    client: &Client,
+/// The objects this phase applied for this resource before and no longer returns (read from
+/// the output watch caches): what [`prune_outputs`] deletes.
+pub fn prunable(
     owned: &Owned<'_>,
-    kinds: &HashMap<KindRef, ResolvedKind>,
     caches: &crate::reconcile::OutputCaches,
     keep: &BTreeSet<ObjectKey>,
-) -> Result<usize, (usize, OutputError)> {
-    let mut deleted = 0;
+) -> Vec<(KindRef, kube::api::ObjectMeta)> {
+    let mut found = Vec::new();
     for kind in &owned.phase.outputs {
-        let (Some(informer), Some(resolved)) = (caches.0.get(kind), kinds.get(kind)) else {
+        let Some(informer) = caches.0.get(kind) else {
             continue;
         };
         for meta in informer.cache.in_namespace(owned.namespace) {
             let m = &meta.metadata;
             let name = m.name.clone().unwrap_or_default();
-            if !owned.created(m)
-                || keep.contains(&(kind.clone(), m.namespace.clone(), name.clone()))
-            {
-                continue;
+            if owned.created(m) && !keep.contains(&(kind.clone(), m.namespace.clone(), name)) {
+                found.push((kind.clone(), m.clone()));
             }
+        }
+    }
+    found
+}
+
+/// Deletes objects this phase applied for this resource before and no longer returns (as
+/// [`prunable`] found them). Objects the host did not create are never touched: they lack
+/// the operator/phase labels or the controller reference to the resource, which workers cannot
+/// set. Each delete is preconditioned on the cached uid. Returns how many were deleted.
+pub async fn prune_outputs(
+    client: &Client,
+    kinds: &HashMap<KindRef, ResolvedKind>,
+    prunable: Vec<(KindRef, kube::api::ObjectMeta)>,
+) -> Result<usize, (usize, OutputError)> {
+    let mut deleted = 0;
+    for (kind, m) in prunable {
+        let Some(resolved) = kinds.get(&kind) else {
+            continue;
+        };
+        {
+            let name = m.name.clone().unwrap_or_default();
             let api = resolved.api(client, m.namespace.as_deref());
             let params = kube::api::DeleteParams {
                 preconditions: Some(kube::api::Preconditions {

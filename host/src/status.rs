@@ -134,11 +134,13 @@ fn upsert_condition(
         Some(p) if p["status"] == status => p["lastTransitionTime"].clone(),
         _ => json!(now),
     };
+    let message =
+        crate::worker_text::bounded(&c.message, crate::worker_text::CONDITION_MESSAGE_BYTES);
     let mut cond = json!({
         "type": c.type_,
         "status": status,
         "reason": c.reason,
-        "message": c.message,
+        "message": message,
         "lastTransitionTime": transition,
     });
     if let Some(g) = generation {

@@ -61,16 +61,18 @@ async fn operators_on_a_real_cluster() {
         .unwrap_or_else(|e| panic!("{e:#}"));
     }
 
-    let (a, b, c) = tokio::join!(
+    let (a, b, c, e) = tokio::join!(
         autoroute(&client),
         scripted(&client),
-        broken_operator(&client)
+        broken_operator(&client),
+        stale_decisions(&client, &host.log),
     );
     let d = reconfigure_and_remove(&client).await;
     let results = [
         ("autoroute", a),
         ("scripted", b),
         ("broken operator", c),
+        ("stale decisions", e),
         ("reconfigure and remove", d),
     ];
     let alive = host.is_alive();
@@ -719,9 +721,147 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
             .map(|_| ()))
     })
     .await?;
+    // A bad edit of a running operator fails (the running definition keeps running); putting
+    // the running definition back reports Ready for that generation, not the stale failure.
+    let running = fixed.clone();
+    let broken = json!({"spec": {"phases": [start(cm("tampered-module", &zeros)), {"name": "Done", "final": true}]}});
+    let patch = |body: Value| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                "bad-tampered",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&body),
+            )
+            .await
+        }
+    };
+    patch(broken).await?;
+    wait_condition(
+        client,
+        ops,
+        None,
+        "bad-tampered",
+        ("Ready", "False", "ModuleDigestMismatch"),
+        T,
+    )
+    .await
+    .context("a wrong digest on a running operator")?;
+    let reverted = patch(running).await?;
+    let generation = reverted.metadata.generation;
+    let restored = wait_for("Ready again for the reverted generation", T, || async {
+        let Some(o) = get(client, ops.0, ops.1, None, "bad-tampered").await? else {
+            return Ok(None);
+        };
+        let ready = condition(&o, "Ready").is_some_and(|c| c["status"] == "True");
+        Ok((ready && o["status"]["observedGeneration"] == json!(generation)).then_some(o))
+    })
+    .await?;
+    let message = condition(&restored, "Ready").map(|c| c["message"].clone());
+    ensure!(
+        !format!("{message:?}").contains("mismatch"),
+        "the stale failure lingers: {message:?}"
+    );
     for (name, _, _, _) in &cases {
         delete(client, ops.0, ops.1, None, name).await?;
     }
+    Ok(())
+}
+
+/// A decision made from a cached resource that changed while the worker ran is not applied:
+/// the worker sleeps 3 s deciding to output ConfigMap `first`; meanwhile the spec changes to
+/// output `second`. `first` must never exist (a watch sees every ConfigMap of the namespace),
+/// `second` must, and the host log shows the stale decision was caught (the premise).
+async fn stale_decisions(client: &Client, host_log: &std::path::Path) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
+    let lag = ("test.wasmpilot.io/v1", "Lag");
+    let op = json!({"apiVersion": ops.0, "kind": ops.1, "metadata": {"name": "lag"}, "spec": {
+    "resource": {"apiVersion": lag.0, "kind": lag.1},
+    "phases": [
+        {"name": "Start", "initial": true, "module": {"file": {"path": "wasmpilot_test_scripted.wasm"}},
+         "outputs": [{"apiVersion": "v1", "kind": "ConfigMap"}], "limits": {"deadline": "10s"}},
+        {"name": "Done", "final": true}
+    ]}});
+    apply_yaml(client, &op.to_string(), None).await?;
+    wait_condition(
+        client,
+        ops,
+        None,
+        "lag",
+        ("Ready", "True", "ControllerRunning"),
+        T,
+    )
+    .await?;
+    let ns = create_namespace(client, "e2e-stale").await?;
+    let ns = ns.as_str();
+
+    let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), ns);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let watching = {
+        let seen = seen.clone();
+        let stream = kube::runtime::watcher(configmaps, Default::default());
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(
+                    kube::runtime::watcher::Event::Apply(cm)
+                    | kube::runtime::watcher::Event::InitApply(cm),
+                ) = event
+                {
+                    if let (Some(name), Ok(mut seen)) = (cm.metadata.name, seen.lock()) {
+                        seen.insert(name);
+                    }
+                }
+            }
+        })
+    };
+    let step = |mode: &str, sleep: u64, output: &str| {
+        json!({"mode": mode, "count": sleep, "next": "Done", "outputs": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": output}}]})
+    };
+    let resource = |start: Value| {
+        json!({"apiVersion": lag.0, "kind": lag.1, "metadata": {"name": "l"},
+               "spec": {"phases": {"Start": start}}})
+        .to_string()
+    };
+    apply_yaml(client, &resource(step("sleep", 3000, "first")), Some(ns)).await?;
+    let marker = format!("resource={ns}/l");
+    wait_for("the sleeping worker to start", T, || async {
+        let log = std::fs::read_to_string(host_log).unwrap_or_default();
+        Ok(log
+            .lines()
+            .any(|l| l.contains(&marker) && l.contains("scripted step"))
+            .then_some(()))
+    })
+    .await?;
+    apply_yaml(client, &resource(step("ok", 0, "second")), Some(ns)).await?;
+    wait_for("the Lag Done with ConfigMap second", T, || async {
+        let done = get(client, lag.0, lag.1, Some(ns), "l")
+            .await?
+            .is_some_and(|o| o["status"]["phase"] == "Done");
+        let second = get(client, "v1", "ConfigMap", Some(ns), "second")
+            .await?
+            .is_some();
+        Ok((done && second).then_some(()))
+    })
+    .await?;
+    // Give the watch a moment to deliver anything still on its way.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    watching.abort();
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    ensure!(
+        !seen.contains("first"),
+        "the stale decision's ConfigMap was applied: {seen:?}"
+    );
+    let log = std::fs::read_to_string(host_log).unwrap_or_default();
+    ensure!(
+        log.lines().any(|l| l.contains(&marker)
+            && l.contains("the resource changed after the decision was made")),
+        "the host never caught a stale decision for {marker} (the test's premise)"
+    );
+    delete(client, ops.0, ops.1, None, "lag").await?;
     Ok(())
 }
 

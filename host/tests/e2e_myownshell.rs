@@ -76,7 +76,10 @@ async fn myownshell_on_a_real_cluster() {
     let ns = create_namespace(&client, "myownshell-e2e")
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let result = scenario(&client, &ns, started).await;
+    let mut result = scenario(&client, &ns, started).await;
+    if result.is_ok() {
+        result = clean_delete(&client, &ns, &host, started).await;
+    }
     let alive = host.is_alive();
     cleanup(&client, &ns).await;
     eprintln!("[{:>5.1?}] done", started.elapsed());
@@ -84,6 +87,71 @@ async fn myownshell_on_a_real_cluster() {
     if let Err(e) = result {
         panic!("{e:#}");
     }
+}
+
+/// A plain delete, as a user does it (no other finalizer holds the object): the finalizer worker
+/// runs exactly once, the MyOwnShell is gone, and no Warning Event is left behind.
+async fn clean_delete(
+    client: &Client,
+    ns: &str,
+    host: &Host,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let shell = "clean";
+    apply_yaml(
+        client,
+        &json!({"apiVersion": MOS.0, "kind": MOS.1, "metadata": {"name": shell}, "spec": {"size": 1}})
+            .to_string(),
+        Some(ns),
+    )
+    .await?;
+    wait_ready(client, ns, shell, 1).await?;
+    delete(client, MOS.0, MOS.1, Some(ns), shell).await?;
+    wait_for("the MyOwnShell gone", T, || async {
+        Ok(get(client, MOS.0, MOS.1, Some(ns), shell)
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    // Events and log lines of the deletion's reconciles arrive within moments of it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let events = events_for(client, ns, shell).await?;
+    let finalized: i32 = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Finalized"))
+        .map(|e| e.count.unwrap_or(1).max(1))
+        .sum();
+    ensure!(finalized == 1, "{finalized} Finalized events: {events:?}");
+    let warnings: Vec<_> = events
+        .iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .map(|e| format!("{:?}: {:?}", e.reason, e.message))
+        .collect();
+    ensure!(
+        warnings.is_empty(),
+        "a clean delete left Warning events: {warnings:?}"
+    );
+    let marker = format!("resource={ns}/{shell}");
+    let log = host.log_text();
+    let runs = log
+        .lines()
+        .filter(|l| l.contains(&marker) && l.contains("successfully finalized MyOwnShell"))
+        .count();
+    ensure!(
+        runs == 1,
+        "the finalizer worker ran {runs} times for one deletion"
+    );
+    ensure!(
+        !log.lines()
+            .any(|l| l.contains(&marker) && l.contains("could not record the failure")),
+        "a failed status write was logged for the deleted MyOwnShell"
+    );
+    eprintln!(
+        "[{:>5.1?}] clean delete: finalized once, no Warning",
+        started.elapsed()
+    );
+    Ok(())
 }
 
 async fn scenario(client: &Client, ns: &str, started: Instant) -> anyhow::Result<()> {

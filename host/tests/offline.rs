@@ -17,6 +17,7 @@ fn autoroute_run(phase: &str) -> OfflineRun {
         objects: Some(root.join("examples/autoroute/sample.yaml")),
         phase: Some(phase.into()),
         now: Some("2026-11-21T12:00:00Z".into()),
+        crds: Vec::new(),
     }
 }
 
@@ -155,4 +156,192 @@ async fn a_wrong_pin_says_how_to_repin() {
         msg.contains("pin the sha256 `wasmpilot build`/`push` printed (or redeploy with `wasmpilot deploy <dir>`)"),
         "{msg}"
     );
+}
+
+/// A Scripted operator in a temporary directory whose Start phase may output `outputs` (kinds),
+/// with `crds` written to its crds/ directory; returns the directory.
+fn scripted_operator(outputs: &[(&str, &str)], crds: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let outputs: String = outputs
+        .iter()
+        .map(|(v, k)| format!("        - {{apiVersion: {v}, kind: {k}}}\n"))
+        .collect();
+    let manifest = format!(
+        "apiVersion: wasmpilot.io/v1alpha1
+kind: WasmOperator
+metadata: {{name: scripted}}
+spec:
+  resource: {{apiVersion: test.wasmpilot.io/v1, kind: Scripted}}
+  phases:
+    - name: Start
+      initial: true
+      module: {{file: {{path: wasmpilot_test_scripted.wasm}}}}
+      outputs:
+{outputs}      next: [Done]
+    - name: Done
+      final: true
+"
+    );
+    std::fs::write(dir.path().join("operator.yaml"), manifest).unwrap();
+    std::fs::create_dir(dir.path().join("crds")).unwrap();
+    std::fs::write(dir.path().join("crds/extra.yaml"), crds).unwrap();
+    dir
+}
+
+/// Writes a Scripted resource in namespace `default` whose Start step is `step`.
+fn scripted_resource(dir: &std::path::Path, step: Value) -> std::path::PathBuf {
+    let resource = serde_json::json!({
+        "apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted",
+        "metadata": {"name": "s", "namespace": "default", "uid": "u-1"},
+        "spec": {"phases": {"Start": step}}
+    });
+    let path = dir.join("resource.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&resource).unwrap()).unwrap();
+    path
+}
+
+fn wasmpilot(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+        .args(args)
+        .output()
+        .expect("running wasmpilot")
+}
+
+fn run_phase_cli(dir: &std::path::Path, resource: &std::path::Path) -> std::process::Output {
+    let operator = dir.join("operator.yaml");
+    let wasm = common::wasm_dir();
+    wasmpilot(&[
+        "run-phase".as_ref(),
+        "--operator".as_ref(),
+        operator.as_os_str(),
+        "--module-dir".as_ref(),
+        wasm.as_os_str(),
+        "--resource".as_ref(),
+        resource.as_os_str(),
+    ])
+}
+
+const TENANT_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: tenants.example.io}
+spec:
+  group: example.io
+  scope: Cluster
+  names: {plural: tenants, kind: Tenant}
+  versions: [{name: v1, served: true, storage: true}]
+";
+
+/// `run-phase` and `simulate` refuse a cluster-scoped output of a namespaced resource as the
+/// controller does: a Kubernetes kind (ClusterRole, from the built-in table) and a custom one
+/// (from the CRD in the operator's crds/); a namespaced ConfigMap in the same setup passes.
+#[test]
+fn offline_tools_refuse_cluster_scoped_outputs_like_the_host() {
+    let dir = scripted_operator(
+        &[
+            ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+            ("example.io/v1", "Tenant"),
+            ("v1", "ConfigMap"),
+        ],
+        TENANT_CRD,
+    );
+    for (api_version, kind) in [
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ("example.io/v1", "Tenant"),
+    ] {
+        let step = serde_json::json!({"mode": "ok", "next": "Done", "outputs": [
+            {"apiVersion": api_version, "kind": kind, "metadata": {"name": "admin"}}
+        ]});
+        let resource = scripted_resource(dir.path(), step);
+        let out = run_phase_cli(dir.path(), &resource);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{kind} was accepted: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            err.contains(&format!(
+                "output #0 ({kind} admin): cluster-scoped outputs of a namespaced resource are not allowed"
+            )),
+            "{err}"
+        );
+        let wasm = common::wasm_dir();
+        let sim = wasmpilot(&[
+            "simulate".as_ref(),
+            dir.path().as_os_str(),
+            "--module-dir".as_ref(),
+            wasm.as_os_str(),
+            "--resource".as_ref(),
+            resource.as_os_str(),
+        ]);
+        let err = String::from_utf8_lossy(&sim.stderr);
+        assert!(!sim.status.success(), "simulate accepted {kind}");
+        assert!(
+            err.contains("cluster-scoped outputs of a namespaced resource are not allowed"),
+            "{err}"
+        );
+    }
+    // Premise: the same operator and worker pass with a namespaced kind.
+    let step = serde_json::json!({"mode": "ok", "next": "Done", "outputs": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "admin"}}
+    ]});
+    let resource = scripted_resource(dir.path(), step);
+    let out = run_phase_cli(dir.path(), &resource);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A kind whose scope is not known offline is named, with how to make the check exact.
+#[test]
+fn offline_tools_name_kinds_of_unknown_scope() {
+    let dir = scripted_operator(&[("example.io/v1", "Gadget")], "");
+    let step = serde_json::json!({"mode": "ok", "next": "Done", "outputs": [
+        {"apiVersion": "example.io/v1", "kind": "Gadget", "metadata": {"name": "g"}}
+    ]});
+    let resource = scripted_resource(dir.path(), step);
+    let out = run_phase_cli(dir.path(), &resource);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("whether example.io/v1 Gadget is namespaced is not known offline"),
+        "{err}"
+    );
+    assert!(err.contains("pass --crds DIR"), "{err}");
+}
+
+/// Offline calls end at their deadline like the controller's: a guest sleeping 300 s is stopped
+/// at the host's default 2 s deadline, with the same message.
+#[test]
+fn offline_calls_end_at_their_deadline() {
+    let dir = scripted_operator(&[("v1", "ConfigMap")], "");
+    let resource = scripted_resource(
+        dir.path(),
+        serde_json::json!({"mode": "sleep", "count": 300_000}),
+    );
+    let started = std::time::Instant::now();
+    let out = run_phase_cli(dir.path(), &resource);
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("the worker exceeded its 2s deadline"), "{err}");
+    assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
+}
+
+/// A 16 MiB next phase or fatal message reaches the user bounded, saying it was cut.
+#[test]
+fn offline_errors_bound_worker_text() {
+    let dir = scripted_operator(&[("v1", "ConfigMap")], "");
+    for step in [
+        serde_json::json!({"mode": "bignext", "count": 16 << 20}),
+        serde_json::json!({"mode": "bigfatal", "count": 16 << 20}),
+    ] {
+        let resource = scripted_resource(dir.path(), step.clone());
+        let out = run_phase_cli(dir.path(), &resource);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.len() < 8 << 10, "{step}: {} bytes of error", err.len());
+        assert!(err.contains("more bytes truncated"), "{step}: {err}");
+    }
 }

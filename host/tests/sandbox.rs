@@ -357,3 +357,147 @@ async fn invalid_components_are_refused_at_load() {
         "SDK components export both roles"
     );
 }
+
+/// A guest that sleeps waits in a WASI poll, where no guest code runs for the epoch deadline to
+/// stop: the call itself still ends at its deadline, and its slot is free for the next call.
+#[tokio::test]
+async fn a_sleeping_worker_ends_at_its_deadline_and_frees_its_slot() {
+    let sb = Sandbox::new(SandboxLimits {
+        deadline: Duration::from_millis(300),
+        concurrency: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = scripted(&sb);
+    // Premise: a short sleep really sleeps inside the guest (the call takes that long and works).
+    let started = std::time::Instant::now();
+    let r = sb
+        .run_sync(
+            &m,
+            request(json!({"mode": "sleep", "count": 150, "next": "Done"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.next_phase, "Done");
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "the guest slept: {:?}",
+        started.elapsed()
+    );
+
+    // 300 s of sleep against a 300 ms deadline.
+    let started = std::time::Instant::now();
+    match sb
+        .run_sync(&m, request(json!({"mode": "sleep", "count": 300_000})))
+        .await
+    {
+        Err(e @ RunError::DeadlineExceeded(_)) => {
+            assert_eq!(e.to_string(), "the worker exceeded its 300ms deadline");
+            assert_eq!(e.reason(), "WorkerDeadlineExceeded");
+        }
+        other => panic!("expected a deadline error, got {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "ended at its deadline: {took:?}"
+    );
+    // The only slot was released: the next call runs at once.
+    let r = tokio::time::timeout(
+        Duration::from_secs(2),
+        sb.run_sync(&m, request(json!({"mode": "ok", "next": "Done"}))),
+    )
+    .await
+    .expect("the slot was released")
+    .unwrap();
+    assert_eq!(r.next_phase, "Done");
+}
+
+/// The finalizer's calls end at the deadline too.
+#[tokio::test]
+async fn a_sleeping_finalizer_ends_at_its_deadline() {
+    let sb = sandbox();
+    let bytes = common::component("wasmpilot_test_scripted.wasm");
+    let c = sb.compile(&bytes).unwrap();
+    let f = sb.finalizer_module("sha256:test", &c).unwrap();
+    let resource = json!({
+        "apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted",
+        "metadata": {"name": "s", "namespace": "default"},
+        "spec": {"finalize": {"mode": "sleep", "count": 300_000}}
+    });
+    let started = std::time::Instant::now();
+    let r = sb
+        .run_finalize(
+            &f,
+            wasmpilot::sandbox::FinalizeRequest {
+                operator: "scripted".into(),
+                resource: resource.to_string(),
+                now: "2026-01-01T00:00:00Z".into(),
+            },
+        )
+        .await;
+    assert!(matches!(r, Err(RunError::DeadlineExceeded(_))), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+/// A worker's error text is bounded (and says so) before it reaches a message.
+#[tokio::test]
+async fn worker_text_is_bounded_in_errors() {
+    let sb = Sandbox::new(SandboxLimits::default()).unwrap();
+    let m = scripted(&sb);
+    match sb
+        .run_sync(&m, request(json!({"mode": "bigfatal", "count": 16 << 20})))
+        .await
+    {
+        Err(e @ RunError::Fatal(_)) => {
+            let msg = e.to_string();
+            assert!(msg.len() < 2048, "bounded: {} bytes", msg.len());
+            assert!(msg.contains("more bytes truncated"), "{}", &msg[..200]);
+        }
+        other => panic!("expected a fatal error, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Status info has a size limit like outputs, which a phase may raise within the ceiling.
+#[tokio::test]
+async fn status_info_is_capped_and_a_phase_may_raise_the_cap() {
+    let sb = Sandbox::new(SandboxLimits {
+        max_status_bytes: 64 << 10,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = scripted(&sb);
+    let big = || request(json!({"mode": "bigstatus", "count": 200 << 10, "next": "Done"}));
+    match sb.run_sync(&m, big()).await {
+        Err(e @ RunError::StatusTooLarge { limit, .. }) => {
+            assert_eq!(limit, 64 << 10);
+            assert_eq!(e.reason(), "StatusInfoLimitExceeded");
+            assert!(e.to_string().contains("maxStatusKib"), "{e}");
+        }
+        other => panic!(
+            "expected status info too large, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    let raised = m.clone().with_limits(sb.call_limits(&LimitOverride {
+        max_status_bytes: Some(512 << 10),
+        ..Default::default()
+    }));
+    assert_eq!(
+        sb.run_sync(&raised, big()).await.unwrap().next_phase,
+        "Done"
+    );
+    // 8 MiB is past the 1 MiB ceiling whatever the phase asks for.
+    let ceiling = m.with_limits(sb.call_limits(&LimitOverride {
+        max_status_bytes: Some(64 << 20),
+        ..Default::default()
+    }));
+    assert!(matches!(
+        sb.run_sync(
+            &ceiling,
+            request(json!({"mode": "bigstatus", "count": 8 << 20}))
+        )
+        .await,
+        Err(RunError::StatusTooLarge { limit, .. }) if limit == 1 << 20
+    ));
+}

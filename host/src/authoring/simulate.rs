@@ -28,7 +28,7 @@ use anyhow::{anyhow, bail, Context};
 use kube::api::{DynamicObject, ObjectMeta};
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -65,6 +65,10 @@ pub struct SimulateArgs {
     /// Stop after this many reconciles at most.
     #[arg(long, default_value_t = 10)]
     pub steps: usize,
+    /// Directories of CustomResourceDefinitions saying which output kinds are cluster-scoped
+    /// (default: the operator directory's crds/); Kubernetes' own kinds are known.
+    #[arg(long)]
+    pub crds: Vec<PathBuf>,
 }
 
 fn key_of(v: &Value) -> Option<ObjectKey> {
@@ -231,6 +235,12 @@ pub async fn simulate(
         }
     };
     check_modules_built(&def, &module_dir, &dir)?;
+    let crd_dirs = if args.crds.is_empty() {
+        vec![dir.join("crds")]
+    } else {
+        args.crds.clone()
+    };
+    let namespaced = offline::output_scopes(&def, &crd_dirs)?;
     let mut world = load_world(args, &def)?;
     let samples = match &args.samples {
         Some(path) => Samples::read(path, &def)?,
@@ -322,7 +332,7 @@ pub async fn simulate(
             &phase_name,
             &source,
             extra,
-            &HashMap::new(),
+            &namespaced,
             &time,
         )
         .await

@@ -33,6 +33,10 @@ const LOG_LINES_CEILING: usize = 10_000;
 /// No phase may send more bytes of log per call than this, whatever it asks for.
 const LOG_BYTES_CEILING: usize = 1 << 20;
 
+/// No phase may return more bytes of status info than this, whatever it asks for: the status
+/// lives in the resource, and the API server refuses objects past ~1.5 MiB.
+const STATUS_BYTES_CEILING: usize = 1 << 20;
+
 /// Bytes of each pooled memory kept mapped between calls (`--keep-resident-mib`).
 pub const DEFAULT_KEEP_RESIDENT: usize = 8 << 20;
 
@@ -57,6 +61,8 @@ pub struct SandboxLimits {
     pub max_output_bytes_ceiling: usize,
     pub log_lines: usize,
     pub log_bytes: usize,
+    /// Status info (its JSON) one call may return.
+    pub max_status_bytes: usize,
     pub stdio_bytes: usize,
     pub concurrency: usize,
     /// How worker instances get their memory: see [`InstanceMemory`].
@@ -87,6 +93,7 @@ impl Default for SandboxLimits {
             max_output_bytes_ceiling: 64 << 20,
             log_lines: 1000,
             log_bytes: 256 << 10,
+            max_status_bytes: 256 << 10,
             stdio_bytes: 16 << 10,
             concurrency: 4,
             instance_memory: InstanceMemory::Pooling {
@@ -115,6 +122,8 @@ pub enum RunError {
     TooManyOutputs { count: usize, limit: usize },
     #[error("the worker returned {size} bytes of outputs, more than the limit of {limit}")]
     OutputsTooLarge { size: usize, limit: usize },
+    #[error("the worker returned {size} bytes of status info, more than the limit of {limit} (raise it with the phase's limits.maxStatusKib, or keep less in the status)")]
+    StatusTooLarge { size: usize, limit: usize },
     #[error("the worker sent more than its {lines} log lines or {} KiB of log per call", .bytes >> 10)]
     LogLimit { lines: usize, bytes: usize },
     #[error("could not instantiate the component: {0}")]
@@ -129,6 +138,20 @@ fn stderr_suffix(stderr: &str) -> String {
     } else {
         format!(" (guest stderr: {})", stderr.trim())
     }
+}
+
+/// The end of what the guest wrote to stderr (a panic message comes last), bounded for messages.
+fn stderr_tail(stderr: &str) -> String {
+    let stderr = stderr.trim();
+    let max = crate::worker_text::MESSAGE_BYTES;
+    if stderr.len() <= max {
+        return stderr.to_string();
+    }
+    let mut start = stderr.len() - max;
+    while !stderr.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("({start} earlier bytes truncated) …{}", &stderr[start..])
 }
 
 impl RunError {
@@ -150,6 +173,7 @@ impl RunError {
                 "OutputLimitExceeded"
             }
             RunError::LogLimit { .. } => "WorkerLogLimitExceeded",
+            RunError::StatusTooLarge { .. } => "StatusInfoLimitExceeded",
             RunError::Instantiate(_) => "InstantiateFailed",
             RunError::ShuttingDown => "ShuttingDown",
         }
@@ -179,6 +203,7 @@ pub struct CallLimits {
     pub max_output_bytes: usize,
     pub log_lines: usize,
     pub log_bytes: usize,
+    pub max_status_bytes: usize,
 }
 
 /// A phase's requested limits; unset fields take the host's defaults.
@@ -190,6 +215,7 @@ pub struct LimitOverride {
     pub max_output_bytes: Option<usize>,
     pub log_lines: Option<usize>,
     pub log_bytes: Option<usize>,
+    pub max_status_bytes: Option<usize>,
 }
 
 /// A phase component ready to be instantiated per call, with the limits of its calls.
@@ -306,6 +332,10 @@ impl Sandbox {
                 .min(l.max_output_bytes_ceiling),
             log_lines: o.log_lines.unwrap_or(l.log_lines).min(LOG_LINES_CEILING),
             log_bytes: o.log_bytes.unwrap_or(l.log_bytes).min(LOG_BYTES_CEILING),
+            max_status_bytes: o
+                .max_status_bytes
+                .unwrap_or(l.max_status_bytes)
+                .min(STATUS_BYTES_CEILING),
         }
     }
 
@@ -371,22 +401,24 @@ impl Sandbox {
         Self::check_request_size(size, &limits)?;
         let _permit = self.permit().await?;
         let mut call = self.call(limits, &request.now);
-        let result = async {
+        let store = &mut call.store;
+        let result = within_deadline(limits.deadline, call.started, async {
             let instance = module
                 .pre
-                .instantiate_async(&mut call.store)
+                .instantiate_async(&mut *store)
                 .await
-                .map_err(|e| instantiate_error(&call.store, e))?;
+                .map_err(|e| instantiate_error(store, e))?;
             instance
                 .wasmpilot_operator_phase_worker()
-                .call_sync(&mut call.store, &request)
+                .call_sync(&mut *store, &request)
                 .await
-                .map_err(|e| classify(&call.store, e))
-        }
+                .map_err(|e| classify(store, e))
+        })
         .await;
         call.finish();
         let result = result?.map_err(worker_error)?;
         Self::check_outputs(&result.outputs, &limits)?;
+        Self::check_status_info(result.status_info.as_deref(), &limits)?;
         Ok(result)
     }
 
@@ -400,21 +432,24 @@ impl Sandbox {
         Self::check_request_size(request.resource.len(), &limits)?;
         let _permit = self.permit().await?;
         let mut call = self.call(limits, &request.now);
-        let result = async {
+        let store = &mut call.store;
+        let result = within_deadline(limits.deadline, call.started, async {
             let instance = module
                 .pre
-                .instantiate_async(&mut call.store)
+                .instantiate_async(&mut *store)
                 .await
-                .map_err(|e| instantiate_error(&call.store, e))?;
+                .map_err(|e| instantiate_error(store, e))?;
             instance
                 .wasmpilot_operator_finalizer_worker()
-                .call_finalize(&mut call.store, &request)
+                .call_finalize(&mut *store, &request)
                 .await
-                .map_err(|e| classify(&call.store, e))
-        }
+                .map_err(|e| classify(store, e))
+        })
         .await;
         call.finish();
-        result?.map_err(worker_error)
+        let result = result?.map_err(worker_error)?;
+        Self::check_status_info(result.status_info.as_deref(), &limits)?;
+        Ok(result)
     }
 
     /// One of the `concurrency` slots for a running call; the rest wait here.
@@ -464,6 +499,17 @@ impl Sandbox {
             return Err(RunError::RequestTooLarge {
                 size,
                 limit: limits.memory_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_status_info(info: Option<&str>, limits: &CallLimits) -> Result<(), RunError> {
+        let size = info.map_or(0, str::len);
+        if size > limits.max_status_bytes {
+            return Err(RunError::StatusTooLarge {
+                size,
+                limit: limits.max_status_bytes,
             });
         }
         Ok(())
@@ -523,15 +569,33 @@ fn instance_pool(limits: &SandboxLimits, keep_resident: usize) -> PoolingAllocat
     pool
 }
 
+/// Ends `call` at `started + deadline` whatever the guest is doing. The epoch deadline stops a
+/// guest that computes; this stops one that waits in a host call (a WASI sleep or poll), where
+/// no guest code runs to notice the epoch. Dropping the call's future abandons its fiber; the
+/// store is dropped with it, and the caller's permit is released.
+async fn within_deadline<T>(
+    deadline: Duration,
+    started: Instant,
+    call: impl std::future::Future<Output = Result<T, RunError>>,
+) -> Result<T, RunError> {
+    let at = tokio::time::Instant::from_std(started + deadline);
+    match tokio::time::timeout_at(at, call).await {
+        Ok(result) => result,
+        Err(_) => Err(RunError::DeadlineExceeded(deadline)),
+    }
+}
+
+/// A worker's own error, its message bounded: it ends in Conditions, Events and logs.
 fn worker_error(e: WorkerError) -> RunError {
+    use crate::worker_text::{bound_owned, MESSAGE_BYTES};
     match e {
-        WorkerError::Retryable(m) => RunError::Retryable(m),
-        WorkerError::Fatal(m) => RunError::Fatal(m),
+        WorkerError::Retryable(m) => RunError::Retryable(bound_owned(m, MESSAGE_BYTES)),
+        WorkerError::Fatal(m) => RunError::Fatal(bound_owned(m, MESSAGE_BYTES)),
     }
 }
 
 fn stderr_of(store: &Store<HostState>) -> String {
-    String::from_utf8_lossy(&store.data().stderr.contents()).into_owned()
+    stderr_tail(&String::from_utf8_lossy(&store.data().stderr.contents()))
 }
 
 fn instantiate_error(store: &Store<HostState>, e: wasmtime::Error) -> RunError {
@@ -563,11 +627,11 @@ fn classify(store: &Store<HostState>, e: wasmtime::Error) -> RunError {
     }
     let message = match e.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
-        None => format!("{e:#}")
-            .lines()
-            .next()
-            .unwrap_or("trap")
-            .to_string(),
+        None => crate::worker_text::bounded(
+            format!("{e:#}").lines().next().unwrap_or("trap"),
+            crate::worker_text::MESSAGE_BYTES,
+        )
+        .into_owned(),
     };
     RunError::Trap { message, stderr }
 }

@@ -166,11 +166,15 @@ impl log::Host for HostState {
         }
         self.logs.lines_left -= 1;
         self.logs.bytes_left -= size;
+        // The budget counts what the guest sent; the host's log gets a bounded line.
         let fields = fields
             .iter()
             .map(|f| format!("{}={}", f.key, f.value))
             .collect::<Vec<_>>()
             .join(" ");
+        let max = crate::worker_text::LOG_LINE_BYTES;
+        let message = crate::worker_text::bounded(&message, max);
+        let fields = crate::worker_text::bounded(&fields, max);
         // The span of the current reconcile (operator, resource, phase) is entered by the caller.
         match level {
             LogLevel::Trace => tracing::trace!(target: "wasmpilot::guest", %fields, "{message}"),

@@ -256,3 +256,33 @@ pub fn str_list(v: &Value) -> Vec<String> {
 pub fn must<T>(v: Option<T>, what: &str) -> anyhow::Result<T> {
     v.ok_or_else(|| anyhow!("missing: {what}"))
 }
+
+/// A loopback port nobody listens on now (for a host's `--metrics-addr`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// `GET http://{addr}{path}` over plain HTTP/1.0: the body, or an error if nothing answers.
+pub fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .ok_or_else(|| anyhow!("no HTTP response from {addr}"))?;
+    Ok(body)
+}
+
+/// The value of an unlabelled metric in a Prometheus text exposition.
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}

@@ -35,4 +35,5 @@ pub fn repo_root() -> PathBuf {
         .expect("host/ has a parent")
         .to_path_buf()
 }
+pub mod autoroute;
 pub mod cluster;

@@ -22,7 +22,8 @@ pub struct Script {
 #[derive(Deserialize, Default, Clone)]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
-    /// ok | fatal | retryable | loop | alloc | panic | print | chatty | bloat | probe
+    /// ok | fatal | retryable | loop | alloc | panic | print | chatty | bloat | probe | sleep |
+    /// bignext | bigfatal | bigstatus
     #[serde(default)]
     mode: String,
     #[serde(default)]
@@ -38,7 +39,10 @@ pub struct Step {
     /// For `ok`: also report how many objects each input held, as status info `inputCounts`.
     #[serde(default)]
     count_inputs: bool,
-    /// For `chatty`: log lines to send; for `bloat`: bytes of data in the ConfigMap returned.
+    /// For `chatty`: log lines to send; for `bloat`: bytes of data in the ConfigMap returned;
+    /// for `sleep`: milliseconds to sleep (in a WASI poll, where no guest code runs); for
+    /// `bignext`, `bigfatal`, `bigstatus`: bytes of the next phase, the fatal error's message,
+    /// the status info's `blob`.
     #[serde(default)]
     count: usize,
 }
@@ -81,6 +85,11 @@ fn misbehave(step: &Step) -> Option<WorkerError> {
                 .clone()
                 .unwrap_or_else(|| "scripted panic".into())
         ),
+        "sleep" => {
+            std::thread::sleep(Duration::from_millis(step.count as u64));
+            None
+        }
+        "bigfatal" => Some(WorkerError::fatal("F".repeat(step.count))),
         "print" => {
             for i in 0..10_000 {
                 println!("flooding stdout line {i}");
@@ -145,7 +154,10 @@ impl PhaseWorker for Scripted {
                 ctx.info("chatty line", &[("i", &i)]);
             }
         }
-        let next = step.next.clone().unwrap_or_else(|| ctx.phase().to_string());
+        let next = match step.mode.as_str() {
+            "bignext" => "P".repeat(step.count),
+            _ => step.next.clone().unwrap_or_else(|| ctx.phase().to_string()),
+        };
         let mut outcome = Outcome::next(next).outputs(step.outputs.iter())?;
         if step.mode == "bloat" {
             let data = "x".repeat(step.count);
@@ -158,6 +170,9 @@ impl PhaseWorker for Scripted {
         let mut info = step.status_info.clone().unwrap_or(Value::Null);
         if step.mode == "probe" {
             info = serde_json::json!({ "probe": probe() });
+        }
+        if step.mode == "bigstatus" {
+            info = serde_json::json!({ "blob": "s".repeat(step.count) });
         }
         if step.count_inputs {
             let counts: BTreeMap<String, usize> = inputs

@@ -16,7 +16,6 @@ use crate::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
-use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashMap};
@@ -24,8 +23,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+pub mod finalizer;
+
 /// How long a reconcile waits for the input caches' first list before retrying.
 const INPUTS_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest a worker's `requeue_after` may put a resource off (longer asks are cut to it).
+pub const MAX_REQUEUE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// A worker's requeue-after, within [`MAX_REQUEUE_AFTER`].
+pub fn requeue_after(ms: u64) -> Duration {
+    Duration::from_millis(ms).min(MAX_REQUEUE_AFTER)
+}
 
 /// Everything one operator's reconciles share; built by the manager when the operator loads.
 pub struct OperatorContext {
@@ -44,6 +53,8 @@ pub struct OperatorContext {
     pub recorder: Recorder,
     pub backoff: Backoff,
     pub metrics_source: MetricsSource,
+    /// Resources whose finalizer worker reported done (it runs once per deletion).
+    pub finalized: finalizer::FinalizedResources,
 }
 
 /// Where phases' metric queries go unless the WasmOperator names its own Prometheus.
@@ -139,6 +150,8 @@ pub enum ReconcileError {
     InputsNotSynced(String),
     #[error("status of the resource changed while the worker ran; deciding again")]
     StatusConflict,
+    #[error("the resource changed after the decision was made from the cache; deciding again")]
+    StaleDecision,
     #[error("{action}: {source}")]
     Api {
         action: &'static str,
@@ -150,7 +163,8 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
-    /// Fatal errors are reported and not retried until something changes (or the resync interval).
+    /// Fatal errors are reported and not retried with backoff: the resource runs again on the
+    /// next change of it or its inputs, or at the resync interval.
     fn is_fatal(&self) -> bool {
         match self {
             ReconcileError::UnknownPhase { .. }
@@ -181,6 +195,7 @@ impl ReconcileError {
             ReconcileError::Query { .. } => "MetricQueryFailed",
             ReconcileError::InputsNotSynced(_) => "InputsNotSynced",
             ReconcileError::StatusConflict => "StatusConflict",
+            ReconcileError::StaleDecision => "StaleDecision",
             ReconcileError::Api { .. } => "ApiError",
             ReconcileError::Finalizer(_) => "FinalizerError",
         }
@@ -191,6 +206,7 @@ impl ReconcileError {
         !matches!(
             self,
             ReconcileError::StatusConflict
+                | ReconcileError::StaleDecision
                 | ReconcileError::FinalizerPending(_)
                 | ReconcileError::InputsNotSynced(_)
         )
@@ -231,12 +247,15 @@ pub async fn reconcile(
             .to_string();
         let api = ctx.api_for(obj.namespace().as_deref());
         let mut result = decide(&ctx, &api, obj.clone()).await;
-        if matches!(result, Err(ReconcileError::StatusConflict)) {
-            // The cached object was stale (our decision was not written). Decide again at once
-            // from the object as the API server has it, instead of waiting for the watch.
+        if let Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) =
+            &result
+        {
+            // The cached object was stale (the decision's status was not written). Decide again
+            // at once from the object as the API server has it, instead of waiting for the watch.
+            let why = stale.to_string();
             match api.get_opt(&obj.name_any()).await {
                 Ok(Some(fresh)) => {
-                    tracing::debug!("status conflict: deciding again from a fresh read");
+                    tracing::info!("{why}");
                     result = decide(&ctx, &api, Arc::new(fresh)).await;
                 }
                 Ok(None) => result = Ok(Action::await_change()),
@@ -273,18 +292,31 @@ async fn decide(
 ) -> Result<Action, ReconcileError> {
     if ctx.finalizer.is_some() {
         let name = crate::finalizer_name(&ctx.definition.name);
-        finalizer(api, &name, obj, |event| async {
-            match event {
-                FinalizerEvent::Apply(o) => run_phase(ctx, api, o).await,
-                FinalizerEvent::Cleanup(o) => run_finalizer(ctx, api, o).await,
+        let deleting = obj.meta().deletion_timestamp.is_some();
+        if !finalizer::has(&obj, &name) {
+            if deleting {
+                // Released (by this host or another), or never added: nothing left to do.
+                return Ok(Action::await_change());
             }
-        })
-        .await
-        .map_err(|e| match e {
-            kube::runtime::finalizer::Error::ApplyFailed(e)
-            | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-            other => ReconcileError::Finalizer(other.to_string()),
-        })
+            // The watch brings the object with the finalizer, and that runs the phase.
+            finalizer::add(api, &obj, &name).await?;
+            return Ok(Action::await_change());
+        }
+        if !deleting {
+            return run_phase(ctx, api, obj).await;
+        }
+        let uid = obj.uid().unwrap_or_default();
+        if !ctx.finalized.contains(&uid) {
+            let action = run_finalizer(ctx, api, obj.clone()).await?;
+            ctx.finalized.insert(&uid);
+            finalizer::remove(api, &obj, &name).await?;
+            return Ok(action);
+        }
+        // The worker reported done already; an event from before the removal (its own status
+        // write) must not run it again.
+        tracing::debug!("finalizer worker done earlier; only removing the finalizer");
+        finalizer::remove(api, &obj, &name).await?;
+        Ok(Action::await_change())
     } else if obj.meta().deletion_timestamp.is_some() {
         Ok(Action::await_change())
     } else {
@@ -301,7 +333,9 @@ pub fn error_policy(
     match err {
         ReconcileError::FinalizerPending(after) => Action::requeue(*after),
         // Not a failure of the resource: the watch will bring the new object shortly.
-        ReconcileError::StatusConflict => Action::requeue(Duration::from_secs(1)),
+        ReconcileError::StatusConflict | ReconcileError::StaleDecision => {
+            Action::requeue(Duration::from_secs(1))
+        }
         _ => {
             let delay = ctx.backoff.next_delay(&OperatorContext::key(&obj));
             tracing::debug!(resource = %OperatorContext::key(&obj), ?delay, "retrying after backoff");
@@ -403,6 +437,17 @@ async fn run_phase(
     })?;
     let total = checked.len();
     let keep: BTreeSet<ObjectKey> = checked.iter().map(CheckedOutput::key).collect();
+    let owned = outputs::Owned {
+        operator: &def.name,
+        phase,
+        owner_uid: &uid,
+        namespace: namespace.as_deref(),
+    };
+    let prunable = outputs::prunable(&owned, &ctx.outputs, &keep);
+    if !checked.is_empty() || !prunable.is_empty() {
+        // Nothing is written from a decision about an object that has changed since.
+        ensure_unchanged(api, &obj).await?;
+    }
     let applied = outputs::apply_outputs(&ctx.client, &def.name, &current, &ctx.kinds, checked)
         .await
         .map_err(|(applied, source)| ReconcileError::Apply {
@@ -411,13 +456,7 @@ async fn run_phase(
             total,
             source: Box::new(source),
         })?;
-    let owned = outputs::Owned {
-        operator: &def.name,
-        phase,
-        owner_uid: &uid,
-        namespace: namespace.as_deref(),
-    };
-    let pruned = outputs::prune_outputs(&ctx.client, &owned, &ctx.kinds, &ctx.outputs, &keep)
+    let pruned = outputs::prune_outputs(&ctx.client, &ctx.kinds, prunable)
         .await
         .map_err(|(applied, source)| ReconcileError::Apply {
             phase: current.clone(),
@@ -455,7 +494,7 @@ async fn run_phase(
         tracing::debug!(phase = %current, "status updated");
     }
     Ok(match decision.requeue_after_ms {
-        Some(ms) => Action::requeue(Duration::from_millis(ms)),
+        Some(ms) => Action::requeue(requeue_after(ms)),
         None => Action::requeue(def.resync),
     })
 }
@@ -504,7 +543,7 @@ async fn run_finalizer(
         .await;
         Ok(Action::await_change())
     } else {
-        Err(ReconcileError::FinalizerPending(Duration::from_millis(
+        Err(ReconcileError::FinalizerPending(requeue_after(
             result.requeue_after_ms.unwrap_or(5_000),
         )))
     }
@@ -601,6 +640,28 @@ async fn write_status(
             action: "patching the status",
             source,
         }),
+    }
+}
+
+/// Fails with [`ReconcileError::StaleDecision`] when the resource on the API server is not the
+/// version the decision was made from (the watch cache lagged behind a change): its outputs
+/// would be applied from an outdated spec or phase. The caller decides again from a fresh read.
+/// (Between this read and the writes a change can still land; the status write is conditional
+/// on the same resourceVersion, and the next reconcile converges the outputs.)
+async fn ensure_unchanged(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+) -> Result<(), ReconcileError> {
+    let fresh = api
+        .get_metadata_opt(&obj.name_any())
+        .await
+        .map_err(|source| ReconcileError::Api {
+            action: "reading the resource before applying its outputs",
+            source,
+        })?;
+    match fresh {
+        Some(m) if m.metadata.resource_version == obj.metadata.resource_version => Ok(()),
+        _ => Err(ReconcileError::StaleDecision),
     }
 }
 
