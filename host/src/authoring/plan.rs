@@ -17,7 +17,7 @@ use crate::inputs;
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
-use crate::outputs::{self, ObjectKey, Owned};
+use crate::outputs::{self, drift, ObjectKey, Owned};
 use crate::sandbox::{Sandbox, SandboxLimits};
 use crate::status::StatusUpdate;
 use anyhow::{anyhow, bail, Context};
@@ -240,21 +240,49 @@ pub async fn plan(
             }
         }
         let params = PatchParams::apply(&field_manager).force().dry_run();
+        let live = live
+            .map(|l| serde_json::to_value(l).unwrap_or(Value::Null))
+            .unwrap_or(Value::Null);
+        let ours = !live.is_null() && outputs::controlled_by(&live, &uid);
+        // What the host does when server-side apply alone cannot converge an object of the
+        // resource's (outputs::Convergence): said before the diff, blaming the right party.
         let planned = match api.patch(&o.name, &params, &Patch::Apply(&o.object)).await {
-            Ok(p) => p,
+            Ok(p) => {
+                let planned = serde_json::to_value(p)?;
+                let foreign = drift::foreign_lists(&planned, &o.object, &field_manager);
+                if ours && !foreign.is_empty() {
+                    write_replacement(out, &what, &foreign, None)?;
+                    drift::with_lists_replaced(&planned, &foreign)
+                } else {
+                    planned
+                }
+            }
+            Err(kube::Error::Api(e)) if ours && e.code == 422 => {
+                let foreign = drift::foreign_lists(&live, &o.object, &field_manager);
+                if !foreign.is_empty() {
+                    write_replacement(out, &what, &foreign, Some(&e.message))?;
+                    drift::with_lists_replaced(&live, &foreign)
+                } else if e.message.contains("immutable") {
+                    writeln!(
+                        out,
+                        "\n~ recreate {what}: the worker changes a field that cannot change once set ({}); the host deletes it and creates it from the worker's decision (OutputRecreated)",
+                        e.message
+                    )?;
+                    summary.update += 1;
+                    continue;
+                } else {
+                    writeln!(out, "\n! {what}: the API server refuses it: {}", e.message)?;
+                    refused.push(what);
+                    continue;
+                }
+            }
             Err(e) => {
                 writeln!(out, "\n! {what}: the API server refuses it: {e}")?;
                 refused.push(what);
                 continue;
             }
         };
-        let live = live
-            .map(|l| serde_json::to_value(l).unwrap_or(Value::Null))
-            .unwrap_or(Value::Null);
-        let changes = diff(
-            &without_bookkeeping(&live),
-            &without_bookkeeping(&serde_json::to_value(planned)?),
-        );
+        let changes = diff(&without_bookkeeping(&live), &without_bookkeeping(&planned));
         let verb = if live.is_null() {
             summary.create += 1;
             "+ create"
@@ -377,7 +405,7 @@ pub async fn plan(
     )?;
     if !taken.is_empty() {
         bail!(
-            "the host would refuse this result (OutputRefused) and apply none of it: {} exist(s) without this resource as controller; delete or rename them, or have the worker return other names",
+            "the host would refuse {} (OutputRefused: they exist without this resource as controller) and apply the other outputs; delete or rename them, or have the worker return other names",
             taken.join(", ")
         );
     }
@@ -388,6 +416,32 @@ pub async fn plan(
         );
     }
     Ok(summary)
+}
+
+/// Says which lists the host replaces in an object of the resource's, whose entries they hold,
+/// and (when apply alone is refused) the API server's refusal.
+fn write_replacement(
+    out: &mut dyn Write,
+    what: &str,
+    foreign: &[drift::ForeignList],
+    refusal: Option<&str>,
+) -> anyhow::Result<()> {
+    let mut managers = BTreeSet::new();
+    for f in foreign {
+        managers.extend(f.managers.iter().cloned());
+    }
+    let lists: Vec<String> = foreign.iter().map(drift::ForeignList::path).collect();
+    writeln!(
+        out,
+        "\n~ replace {} of {what}: field manager(s) {} hold entries there that the worker does not return{}; the host replaces the list(s) with the worker's, then applies (OutputReplaced)",
+        lists.join(", "),
+        managers.into_iter().collect::<Vec<_>>().join(", "),
+        match refusal {
+            Some(r) => format!(" (server-side apply alone is refused: {r})"),
+            None => String::new(),
+        }
+    )?;
+    Ok(())
 }
 
 /// A WasmOperator and the kind of its top-level resource.

@@ -131,14 +131,15 @@ pub enum ReconcileError {
         source: Box<OutputError>,
     },
     #[error(
-        "outputs of phase {phase} not all applied ({applied} of {total} done, retrying): {source}"
+        "outputs of phase {phase} not all applied ({applied} of {total} done, retrying): {}",
+        failure_list(.failures)
     )]
     Apply {
         phase: String,
         applied: usize,
         total: usize,
-        #[source]
-        source: Box<OutputError>,
+        /// Each output that could not be applied (or pruned), with why.
+        failures: Vec<OutputError>,
     },
     #[error("metric input for phase {phase}: {source}")]
     Query {
@@ -173,9 +174,8 @@ impl ReconcileError {
             | ReconcileError::BadStatusInfo { .. } => true,
             ReconcileError::Worker { source, .. }
             | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
-            ReconcileError::Outputs { source, .. } | ReconcileError::Apply { source, .. } => {
-                source.is_fatal()
-            }
+            ReconcileError::Outputs { source, .. } => source.is_fatal(),
+            ReconcileError::Apply { failures, .. } => failures.iter().all(OutputError::is_fatal),
             ReconcileError::Query { source, .. } => source.is_fatal(),
             _ => false,
         }
@@ -190,6 +190,14 @@ impl ReconcileError {
             ReconcileError::Worker { source, .. }
             | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
             ReconcileError::FinalizerPending(_) => "FinalizerPending",
+            // Only refusals to take over someone else's object: the worker's names are taken.
+            ReconcileError::Apply { failures, .. }
+                if failures
+                    .iter()
+                    .all(|f| matches!(f, OutputError::NotOurs { .. })) =>
+            {
+                "OutputRefused"
+            }
             ReconcileError::Apply { .. } => "ApplyFailed",
             ReconcileError::Outputs { .. } => "OutputRefused",
             ReconcileError::Query { .. } => "MetricQueryFailed",
@@ -211,6 +219,21 @@ impl ReconcileError {
                 | ReconcileError::InputsNotSynced(_)
         )
     }
+}
+
+/// The first few failures of a result, for one message.
+fn failure_list(failures: &[OutputError]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = failures
+        .iter()
+        .take(SHOWN)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if failures.len() > SHOWN {
+        text.push_str(&format!("; and {} more", failures.len() - SHOWN));
+    }
+    text
 }
 
 impl OperatorContext {
@@ -428,15 +451,16 @@ async fn run_phase(
     .await?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
     let namespace = obj.namespace();
-    let checked = decision.outputs;
-    outputs::refuse_takeovers(&checked, &uid, &ctx.outputs).map_err(|source| {
-        ReconcileError::Outputs {
-            phase: current.clone(),
-            source: Box::new(source),
-        }
-    })?;
+    let mut checked = decision.outputs;
+    // Outputs naming someone else's object are not applied (the others are) and reported.
+    let refused = outputs::refused_takeovers(&checked, &uid, &ctx.outputs);
     let total = checked.len();
     let keep: BTreeSet<ObjectKey> = checked.iter().map(CheckedOutput::key).collect();
+    let mut failures: Vec<OutputError> = Vec::new();
+    for (index, e) in refused.into_iter().rev() {
+        checked.remove(index);
+        failures.insert(0, e);
+    }
     let owned = outputs::Owned {
         operator: &def.name,
         phase,
@@ -448,24 +472,33 @@ async fn run_phase(
         // Nothing is written from a decision about an object that has changed since.
         ensure_unchanged(api, &obj).await?;
     }
-    let applied = outputs::apply_outputs(&ctx.client, &def.name, &current, &ctx.kinds, checked)
-        .await
-        .map_err(|(applied, source)| ReconcileError::Apply {
-            phase: current.clone(),
-            applied,
-            total,
-            source: Box::new(source),
-        })?;
-    let pruned = outputs::prune_outputs(&ctx.client, &ctx.kinds, prunable)
-        .await
-        .map_err(|(applied, source)| ReconcileError::Apply {
-            phase: current.clone(),
-            applied,
-            total,
-            source: Box::new(source),
-        })?;
+    let report =
+        outputs::apply_outputs(&ctx.client, &def.name, &current, &uid, &ctx.kinds, checked).await;
+    let applied = report.applied;
+    failures.extend(report.failed);
+    if !report.converged.is_empty() {
+        let reference = obj.object_ref(&ctx.resource.api);
+        for (object, how) in &report.converged {
+            report_convergence(ctx, &reference, object, how).await;
+        }
+    }
+    let pruned = match outputs::prune_outputs(&ctx.client, &ctx.kinds, prunable).await {
+        Ok(pruned) => pruned,
+        Err((pruned, e)) => {
+            failures.push(e);
+            pruned
+        }
+    };
     if pruned > 0 {
         tracing::info!(pruned, "deleted outputs the worker no longer returns");
+    }
+    if !failures.is_empty() {
+        return Err(ReconcileError::Apply {
+            phase: current.clone(),
+            applied,
+            total,
+            failures,
+        });
     }
 
     let next = decision.next_phase;
@@ -547,6 +580,33 @@ async fn run_finalizer(
             result.requeue_after_ms.unwrap_or(5_000),
         )))
     }
+}
+
+/// An output that server-side apply alone could not converge, and what the host did instead:
+/// a log line and an Event on the resource naming the object and the field managers overridden.
+async fn report_convergence(
+    ctx: &OperatorContext,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    object: &str,
+    how: &outputs::Convergence,
+) {
+    let (reason, note) = match how {
+        outputs::Convergence::Applied => return,
+        outputs::Convergence::Replaced { lists, managers } => (
+            "OutputReplaced",
+            format!(
+                "{object}: replaced {} holding entries of field manager(s) {} with the worker's, then applied",
+                lists.join(", "),
+                managers.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        outputs::Convergence::Recreated { reason } => (
+            "OutputRecreated",
+            format!("{object}: deleted and created again from the worker's decision ({reason})"),
+        ),
+    };
+    tracing::info!(reason, "{note}");
+    status::publish_event(&ctx.recorder, reference, false, reason, "Apply", note).await;
 }
 
 /// Worker call duration, and limit kills, for `/metrics`.

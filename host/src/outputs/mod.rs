@@ -1,11 +1,14 @@
 //! Checks a worker's outputs against the phase declaration (all or nothing), then server-side
-//! applies them with the operator's field manager and a controller ownerReference to the resource.
+//! applies them with the operator's field manager and a controller ownerReference to the resource;
+//! what apply alone cannot converge in an object the resource controls is converged by `drift`.
+
+pub mod drift;
 
 use crate::crd::KindRef;
 use crate::definition::PhaseDefinition;
 use crate::kinds::ResolvedKind;
-use kube::api::{Patch, PatchParams};
-use kube::Client;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::{Api, Client};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
 
@@ -96,6 +99,13 @@ pub enum OutputError {
         #[source]
         source: kube::Error,
     },
+    #[error("{object} differs in what server-side apply cannot change; {step} failed: {source}")]
+    ConvergeFailed {
+        object: String,
+        step: &'static str,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl OutputError {
@@ -108,6 +118,7 @@ impl OutputError {
             } => (400..500).contains(&s.code) && s.code != 409 && s.code != 429,
             // Retried with backoff: the conflict goes away when the other object does.
             OutputError::ApplyFailed { .. }
+            | OutputError::ConvergeFailed { .. }
             | OutputError::PruneFailed { .. }
             | OutputError::NotOurs { .. } => false,
             _ => true,
@@ -273,23 +284,26 @@ pub fn label(object: &mut Value, operator: &str, phase: &str) {
     object["metadata"]["labels"][crate::PHASE_LABEL] = json!(phase);
 }
 
-/// Refuses the whole result when an output names an object that exists (in the output watch
-/// cache) without this resource's controller reference: applying would adopt it, and pruning or
-/// garbage collection could later delete an object the host never created.
-pub fn refuse_takeovers(
+/// The outputs that name an object which exists (in the output watch cache) without this
+/// resource's controller reference: applying would adopt it, and pruning or garbage collection
+/// could later delete an object the host never created. They are not applied (the rest are).
+pub fn refused_takeovers(
     outputs: &[CheckedOutput],
     owner_uid: &str,
     caches: &crate::reconcile::OutputCaches,
-) -> Result<(), OutputError> {
-    for out in outputs {
+) -> Vec<(usize, OutputError)> {
+    let mut refused = Vec::new();
+    for (index, out) in outputs.iter().enumerate() {
         let Some(informer) = caches.0.get(&out.kind) else {
             continue;
         };
         if let Some(existing) = informer.cache.get(out.namespace.as_deref(), &out.name) {
-            refuse_takeover(out, owner_uid, &existing.metadata)?;
+            if let Err(e) = refuse_takeover(out, owner_uid, &existing.metadata) {
+                refused.push((index, e));
+            }
         }
     }
-    Ok(())
+    refused
 }
 
 /// One output against the object of that name that exists already (`wasmpilot plan` passes
@@ -315,48 +329,218 @@ pub fn refuse_takeover(
     })
 }
 
+/// How an output was made to match the worker's decision.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Convergence {
+    /// Server-side apply alone.
+    Applied,
+    /// Lists holding entries of other field managers (e.g. a hand-edited Service port) were
+    /// replaced with the worker's, then applied.
+    Replaced {
+        lists: Vec<String>,
+        managers: BTreeSet<String>,
+    },
+    /// A field server-side apply may not change (immutable) differed: the object was deleted
+    /// and created again from the worker's decision.
+    Recreated { reason: String },
+}
+
+/// What applying one result did: per object, and what failed (each failure on its own object).
+#[derive(Debug, Default)]
+pub struct ApplyReport {
+    pub applied: usize,
+    /// Objects that needed more than a server-side apply, and what was done.
+    pub converged: Vec<(String, Convergence)>,
+    pub failed: Vec<OutputError>,
+}
+
 /// Server-side applies checked outputs, labelled with the operator, forcing ownership of their
-/// fields. On failure returns how many were applied before it (applying is idempotent: the
-/// next attempt applies them all again).
+/// fields; an output controlled by the resource that apply cannot converge is converged another
+/// way ([`Convergence`]). One output that fails does not stop the others.
 pub async fn apply_outputs(
     client: &Client,
     operator: &str,
     phase: &str,
+    owner_uid: &str,
     kinds: &HashMap<KindRef, ResolvedKind>,
     outputs: Vec<CheckedOutput>,
-) -> Result<usize, (usize, OutputError)> {
-    let params = PatchParams::apply(&crate::field_manager(operator)).force();
-    let count = outputs.len();
-    for (done, mut out) in outputs.into_iter().enumerate() {
+) -> ApplyReport {
+    let manager = crate::field_manager(operator);
+    let mut report = ApplyReport::default();
+    for (index, mut out) in outputs.into_iter().enumerate() {
         let Some(resolved) = kinds.get(&out.kind) else {
             // check() only passes declared kinds, and every declared kind was resolved at load.
-            return Err((
-                done,
-                OutputError::UndeclaredKind {
-                    index: done,
-                    kind: out.kind.to_string(),
-                    name: out.name,
-                    phase: String::new(),
-                    declared: "(kind not resolved)".into(),
-                },
-            ));
+            report.failed.push(OutputError::UndeclaredKind {
+                index,
+                kind: out.kind.to_string(),
+                name: out.name,
+                phase: phase.to_string(),
+                declared: "(kind not resolved)".into(),
+            });
+            continue;
         };
         label(&mut out.object, operator, phase);
         let api = resolved.api(client, out.namespace.as_deref());
-        api.patch(&out.name, &params, &Patch::Apply(&out.object))
-            .await
-            .map_err(|source| {
-                (
-                    done,
-                    OutputError::ApplyFailed {
-                        object: out.describe(),
-                        source,
-                    },
-                )
-            })?;
-        tracing::debug!(object = %out.describe(), "applied output");
+        match apply_one(&api, &out, &manager, owner_uid).await {
+            Ok(how) => {
+                tracing::debug!(object = %out.describe(), ?how, "applied output");
+                report.applied += 1;
+                if how != Convergence::Applied {
+                    report.converged.push((out.describe(), how));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(object = %out.describe(), error = %e, "output not applied");
+                report.failed.push(e);
+            }
+        }
     }
-    Ok(count)
+    report
+}
+
+/// Applies one output; converges it another way when apply alone cannot (see [`Convergence`]).
+async fn apply_one(
+    api: &Api<DynamicObject>,
+    out: &CheckedOutput,
+    manager: &str,
+    owner_uid: &str,
+) -> Result<Convergence, OutputError> {
+    let failed = |source| OutputError::ApplyFailed {
+        object: out.describe(),
+        source,
+    };
+    let live = match server_side_apply(api, out, manager).await {
+        Ok(applied) => applied,
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            // The merged object is invalid: if foreign entries or an immutable field are the
+            // cause and the object is ours, converge it; else the worker's object is at fault.
+            let refused = kube::Error::Api(s);
+            let Some(live) = api.get_opt(&out.name).await.map_err(failed)? else {
+                return Err(failed(refused));
+            };
+            let live =
+                serde_json::to_value(&live).map_err(|e| failed(kube::Error::SerdeError(e)))?;
+            if !controlled_by(&live, owner_uid) {
+                return Err(failed(refused));
+            }
+            let foreign = drift::foreign_lists(&live, &out.object, manager);
+            if !foreign.is_empty() {
+                return replace_lists(api, out, manager, &live, foreign).await;
+            }
+            if is_immutable(&refused) {
+                return recreate(api, out, manager, &live, &refused).await;
+            }
+            return Err(failed(refused));
+        }
+        Err(source) => return Err(failed(source)),
+    };
+    let foreign = drift::foreign_lists(&live, &out.object, manager);
+    if foreign.is_empty() || !controlled_by(&live, owner_uid) {
+        return Ok(Convergence::Applied);
+    }
+    replace_lists(api, out, manager, &live, foreign).await
+}
+
+async fn server_side_apply(
+    api: &Api<DynamicObject>,
+    out: &CheckedOutput,
+    manager: &str,
+) -> Result<Value, kube::Error> {
+    let params = PatchParams::apply(manager).force();
+    let applied = api
+        .patch(&out.name, &params, &Patch::Apply(&out.object))
+        .await?;
+    serde_json::to_value(&applied).map_err(kube::Error::SerdeError)
+}
+
+/// Replaces the lists holding other managers' entries with the worker's (only if the object is
+/// still the one read), then applies again so the host's apply owns them.
+async fn replace_lists(
+    api: &Api<DynamicObject>,
+    out: &CheckedOutput,
+    manager: &str,
+    live: &Value,
+    foreign: Vec<drift::ForeignList>,
+) -> Result<Convergence, OutputError> {
+    let converge_failed = |step: &'static str, source| OutputError::ConvergeFailed {
+        object: out.describe(),
+        step,
+        source,
+    };
+    let rv = live["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let patch: json_patch::Patch =
+        serde_json::from_value(drift::replacement_patch(rv, &foreign))
+            .map_err(|e| converge_failed("building the replacement", kube::Error::SerdeError(e)))?;
+    let params = PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..Default::default()
+    };
+    api.patch(&out.name, &params, &Patch::<()>::Json(patch))
+        .await
+        .map_err(|e| converge_failed("replacing lists held by other field managers", e))?;
+    server_side_apply(api, out, manager)
+        .await
+        .map_err(|e| converge_failed("applying after the replacement", e))?;
+    let mut managers = BTreeSet::new();
+    let lists = foreign
+        .into_iter()
+        .map(|f| {
+            managers.extend(f.managers.iter().cloned());
+            f.path()
+        })
+        .collect();
+    Ok(Convergence::Replaced { lists, managers })
+}
+
+/// Deletes the object (only this one: uid precondition) and creates it from the worker's decision.
+async fn recreate(
+    api: &Api<DynamicObject>,
+    out: &CheckedOutput,
+    manager: &str,
+    live: &Value,
+    refused: &kube::Error,
+) -> Result<Convergence, OutputError> {
+    let converge_failed = |step: &'static str, source| OutputError::ConvergeFailed {
+        object: out.describe(),
+        step,
+        source,
+    };
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: live["metadata"]["uid"].as_str().map(str::to_string),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&out.name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(converge_failed("deleting it to recreate it", e)),
+    }
+    server_side_apply(api, out, manager)
+        .await
+        .map_err(|e| converge_failed("creating it again", e))?;
+    let reason = match refused {
+        kube::Error::Api(s) => crate::worker_text::bound_owned(s.message.clone(), 512),
+        other => other.to_string(),
+    };
+    Ok(Convergence::Recreated { reason })
+}
+
+/// Whether the resource with `uid` is the object's controller.
+pub fn controlled_by(object: &Value, uid: &str) -> bool {
+    object["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|o| o["controller"] == true && o["uid"] == uid)
+}
+
+/// The API server refused a change of a field that cannot change once set.
+fn is_immutable(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.message.contains("immutable"))
 }
 
 /// Whose outputs to prune: one phase's outputs owned by one resource.
