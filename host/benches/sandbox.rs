@@ -230,11 +230,7 @@ impl Env {
             operator: self.definition.name.clone(),
             phase: phase.into(),
             resource: inputs::to_worker_json(route, &self.definition.resource),
-            inputs: inputs::gather(
-                self.phase(phase),
-                route.metadata.namespace.as_deref(),
-                cache,
-            ),
+            inputs: inputs::gather(self.phase(phase), inputs::Reader::of(route), cache),
             now: NOW.into(),
         }
     }

@@ -157,6 +157,11 @@ pub struct InputSpec {
     /// Only objects whose labels match all of these.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub match_labels: BTreeMap<String, String>,
+    /// Only objects this resource controls (the outputs the host applied for it), e.g. for a
+    /// steady phase that checks its outputs were not changed by hand. A change requeues only
+    /// the controlling resource, not the whole namespace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owned: bool,
 }
 
 /// The finalizer worker.

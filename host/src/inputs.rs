@@ -29,12 +29,20 @@ pub struct WorkerObject {
 impl WorkerObject {
     pub fn new(o: &DynamicObject, kind: &KindRef) -> Self {
         let m = &o.metadata;
+        // The controller reference only (for `owned` inputs), not the whole list.
+        let controller = m
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .cloned();
         let metadata = ObjectMeta {
             name: m.name.clone(),
             namespace: m.namespace.clone(),
             labels: m.labels.clone(),
             uid: m.uid.clone(),
             resource_version: m.resource_version.clone(),
+            owner_references: controller.map(|c| vec![c]),
             ..ObjectMeta::default()
         };
         WorkerObject {
@@ -68,12 +76,30 @@ pub fn worker_objects_of(
         .collect()
 }
 
-/// The inputs of `phase` for a resource in `namespace` (`None`: a cluster-scoped resource sees all).
+/// The resource whose inputs are gathered: where it is, and its uid (for `owned` inputs).
+#[derive(Clone, Copy, Debug)]
+pub struct Reader<'a> {
+    /// Its namespace (`None`: a cluster-scoped resource sees all namespaces).
+    pub namespace: Option<&'a str>,
+    pub uid: &'a str,
+}
+
+impl<'a> Reader<'a> {
+    pub fn of(resource: &'a DynamicObject) -> Self {
+        Reader {
+            namespace: resource.metadata.namespace.as_deref(),
+            uid: resource.metadata.uid.as_deref().unwrap_or_default(),
+        }
+    }
+}
+
+/// The inputs of `phase` for the resource `reader`.
 pub fn gather(
     phase: &PhaseDefinition,
-    namespace: Option<&str>,
+    reader: Reader<'_>,
     source: &impl ObjectSource,
 ) -> Vec<NamedObjects> {
+    let namespace = reader.namespace;
     phase
         .inputs
         .iter()
@@ -82,7 +108,7 @@ pub fn gather(
             let mut selected: Vec<Arc<WorkerObject>> = source
                 .worker_objects(&kind, namespace)
                 .into_iter()
-                .filter(|o| visible(o.metadata(), input, namespace))
+                .filter(|o| visible(o.metadata(), input, reader))
                 .collect();
             selected.sort_by(|a, b| {
                 let (a, b) = (a.metadata(), b.metadata());
@@ -96,17 +122,29 @@ pub fn gather(
         .collect()
 }
 
-fn visible(o: &ObjectMeta, input: &InputSpec, namespace: Option<&str>) -> bool {
-    if let (Some(ns), Some(ons)) = (namespace, o.namespace.as_deref()) {
+fn visible(o: &ObjectMeta, input: &InputSpec, reader: Reader<'_>) -> bool {
+    if let (Some(ns), Some(ons)) = (reader.namespace, o.namespace.as_deref()) {
         if ns != ons {
             return false;
         }
+    }
+    if input.owned && !controlled_by(o, reader.uid) {
+        return false;
     }
     let labels = o.labels.as_ref();
     input
         .match_labels
         .iter()
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}
+
+/// Whether the object's controller is the resource with `uid`.
+pub fn controlled_by(o: &ObjectMeta, uid: &str) -> bool {
+    !uid.is_empty()
+        && o.owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.controller == Some(true) && r.uid == uid)
 }
 
 /// Annotation `kubectl apply` writes: a copy of the whole applied object, never worker input.
@@ -180,6 +218,7 @@ mod tests {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),
                 match_labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
+                owned: false,
             }],
             outputs: vec![],
             next: vec![],
@@ -192,7 +231,11 @@ mod tests {
             deployment("b", "a", &[("tier", "web")]),
             deployment("b", "db", &[("tier", "db")]),
         ]);
-        let got = gather(&phase, Some("b"), &source);
+        let reader = Reader {
+            namespace: Some("b"),
+            uid: "u-1",
+        };
+        let got = gather(&phase, reader, &source);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].name, "deployments");
         let objs: Vec<serde_json::Value> = got[0]
@@ -212,6 +255,57 @@ mod tests {
             objs[0]["metadata"]["annotations"],
             serde_json::json!({"keep": "me"}),
             "only kubectl's last-applied annotation is dropped"
+        );
+    }
+
+    #[test]
+    fn owned_inputs_are_the_objects_the_resource_controls() {
+        let owned_by = |uid: &str, controller: bool| {
+            let mut o = (*deployment("b", &format!("{uid}-{controller}"), &[])).clone();
+            o.metadata.owner_references = Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    uid: uid.into(),
+                    controller: Some(controller),
+                    ..Default::default()
+                },
+            ]);
+            Arc::new(o)
+        };
+        let phase = PhaseDefinition {
+            name: "Ready".into(),
+            is_final: false,
+            module: None,
+            inputs: vec![InputSpec {
+                name: "mine".into(),
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                match_labels: BTreeMap::new(),
+                owned: true,
+            }],
+            outputs: vec![],
+            next: vec![],
+            limits: Default::default(),
+            queries: vec![],
+        };
+        let source = Fixed(vec![
+            owned_by("u-1", true),
+            owned_by("u-1", false),
+            owned_by("u-2", true),
+            deployment("b", "nobody", &[]),
+        ]);
+        let got = gather(
+            &phase,
+            Reader {
+                namespace: Some("b"),
+                uid: "u-1",
+            },
+            &source,
+        );
+        assert_eq!(got[0].objects.len(), 1);
+        assert!(
+            got[0].objects[0].contains("\"u-1-true\""),
+            "{}",
+            got[0].objects[0]
         );
     }
 }

@@ -254,7 +254,7 @@ pub async fn decide(
         .await
         .with_context(|| format!("loading the module of phase {phase_name}"))?
         .with_limits(sandbox.call_limits(&phase.limits));
-    let mut phase_inputs = inputs::gather(phase, resource.metadata.namespace.as_deref(), source);
+    let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(resource), source);
     phase_inputs.extend(extra_inputs);
     let input = DecisionInput {
         definition: def,

@@ -196,6 +196,7 @@ mod tests {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),
             match_labels: Default::default(),
+            owned: false,
         };
         WasmOperatorSpec {
             resource: KindRef::new("examples.io/v1", "AutoRoute"),

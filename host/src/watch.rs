@@ -1,6 +1,6 @@
 //! Builds and runs one operator's controller: watches the resource kind and subscribes to the
-//! shared informers of its input kinds (a change requeues that namespace's resources) and output
-//! kinds (a change requeues the owner).
+//! shared informers of its input kinds (a change requeues that namespace's resources, or only
+//! the controlling resource for `owned` inputs) and output kinds (a change requeues the owner).
 
 use crate::crd::KindRef;
 use crate::reconcile::{self, OperatorContext};
@@ -27,10 +27,16 @@ pub async fn run(
     let owners = controller.store();
 
     let input_kinds: BTreeSet<KindRef> = ctx.inputs.0.keys().cloned().collect();
-    for informer in ctx.inputs.0.values() {
-        let mapper = requeue_namespace(owners.clone(), resource.clone());
+    for (kind, informer) in &ctx.inputs.0 {
         let changes = informer.subscribe().map(|o| o.meta.clone());
-        controller = controller.watches_shared_stream_with(changes, mapper, informer.api.clone());
+        // A kind read only as `owned` inputs concerns only the resource controlling the object.
+        controller = if only_owned(&ctx.definition, kind) {
+            let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
+            controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
+        } else {
+            let mapper = requeue_namespace(owners.clone(), resource.clone());
+            controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
+        };
     }
     for informer in ctx.outputs.0.values() {
         let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
@@ -60,6 +66,16 @@ pub async fn run(
         })
         .await;
     tracing::info!(operator = %name, "controller stopped");
+}
+
+/// Whether every input of `kind` (in any phase) is `owned`: then a change of one of its objects
+/// concerns only the resource that controls it.
+fn only_owned(def: &crate::definition::OperatorDefinition, kind: &KindRef) -> bool {
+    def.phases
+        .iter()
+        .flat_map(|p| &p.inputs)
+        .filter(|i| i.api_version == kind.api_version && i.kind == kind.kind)
+        .all(|i| i.owned)
 }
 
 /// An input object changed: requeue every resource of the operator in its namespace

@@ -106,6 +106,22 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         "spec": {"selector": {"app": "old"}, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]},
     });
     apply_yaml(client, &service.to_string(), Some(ns)).await?;
+    // … and someone changed its port by hand (`kubectl patch --type=json`): that port entry now
+    // belongs to their field manager, and server-side apply alone is refused (two ports `http`).
+    let edit: json_patch::Patch = serde_json::from_value(
+        json!([{"op": "replace", "path": "/spec/ports/0/port", "value": 9999}]),
+    )?;
+    dynamic_api(client, "v1", "Service", Some(ns))
+        .await?
+        .patch(
+            "frontend",
+            &PatchParams {
+                field_manager: Some("kubectl-patch".into()),
+                ..Default::default()
+            },
+            &Patch::<()>::Json(edit),
+        )
+        .await?;
     // What Syncing applied for a Deployment that is gone: pruned by the host.
     let stale = json!({
         "apiVersion": VS.0, "kind": VS.1,
@@ -145,7 +161,10 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         format!("\n+ create Service {ns}/backend\n"),
         format!("\n+ create VirtualService {ns}/frontend.example\n"),
         "    + spec.http[0].route[0].destination.port.number: 8080\n".to_string(),
+        format!("\n~ replace spec.ports of Service {ns}/frontend: field manager(s) kubectl-patch hold entries there that the worker does not return (server-side apply alone is refused: "),
+        "the host replaces the list(s) with the worker's, then applies (OutputReplaced)".to_string(),
         format!("\n~ update Service {ns}/frontend\n"),
+        "    ~ spec.ports[0].port: 9999 → 8080\n".to_string(),
         "    ~ spec.selector.app: \"old\" → \"frontend\"\n".to_string(),
         "    + metadata.labels[\"wasmpilot.io/phase\"]: \"Syncing\"\n".to_string(),
         format!(
@@ -201,8 +220,8 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         "the selector changed"
     );
 
-    // Someone else's Service with a name Syncing returns: the host would refuse the whole
-    // result rather than take it over, and plan says so.
+    // Someone else's Service with a name Syncing returns: the host would refuse that output
+    // rather than take it over (and apply the others), and plan says so.
     let theirs = json!({
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "backend"},
         "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 9090, "protocol": "TCP"}]},
@@ -213,7 +232,9 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
         stdout.contains(&format!(
             "! Service {ns}/backend already exists and has no controller"
-        )) && stderr.contains("the host would refuse this result (OutputRefused)"),
+        )) && stderr.contains(&format!(
+            "the host would refuse Service {ns}/backend (OutputRefused: they exist without this resource as controller) and apply the other outputs"
+        )),
         "plan output:\n{stdout}\n{stderr}"
     );
     delete(client, "v1", "Service", Some(ns), "backend").await?;

@@ -197,7 +197,7 @@ pub async fn plan(
         &now,
     )
     .await?;
-    let seen: Vec<String> = inputs::gather(phase, namespace.as_deref(), &source)
+    let seen: Vec<String> = inputs::gather(phase, inputs::Reader::of(&resource), &source)
         .iter()
         .map(|i| format!("{} ({})", i.name, i.objects.len()))
         .collect();
@@ -261,7 +261,11 @@ pub async fn plan(
                 let foreign = drift::foreign_lists(&live, &o.object, &field_manager);
                 if !foreign.is_empty() {
                     write_replacement(out, &what, &foreign, Some(&e.message))?;
-                    drift::with_lists_replaced(&live, &foreign)
+                    // No dry run can follow a dry run: the apply after the replacement is
+                    // approximated by merging the worker's object over the replaced one.
+                    let mut planned = drift::with_lists_replaced(&live, &foreign);
+                    json_patch::merge(&mut planned, &o.object);
+                    planned
                 } else if e.message.contains("immutable") {
                     writeln!(
                         out,

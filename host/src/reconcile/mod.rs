@@ -414,7 +414,7 @@ async fn run_phase(
     wait_for_inputs(ctx, phase).await?;
     let now = now_rfc3339();
     let resource = inputs::to_worker_json(&obj, &def.resource);
-    let mut phase_inputs = inputs::gather(phase, obj.namespace().as_deref(), &ctx.inputs);
+    let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(&obj), &ctx.inputs);
     if !phase.queries.is_empty() {
         let (url, timeout) = match &def.prometheus {
             Some((url, timeout)) => (Some(url.as_str()), *timeout),

@@ -1,7 +1,8 @@
-//! The AutoRoute custom resource, and the rule (which deployments get a route) that
-//! the Syncing and Ready workers share.
+//! The AutoRoute custom resource, and what the Syncing and Ready workers share: the rule for
+//! which deployments get a route, and the routes (Service, VirtualService, Gateway) themselves.
 
 pub mod routable;
+pub mod routes;
 pub mod selector;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use wasmpilot_guest::HostStatus;
 
 pub use routable::{routable_deployments, RoutableDeployment};
+pub use routes::{desired_routes, route_differences, Routes};
 pub use selector::{Selector, SelectorError};
 
 /// Routes ingress traffic through an Istio gateway to every Deployment the selector matches.

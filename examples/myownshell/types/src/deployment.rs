@@ -105,6 +105,9 @@ pub fn desired_deployment(shell: &MyOwnShell) -> Result<Deployment, InvalidSpec>
                         name: CONTAINER.to_owned(),
                         image: Some(image.to_owned()),
                         command: Some(shell_command()),
+                        // Explicitly none: the operator owns the container's port list, so a
+                        // port added by hand is a difference Syncing takes out again.
+                        ports: Some(Vec::new()),
                         ..Container::default()
                     }],
                     ..PodSpec::default()
@@ -200,6 +203,18 @@ pub fn differences(
             }
             if want.command != have.command {
                 diffs.push(format!("container {CONTAINER} runs another command"));
+            }
+            let ports = |c: &Container| -> Vec<i32> {
+                let mut p: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
+                p.sort_unstable();
+                p
+            };
+            if ports(&want) != ports(&have) {
+                diffs.push(format!(
+                    "container {CONTAINER} has ports {:?}, want {:?}",
+                    ports(&have),
+                    ports(&want)
+                ));
             }
         }
         (Some(_), None) => diffs.push(format!("it has no container {CONTAINER}")),
@@ -351,6 +366,26 @@ mod tests {
         );
         // Without an owner uid to check (e.g. a resource not yet created), ownership is not compared.
         assert_eq!(differences(&desired, &tampered, None).len(), 3);
+
+        // A port added to the shell container by hand.
+        let mut with_port = observed(&desired);
+        with_port
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .ports = Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+            container_port: 9999,
+            ..Default::default()
+        }]);
+        assert_eq!(
+            differences(&desired, &with_port, Some("uid-1")),
+            ["container shell has ports [9999], want []"]
+        );
     }
 
     #[test]

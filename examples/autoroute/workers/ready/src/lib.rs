@@ -1,11 +1,15 @@
-//! AutoRoute's Ready phase: stay Ready while the routed Deployments are the ones the
-//! route selects; go back to Syncing when they differ.
+//! AutoRoute's Ready phase: stay Ready while the routed Deployments are the ones the route
+//! selects and its routes (Services, VirtualServices, Gateway) are as Syncing made them; go back
+//! to Syncing when either differs (a new or removed Deployment, or a route edited by hand).
 
-use autoroute_types::{routable_deployments, AutoRoute};
+use autoroute_types::{desired_routes, routable_deployments, route_differences, AutoRoute};
 use k8s_openapi::api::apps::v1::Deployment;
+use serde_json::Value;
 use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
 
-/// Compares `status.syncedDeployments` with the Deployments that should have routes now.
+/// Compares `status.syncedDeployments` with the Deployments that should have routes now, and
+/// the route's own objects (inputs `services`, `virtualservices`, `gateways`, declared `owned`)
+/// with the ones Syncing would apply.
 #[derive(Default)]
 pub struct Ready;
 
@@ -30,23 +34,37 @@ impl PhaseWorker for Ready {
             .unwrap_or_default();
         synced.sort_unstable();
 
-        if synced == actual {
+        if synced != actual {
+            let added: Vec<&str> = actual
+                .iter()
+                .filter(|d| !synced.contains(d))
+                .copied()
+                .collect();
+            let removed: Vec<&str> = synced
+                .iter()
+                .filter(|d| !actual.contains(d))
+                .copied()
+                .collect();
+            ctx.info(
+                "routed deployments changed, syncing again",
+                &[("added", &added.join(",")), ("removed", &removed.join(","))],
+            );
+            return Ok(Outcome::next("Syncing"));
+        }
+
+        let route_name = route.metadata.name.as_deref().unwrap_or_default();
+        let desired = desired_routes(route_name, route.metadata.namespace.as_deref(), &routable);
+        let services: Vec<Value> = inputs.list("services")?;
+        let virtual_services: Vec<Value> = inputs.list("virtualservices")?;
+        let gateways: Vec<Value> = inputs.list("gateways")?;
+        let differences = route_differences(&desired, &services, &virtual_services, &gateways);
+        if differences.is_empty() {
             ctx.debug("routes are up to date", &[("deployments", &actual.len())]);
             return Ok(Outcome::next("Ready"));
         }
-        let added: Vec<&str> = actual
-            .iter()
-            .filter(|d| !synced.contains(d))
-            .copied()
-            .collect();
-        let removed: Vec<&str> = synced
-            .iter()
-            .filter(|d| !actual.contains(d))
-            .copied()
-            .collect();
         ctx.info(
-            "routed deployments changed, syncing again",
-            &[("added", &added.join(",")), ("removed", &removed.join(","))],
+            "routes differ from what Syncing applies, syncing again",
+            &[("differences", &differences.join("; "))],
         );
         Ok(Outcome::next("Syncing"))
     }
@@ -71,9 +89,43 @@ mod tests {
         objects_from_yaml(include_str!("../../testdata/deployments.yaml")).unwrap()
     }
 
+    /// The routes Syncing applied for `route` over `deployments`, as Ready observes them.
+    fn routes_of(route: &Value, deployments: &[Value]) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+        let route: AutoRoute = serde_json::from_value(route.clone()).unwrap();
+        let deployments: Vec<Deployment> = deployments
+            .iter()
+            .map(|d| serde_json::from_value(d.clone()).unwrap())
+            .collect();
+        let routable = routable_deployments(&route, &deployments).unwrap_or_default();
+        let routes = desired_routes(
+            route.metadata.name.as_deref().unwrap(),
+            route.metadata.namespace.as_deref(),
+            &routable,
+        );
+        (
+            routes.services,
+            routes.virtual_services,
+            vec![routes.gateway],
+        )
+    }
+
     fn run(route: &Value, deployments: &[Value]) -> Result<SyncReport, FailedRun> {
+        let (services, virtual_services, gateways) = routes_of(route, deployments);
+        run_observing(route, deployments, services, virtual_services, gateways)
+    }
+
+    fn run_observing(
+        route: &Value,
+        deployments: &[Value],
+        services: Vec<Value>,
+        virtual_services: Vec<Value>,
+        gateways: Vec<Value>,
+    ) -> Result<SyncReport, FailedRun> {
         SyncTest::new(route)
             .input("deployments", deployments)
+            .input("services", services)
+            .input("virtualservices", virtual_services)
+            .input("gateways", gateways)
             .run(&Ready)
     }
 
@@ -131,6 +183,35 @@ mod tests {
         assert_eq!(report.next_phase, "Syncing");
         let report = run(&route, &[]).unwrap();
         assert_eq!(report.next_phase, "Ready");
+    }
+
+    #[test]
+    fn a_hand_edited_route_means_syncing() {
+        let route = route(0, &["api", "canary", "web"]);
+        let (mut services, virtual_services, gateways) = routes_of(&route, &deployments());
+        services[0]["spec"]["ports"][0]["port"] = json!(9999);
+        let report =
+            run_observing(&route, &deployments(), services, virtual_services, gateways).unwrap();
+        assert_eq!(report.next_phase, "Syncing");
+        let log = report
+            .logs
+            .iter()
+            .find(|r| r.message.contains("routes differ"))
+            .unwrap();
+        assert!(
+            log.field("differences")
+                .is_some_and(|d| d.starts_with("Service api: ports are")),
+            "{log:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_gateway_means_syncing() {
+        let route = route(0, &["api", "canary", "web"]);
+        let (services, virtual_services, _) = routes_of(&route, &deployments());
+        let report =
+            run_observing(&route, &deployments(), services, virtual_services, vec![]).unwrap();
+        assert_eq!(report.next_phase, "Syncing");
     }
 
     #[test]

@@ -1,14 +1,10 @@
 //! AutoRoute's Syncing phase: the Service, VirtualService and Gateway that route ingress
 //! traffic to every selected Deployment, then `Ready`.
 
-use autoroute_types::{routable_deployments, AutoRoute, AutoRouteStatus, RoutableDeployment};
+use autoroute_types::routes::hostname;
+use autoroute_types::{desired_routes, routable_deployments, AutoRoute, AutoRouteStatus};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::{json, Value};
 use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
-
-const ISTIO_API_VERSION: &str = "networking.istio.io/v1alpha3";
 
 /// Builds the outputs for the routable Deployments (see [`routable_deployments`]):
 /// per Deployment a Service and a VirtualService `<deployment>.<route>`, plus one
@@ -45,22 +41,20 @@ impl PhaseWorker for Syncing {
             ],
         );
 
-        let mut outcome = Outcome::next("Ready").output(&gateway(route_name, namespace))?;
+        let routes = desired_routes(route_name, namespace, &routable);
         for deployment in &routable {
-            let hostname = format!("{}.{route_name}", deployment.name);
             ctx.info(
                 "routing deployment",
                 &[
                     ("deployment", &deployment.name),
-                    ("hostname", &hostname),
+                    ("hostname", &hostname(deployment, route_name)),
                     ("port", &deployment.port),
                 ],
             );
-            outcome = outcome
-                .output(&service(deployment, namespace))?
-                .output(&virtual_service(
-                    deployment, &hostname, route_name, namespace,
-                ))?;
+        }
+        let mut outcome = Outcome::next("Ready").output(&routes.gateway)?;
+        for (service, virtual_service) in routes.services.iter().zip(&routes.virtual_services) {
+            outcome = outcome.output(service)?.output(virtual_service)?;
         }
 
         let status = AutoRouteStatus {
@@ -81,76 +75,11 @@ impl PhaseWorker for Syncing {
 
 wasmpilot_guest::export!(phase = Syncing);
 
-/// A Service named after the Deployment, port `http`, selecting the Deployment's pods.
-fn service(deployment: &RoutableDeployment<'_>, namespace: Option<&str>) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(deployment.name.to_owned()),
-            namespace: namespace.map(str::to_owned),
-            ..ObjectMeta::default()
-        },
-        spec: Some(ServiceSpec {
-            ports: Some(vec![ServicePort {
-                name: Some("http".to_owned()),
-                port: deployment.port,
-                // Explicit: server-side apply on Kubernetes 1.20 rejects a port without it
-                // ("associative list with keys has an element that omits key field protocol").
-                protocol: Some("TCP".to_owned()),
-                ..ServicePort::default()
-            }]),
-            selector: Some(deployment.pod_labels.clone()),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    }
-}
-
-/// Routes host `<deployment>.<route>` on the route's Gateway to the Deployment's Service.
-fn virtual_service(
-    deployment: &RoutableDeployment<'_>,
-    hostname: &str,
-    route_name: &str,
-    namespace: Option<&str>,
-) -> Value {
-    json!({
-        "apiVersion": ISTIO_API_VERSION,
-        "kind": "VirtualService",
-        "metadata": { "name": hostname, "namespace": namespace },
-        "spec": {
-            "hosts": [hostname],
-            "gateways": [route_name],
-            "http": [{
-                "match": [{ "uri": { "prefix": "/" } }],
-                "route": [{
-                    "destination": {
-                        "host": deployment.name,
-                        "port": { "number": deployment.port },
-                    },
-                }],
-            }],
-        },
-    })
-}
-
-/// One Gateway per route on the default Istio ingress gateway, for hosts `*.<route>`.
-fn gateway(route_name: &str, namespace: Option<&str>) -> Value {
-    json!({
-        "apiVersion": ISTIO_API_VERSION,
-        "kind": "Gateway",
-        "metadata": { "name": route_name, "namespace": namespace },
-        "spec": {
-            "selector": { "istio": "ingressgateway" },
-            "servers": [{
-                "port": { "number": 80, "name": "http", "protocol": "HTTP" },
-                "hosts": [format!("*.{route_name}")],
-            }],
-        },
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Service;
+    use serde_json::{json, Value};
     use wasmpilot_guest::testing::{objects_from_yaml, SyncReport, SyncTest};
 
     fn fixtures(yaml: &str) -> Vec<Value> {
