@@ -9,7 +9,10 @@
 #
 # Usage: deploy/local/cluster.sh <command>
 #   up                 build if needed, then start whatever is not running; wait until ready
-#   down [--purge]     stop what `up` started (by recorded PID); --purge also deletes etcd data
+#                      (control plane and the node; WASMPILOT_NODE=0: control plane only)
+#   down [--purge]     stop what `up` started (by recorded PID), drain and remove the node's
+#                      pods, mounts, bridge and iptables rules; --purge also deletes etcd data
+#   check-clean        after `down`: exit 1 if any node process, mount, interface or rule is left
 #   env                print `export KUBECONFIG=...` (use: eval "$(deploy/local/cluster.sh env)")
 #   status             print what is running; exit 0 only when all of it is running and ready
 #   build              build and cache the binaries (also done by `up` when they are missing)
@@ -28,7 +31,13 @@
 #   system:kube-controller-manager    group system:masters   (see start_controller_manager)
 #   wasmpilot-limited                 no groups, no RBAC yet -> kubeconfig-limited
 #
-# 1.20.2 has unpatched CVEs: it listens on 127.0.0.1 only and is for tests only.
+# 1.20.2 has unpatched CVEs and is for tests only. Without the node it listens on 127.0.0.1
+# only; with it, on every address (pods reach it through the `kubernetes` Service at the
+# machine's address), so run it only on a machine no one else can reach.
+#
+# The node (deploy/local/node.sh): containerd + runc + CNI bridge from Debian, kubelet,
+# kube-proxy and kube-scheduler from the same source, images built here (pause, busybox) and
+# imported into containerd; pods get 10.88.0.0/16 on bridge wasmpilot0.
 set -euo pipefail
 
 CACHE="${WASMPILOT_CACHE:-$HOME/.cache/wasmpilot}"
@@ -51,7 +60,7 @@ K8S_GIT_VERSION="v1.20.2"
 ETCD_BIN="/usr/bin/etcd"
 GO_BIN="/usr/lib/go/bin/go" # Debian's golang-go (1.19 on bookworm)
 REFLECT2_DEBIAN="/usr/share/gocode/src/github.com/modern-go/reflect2"
-BUILD_PACKAGES=(dpkg-dev golang-go etcd-server golang-github-modern-go-reflect2-dev openssl curl)
+BUILD_PACKAGES=(dpkg-dev golang-go etcd-server golang-github-modern-go-reflect2-dev openssl curl gcc libc6-dev)
 RUN_PACKAGES=(etcd-server openssl curl)
 
 APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
@@ -128,6 +137,11 @@ ensure_deb_src() {
 # ---------------------------------------------------------------- build
 
 # Prints the newest cached bin dir holding both binaries, or nothing.
+# The control plane's binaries, and the node's (kubelet, kube-proxy) with the scheduler that
+# places pods on it: all from the same Debian source.
+CONTROL_PLANE_COMMANDS=(kube-apiserver kube-controller-manager)
+NODE_COMMANDS=(kube-scheduler kubelet kube-proxy)
+
 cached_bin_dir() {
   local d best=""
   for d in "$K8S_CACHE"/[0-9]*/bin; do # not build.*/ or trash.*/
@@ -140,19 +154,24 @@ cached_bin_dir() {
 }
 
 BIN_DIR=""
+# ensure_binaries [--node]: the control plane's binaries (and the node's), built if missing.
 ensure_binaries() {
+  local wanted=("${CONTROL_PLANE_COMMANDS[@]}") missing=() cmd
+  [[ "${1:-}" == --node ]] && wanted+=("${NODE_COMMANDS[@]}")
   BIN_DIR="$(cached_bin_dir)"
-  if [[ -n "$BIN_DIR" ]]; then
-    return 0
-  fi
-  build_binaries
+  for cmd in "${wanted[@]}"; do
+    [[ -n "$BIN_DIR" && -x "$BIN_DIR/$cmd" ]] || missing+=("$cmd")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  build_binaries "${missing[@]}"
   BIN_DIR="$(cached_bin_dir)"
   [[ -n "$BIN_DIR" ]] || die "build finished but no binaries under $K8S_CACHE"
 }
 
+# build_binaries COMMAND...: builds these cmd/ binaries into the cache.
 # Runs in a subshell: it changes directory, exports Go variables and sets an EXIT trap.
 build_binaries() (
-  local started=$SECONDS
+  local started=$SECONDS commands=("$@")
   [[ $EUID -eq 0 ]] || die "building needs root (apt-get)"
   ensure_deb_src
   ensure_packages "${BUILD_PACKAGES[@]}"
@@ -222,19 +241,36 @@ build_binaries() (
   done
   local out="$work/bin" cmd
   mkdir -p "$out"
-  log "go build kube-apiserver and kube-controller-manager (~5 min on 2 cores)"
-  for cmd in kube-apiserver kube-controller-manager; do
+  log "go build ${commands[*]} (~2 min each on 2 cores)"
+  for cmd in "${commands[@]}"; do
     log "go build ./cmd/$cmd"
     "$GO_BIN" build -tags selinux,notest -ldflags "$ldflags" -o "$out/$cmd" "./cmd/$cmd"
+    "$out/$cmd" --version 2>&1 | grep -qF "$K8S_GIT_VERSION" || die "built $cmd does not report $K8S_GIT_VERSION"
   done
-  "$out/kube-apiserver" --version | grep -qF "$K8S_GIT_VERSION" || die "built kube-apiserver does not report $K8S_GIT_VERSION"
+  if [[ " ${commands[*]} " == *" kubelet "* ]]; then
+    # The pod sandbox's process, from the same source: the node's pause image runs it.
+    log "gcc -static build/pause/linux/pause.c"
+    gcc -Os -static -DVERSION="$K8S_GIT_VERSION" -o "$out/pause" build/pause/linux/pause.c
+    commands+=(pause)
+  fi
 
   cd /
   local dest="$K8S_CACHE/$version"
-  rm -rf "${dest:?}/bin"
   mkdir -p "$dest"
-  mv "$out" "$dest/bin" # the bin dir appears complete or not at all
-  log "cached $dest/bin (built in $((SECONDS - started)) s)"
+  if [[ -x "$out/kube-apiserver" ]]; then
+    # A new control plane replaces the whole bin dir (it appears complete or not at all).
+    [[ -d "$dest/bin" ]] && for cmd in "${NODE_COMMANDS[@]}" pause; do
+      [[ -x "$dest/bin/$cmd" && ! -e "$out/$cmd" ]] && cp -a "$dest/bin/$cmd" "$out/$cmd"
+    done
+    rm -rf "${dest:?}/bin"
+    mv "$out" "$dest/bin"
+  else
+    # Node binaries join the control plane's: each appears complete or not at all.
+    [[ -x "$dest/bin/kube-apiserver" ]] ||
+      die "Debian's kubernetes source is now $version, not the cached control plane's: rm -rf $K8S_CACHE and run again"
+    for cmd in "${commands[@]}"; do mv "$out/$cmd" "$dest/bin/$cmd"; done
+  fi
+  log "cached ${commands[*]} in $dest/bin (built in $((SECONDS - started)) s)"
 )
 
 # remove_in_background DIR...: deleting a build tree takes a minute or two here
@@ -369,7 +405,10 @@ pidfile() { printf '%s/%s.pid' "$RUN" "$1"; }
 binary_of() {
   case "$1" in
   etcd) printf '%s' "$ETCD_BIN" ;;
-  kube-apiserver | kube-controller-manager) printf '%s/%s' "${BIN_DIR:-$(cached_bin_dir)}" "$1" ;;
+  kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kube-proxy)
+    printf '%s/%s' "${BIN_DIR:-$(cached_bin_dir)}" "$1"
+    ;;
+  containerd) printf '/usr/bin/containerd' ;;
   *) die "unknown component $1" ;;
   esac
 }
@@ -488,14 +527,29 @@ start_etcd() {
   wait_for etcd "etcd /health" etcd_healthy
 }
 
+# What the running API server was started with: node mode and address, tokens, certificate.
+apiserver_config() {
+  printf 'node=%s ip=%s tokens=%s cert=%s\n' "${WASMPILOT_NODE:-1}" "$(node_wanted && node_ip)" \
+    "$(sha256sum <"$PKI/tokens.csv" | cut -c1-16)" "$(sha256sum <"$PKI/apiserver.crt" | cut -c1-16)"
+}
+
 start_apiserver() {
   running_pid kube-apiserver >/dev/null && return 0
   [[ -s "$PKI/tokens.csv" ]] || die "no PKI yet (run: $0 up)"
   running_pid etcd >/dev/null || die "etcd is not running (run: $0 up)"
   port_in_use "$APISERVER_PORT" && die "port $APISERVER_PORT is in use by another process (set WASMPILOT_APISERVER_PORT)"
+  local reach=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+  if node_wanted; then
+    # Pods reach it at the machine's address (the `kubernetes` Service's endpoint, kept by
+    # the API server itself); it reaches kubelets by their InternalIP, with a client certificate.
+    reach=(--bind-address=0.0.0.0 --advertise-address="$(node_ip)"
+      --kubelet-preferred-address-types=InternalIP
+      --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt"
+      --kubelet-client-key="$PKI/apiserver-kubelet-client.key")
+  fi
+  apiserver_config >"$RUN/kube-apiserver.config"
   start_component kube-apiserver \
-    --bind-address=127.0.0.1 \
-    --advertise-address=127.0.0.1 \
+    "${reach[@]}" \
     --secure-port="$APISERVER_PORT" \
     --tls-cert-file="$PKI/apiserver.crt" \
     --tls-private-key-file="$PKI/apiserver.key" \
@@ -504,7 +558,6 @@ start_apiserver() {
     --authorization-mode=RBAC \
     --anonymous-auth=false \
     --service-cluster-ip-range=10.0.0.0/16 \
-    --endpoint-reconciler-type=none \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-signing-key-file="$PKI/sa.key" \
     --service-account-key-file="$PKI/sa.pub" \
@@ -538,7 +591,9 @@ start_controller_manager() {
 
 all_ready() {
   running_pid etcd >/dev/null && running_pid kube-apiserver >/dev/null &&
-    running_pid kube-controller-manager >/dev/null && apiserver_ready
+    running_pid kube-controller-manager >/dev/null && apiserver_ready &&
+    [[ "$(cat "$RUN/kube-apiserver.config" 2>/dev/null)" == "$(apiserver_config)" ]] &&
+    { ! node_wanted || { node_running && node_ready; }; }
 }
 
 print_usage_hint() {
@@ -562,14 +617,25 @@ cmd_up() {
     print_usage_hint
     return 0
   fi
-  ensure_binaries
+  if node_wanted; then ensure_binaries --node; else ensure_binaries; fi
   ensure_packages "${RUN_PACKAGES[@]}"
   ensure_pki
+  if node_wanted; then
+    ensure_node_pki "$(node_ip)"
+    ensure_node_tokens || true
+  fi
   write_kubeconfig "$KUBECONFIG_ADMIN" admin
   write_kubeconfig "$KUBECONFIG_LIMITED" wasmpilot-limited
+  mkdir -p "$RUN"
+  if running_pid kube-apiserver >/dev/null &&
+    [[ "$(cat "$RUN/kube-apiserver.config" 2>/dev/null)" != "$(apiserver_config)" ]]; then
+    log "kube-apiserver runs with another configuration (node mode, address, tokens or certificate): restarting it"
+    stop_component kube-apiserver
+  fi
   start_etcd
   start_apiserver
   start_controller_manager
+  if node_wanted; then start_node; fi
   log "up in $((SECONDS - started)) s"
   print_usage_hint
 }
@@ -582,6 +648,8 @@ cmd_down() {
   *) die "usage: $0 down [--purge]" ;;
   esac
   take_lock
+  BIN_DIR="$(cached_bin_dir)"
+  stop_node
   stop_component kube-controller-manager
   stop_component kube-apiserver
   stop_component etcd
@@ -594,7 +662,9 @@ cmd_down() {
 
 cmd_status() {
   local name pid rc=0
-  for name in etcd kube-apiserver kube-controller-manager; do
+  local names=(etcd kube-apiserver kube-controller-manager)
+  node_wanted && names+=(containerd kubelet kube-proxy kube-scheduler)
+  for name in "${names[@]}"; do
     if pid="$(running_pid "$name")"; then
       printf '%-24s running (pid %s)\n' "$name" "$pid"
     else
@@ -608,13 +678,23 @@ cmd_status() {
     printf '%-24s not ready (%s)\n' "readyz" "$APISERVER_URL"
     rc=1
   fi
+  if node_wanted; then
+    if [[ -s "$PKI/tokens.csv" ]] && node_ready; then
+      printf '%-24s Ready (%s, pods %s on %s)\n' "node $NODE_NAME" "$(node_ip)" "$POD_CIDR" "$NODE_BRIDGE"
+    else
+      printf '%-24s not Ready\n' "node $NODE_NAME"
+      rc=1
+    fi
+  else
+    printf '%-24s none (WASMPILOT_NODE=0: control plane only)\n' "node"
+  fi
   printf '%-24s %s\n' "kubeconfig" "$KUBECONFIG_ADMIN" "binaries" "$(cached_bin_dir || true)" "logs" "$LOGS"
   return "$rc"
 }
 
 cmd_build() {
   take_lock
-  ensure_binaries
+  ensure_binaries "$@"
   log "binaries: $BIN_DIR"
   printf '%s\n' "$BIN_DIR"
 }
@@ -625,6 +705,10 @@ cmd_start_apiserver() {
   start_apiserver
 }
 
+# The node's functions (start_node, stop_node, check_clean, ...).
+# shellcheck source=deploy/local/node.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node.sh"
+
 main() {
   local cmd="${1:-}"
   [[ $# -gt 0 ]] && shift
@@ -633,12 +717,16 @@ main() {
   down) cmd_down "$@" ;;
   env) printf 'export KUBECONFIG=%s\n' "$KUBECONFIG_ADMIN" ;;
   status) cmd_status ;;
-  build) cmd_build ;;
+  build) cmd_build "$@" ;;
   stop-apiserver)
     take_lock
     stop_component kube-apiserver
     ;;
   start-apiserver) cmd_start_apiserver ;;
+  check-clean)
+    BIN_DIR="$(cached_bin_dir)"
+    check_clean
+    ;;
   restart-apiserver)
     take_lock
     stop_component kube-apiserver

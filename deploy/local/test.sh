@@ -42,4 +42,11 @@ if [ "${WASMPILOT_LOCAL_CLUSTER:-0}" = 1 ]; then
   step "tests that stop the local cluster's API server (ignored elsewhere)"
   cargo test -p wasmpilot --test e2e_apiserver_restart -- --ignored || status=$?
 fi
+if [ "$started_cluster" = 1 ]; then
+  step "cluster down leaves no process, mount, interface or iptables rule of the node behind"
+  { deploy/local/cluster.sh down && deploy/local/cluster.sh check-clean; } || status=1
+  started_cluster=0
+else
+  echo "SKIPPED: the cluster was running before this run, so it is left up (no down/check-clean)"
+fi
 exit "$status"
