@@ -13,6 +13,7 @@
 #   down [--purge]     stop what `up` started (by recorded PID), drain and remove the node's
 #                      pods, mounts, bridge and iptables rules; --purge also deletes etcd data
 #   check-clean        after `down`: exit 1 if any node process, mount, interface or rule is left
+#   load-image ARCHIVE import an OCI archive into the node's containerd (deploy/local/image.sh)
 #   env                print `export KUBECONFIG=...` (use: eval "$(deploy/local/cluster.sh env)")
 #   status             print what is running; exit 0 only when all of it is running and ready
 #   build              build and cache the binaries (also done by `up` when they are missing)
@@ -723,6 +724,11 @@ main() {
     stop_component kube-apiserver
     ;;
   start-apiserver) cmd_start_apiserver ;;
+  load-image)
+    [[ -s "${1:-}" ]] || die "usage: $0 load-image OCI-ARCHIVE"
+    running_pid containerd >/dev/null || die "the node is not running (run: $0 up)"
+    ctr_node images import "$1" >/dev/null
+    ;;
   check-clean)
     BIN_DIR="$(cached_bin_dir)"
     check_clean

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test: format, clippy, guest components for wasm32-wasip2, unit tests,
-# sandbox tests with real components, and end-to-end tests on a real kube-apiserver.
+# sandbox tests with real components, the host image (deploy/Containerfile), and end-to-end
+# tests on a real kube-apiserver with a node: pods, the in-cluster install, failover.
 # Uses $KUBECONFIG when WASMPILOT_USE_KUBECONFIG=1, else starts deploy/local/cluster.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,6 +25,9 @@ cargo build --release --target wasm32-wasip2 "${GUESTS[@]}"
 step "clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "build the tests (the host image below reuses this build)"
+cargo test --workspace --no-run
+
 step "cluster"
 started_cluster=0
 if [ "${WASMPILOT_USE_KUBECONFIG:-0}" != 1 ]; then
@@ -34,6 +38,11 @@ if [ "${WASMPILOT_USE_KUBECONFIG:-0}" != 1 ]; then
 fi
 cleanup() { if [ "$started_cluster" = 1 ]; then deploy/local/cluster.sh down || true; fi; }
 trap cleanup EXIT
+
+if [ "${WASMPILOT_USE_KUBECONFIG:-0}" != 1 ] && [ "${WASMPILOT_NODE:-1}" = 1 ]; then
+  step "host image from deploy/Containerfile, loaded into the node (and a second tag for the rolling update)"
+  deploy/local/image.sh 0.1.0 0.1.0-rollout
+fi
 
 step "tests (unit, sandbox, end-to-end)"
 status=0

@@ -159,6 +159,24 @@ struct RunArgs {
     no_cache: bool,
 }
 
+/// Waits for SIGTERM (what the kubelet sends a pod, and `kill` by default) or SIGINT (Ctrl-C).
+/// In a container the host is PID 1, for which a signal without a handler does nothing: without
+/// this, a deleted pod would run until it is killed, holding its Lease to the end.
+async fn termination() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the host gracefully");
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    }
+}
+
 pub fn init_tracing(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -287,8 +305,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
     );
     let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
+        let signal = termination().await;
+        tracing::info!(signal, "shutting down");
     };
     if !args.leader_elect {
         return Manager::new(client, modules)

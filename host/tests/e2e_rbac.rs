@@ -111,6 +111,28 @@ fn http(addr: &str, path: &str) -> anyhow::Result<String> {
 
 async fn scenario(client: &Client) -> anyhow::Result<()> {
     kubectl(&["apply", "-k", "deploy/"], None).context("kubectl apply -k deploy/")?;
+    // This test runs the host binary itself under the Deployment's identity and Lease; the
+    // Deployment's own pods (e2e_install.rs runs them) must not compete for it.
+    kubectl(
+        &[
+            "scale",
+            "deployment/wasmpilot",
+            "-n",
+            "wasmpilot-system",
+            "--replicas=0",
+        ],
+        None,
+    )
+    .context("scaling the in-cluster Deployment to 0")?;
+    wait_for("the in-cluster host pods gone", T, || async {
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(client.clone(), "wasmpilot-system");
+        let list = pods
+            .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=wasmpilot"))
+            .await?;
+        Ok(list.items.is_empty().then_some(()))
+    })
+    .await?;
     wasmpilot(&["deploy", "--no-build", "examples/autoroute"])?;
     let role = wasmpilot(&["rbac", "examples/autoroute/operator.yaml"])?;
     kubectl(&["apply", "-f", "-"], Some(&role)).context("applying wasmpilot rbac output")?;
