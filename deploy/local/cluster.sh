@@ -163,6 +163,10 @@ ensure_binaries() {
   for cmd in "${wanted[@]}"; do
     [[ -n "$BIN_DIR" && -x "$BIN_DIR/$cmd" ]] || missing+=("$cmd")
   done
+  # The pause binary is built with the kubelet.
+  if [[ "${1:-}" == --node && " ${missing[*]} " != *" kubelet "* ]] && [[ ! -x "$BIN_DIR/pause" ]]; then
+    missing+=(kubelet)
+  fi
   [[ ${#missing[@]} -eq 0 ]] && return 0
   build_binaries "${missing[@]}"
   BIN_DIR="$(cached_bin_dir)"
@@ -636,7 +640,10 @@ cmd_up() {
   start_etcd
   start_apiserver
   start_controller_manager
-  if node_wanted; then start_node; fi
+  if node_wanted; then start_node; elif running_pid kubelet >/dev/null || running_pid containerd >/dev/null; then
+    log "WASMPILOT_NODE=0: stopping the node"
+    stop_node
+  fi
   log "up in $((SECONDS - started)) s"
   print_usage_hint
 }

@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 step() { printf '\n==> %s\n' "$*"; }
 
 step "setup"
-deploy/local/setup.sh
+deploy/local/setup.sh --tests
 
 step "rustfmt"
 cargo fmt --all -- --check

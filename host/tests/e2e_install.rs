@@ -158,8 +158,37 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     let step = |what: &str| eprintln!("[{:>5.1?}] {what}", started.elapsed());
 
-    // 1. The install command, as the README gives it.
+    // The commands below are the README's "Install in a cluster", as written there.
+    let readme = std::fs::read_to_string(common::repo_root().join("README.md"))?;
+    let section = readme
+        .split("## Install in a cluster")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .context("README.md has an \"Install in a cluster\" section")?;
+    for command in [
+        "deploy/local/image.sh",
+        "kubectl apply -k deploy/",
+        "kubectl -n wasmpilot-system rollout status deployment/wasmpilot",
+        "wasmpilot deploy examples/autoroute",
+        "wasmpilot rbac examples/autoroute/operator.yaml | kubectl apply -f -",
+    ] {
+        ensure!(
+            section.contains(command),
+            "README's install section no longer says `{command}`, which this test runs"
+        );
+    }
+
+    // 1. The install command, as the README gives it (the image was loaded by test.sh).
     kubectl(&["apply", "-k", "deploy/"])?;
+    kubectl(&[
+        "-n",
+        "wasmpilot-system",
+        "rollout",
+        "status",
+        "deployment/wasmpilot",
+        "--timeout=180s",
+    ])
+    .context("is the image loaded into the node? deploy/local/image.sh builds and loads it")?;
     wait_for("both host replicas Running and Ready", T, || async {
         Ok((ready_hosts(client).await?.len() == 2).then_some(()))
     })
