@@ -48,7 +48,7 @@ pub use error::{ErrorKind, WorkerError};
 pub use export::{FinalizerWorker, PhaseWorker};
 pub use inputs::{Inputs, Sample};
 pub use outcome::{Finalized, Outcome};
-pub use status::HostStatus;
+pub use status::{HostStatus, Transition};
 
 /// The Kubernetes API types this SDK is built against (k8s-openapi 0.29, Kubernetes 1.33).
 pub use k8s_openapi;

@@ -42,6 +42,36 @@ pub struct HostStatus {
     /// The digest (`sha256:…`) of the component that decided the current phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module_digest: Option<String>,
+    /// The last phase transitions (oldest first; the WasmOperator's `historyLimit`, default
+    /// 10): which component decided each, from which request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Transition>,
+}
+
+/// One phase transition as the host recorded it: which code decided it, and from what.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Transition {
+    pub from: String,
+    pub to: String,
+    /// When the host wrote it (RFC 3339).
+    pub time: String,
+    /// The resource's `.metadata.generation` the worker saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// The component that decided (`sha256:…`); absent when the host itself moved the resource
+    /// (a spec change after a final phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// The sha256 of the exact request the worker received (`sha256:…`): replaying that
+    /// request against `module` gives the same decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_hash: Option<String>,
+    /// Outputs applied and pruned by this decision.
+    #[serde(default)]
+    pub applied: u32,
+    #[serde(default)]
+    pub pruned: u32,
 }
 
 #[cfg(test)]
@@ -75,6 +105,7 @@ mod tests {
             "observedGeneration",
             "conditions",
             "moduleDigest",
+            "history",
         ] {
             assert!(
                 properties.contains_key(field),

@@ -38,6 +38,21 @@ pub struct WasmOperatorSpec {
     /// The Prometheus that phases' `queries` run against; overrides `wasmpilot run --prometheus-url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<PrometheusSpec>,
+    /// How many phase transitions each resource keeps in `.status.history` (default 10, at
+    /// most 100; 0 keeps none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub history_limit: Option<u32>,
+}
+
+/// Where a worker's WASI random bytes come from.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RandomnessSpec {
+    /// Seeded from the request's sha256: one request, one decision (the default).
+    Seeded,
+    /// The host's OS generator, for workers that need unpredictable bytes; not replayable.
+    Host,
 }
 
 /// Where metric queries go.
@@ -112,6 +127,9 @@ pub struct PhaseSpec {
     /// Metric queries run by the host (against Prometheus) before this phase's worker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queries: Vec<QuerySpec>,
+    /// Where the worker's WASI random bytes come from (default `seeded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub randomness: Option<RandomnessSpec>,
 }
 
 /// Limits of one worker call.
@@ -172,6 +190,9 @@ pub struct FinalizerSpec {
     /// Per-call limits for the finalizer worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<WorkerLimits>,
+    /// Where the finalizer's WASI random bytes come from (default `seeded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub randomness: Option<RandomnessSpec>,
 }
 
 /// Where a component comes from. Exactly one source must be set; every source resolves to the

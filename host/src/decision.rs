@@ -9,7 +9,8 @@ use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::outputs::{self, CheckedOutput, Owner};
 use crate::reconcile::{parse_status_info, ReconcileError};
-use crate::sandbox::{NamedObjects, PhaseModule, RunError, Sandbox, SyncRequest};
+use crate::sandbox::{NamedObjects, PhaseModule, RequestDigest, RunError, Sandbox, SyncRequest};
+use crate::status::{StatusUpdate, Transition};
 use crate::worker_text::{bounded, NAME_BYTES};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
@@ -29,6 +30,43 @@ pub struct Decision {
     pub requeue_after_ms: Option<u64>,
     /// Outputs with namespace and controller ownerReference set, in the worker's order.
     pub outputs: Vec<CheckedOutput>,
+    /// The sha256 of the request the worker saw ([`RequestDigest`]).
+    pub input_hash: RequestDigest,
+}
+
+impl Decision {
+    /// The status write of this decision (the same in the reconcile, `simulate` and `plan`):
+    /// next phase, status info, generation, deciding module, `Synced=True`; and when the phase
+    /// changes, a transition in `.status.history` naming the module and the request's sha256.
+    pub fn status_update(
+        &self,
+        generation: Option<i64>,
+        applied: usize,
+        pruned: usize,
+        now: &str,
+        history_limit: usize,
+    ) -> StatusUpdate {
+        let update = StatusUpdate::phase_completed(
+            &self.next_phase,
+            self.status_info.clone(),
+            generation,
+            &self.module,
+        );
+        if self.next_phase == self.phase {
+            return update;
+        }
+        let transition = Transition {
+            from: self.phase.clone(),
+            to: self.next_phase.clone(),
+            time: now.to_string(),
+            generation,
+            module: Some(self.module.clone()),
+            input_hash: Some(self.input_hash.to_prefixed_hex()),
+            applied: u32::try_from(applied).unwrap_or(u32::MAX),
+            pruned: u32::try_from(pruned).unwrap_or(u32::MAX),
+        };
+        update.with_transition(transition, history_limit)
+    }
 }
 
 /// What one decision needs: the phase, its component and everything the worker is handed.
@@ -83,8 +121,9 @@ pub async fn decide(
         inputs,
         now,
     };
+    let input_hash = RequestDigest::of_sync(&request);
     let started = Instant::now();
-    let outcome = sandbox.run_sync(module, request).await;
+    let outcome = sandbox.run_sync_digested(module, request, input_hash).await;
     on_call(started.elapsed(), outcome.as_ref().err());
     let result = outcome.map_err(|source| ReconcileError::Worker {
         phase: current.clone(),
@@ -135,5 +174,6 @@ pub async fn decide(
             .requeue_after_ms
             .map(|ms| crate::reconcile::requeue_after(ms).as_millis() as u64),
         outputs,
+        input_hash,
     })
 }

@@ -2,7 +2,7 @@
 //! Every error names the offending field, so it can go straight into a Condition message.
 
 use crate::crd::{InputSpec, KindRef, ModuleRef, QuerySpec, WasmOperatorSpec, WorkerLimits};
-use crate::sandbox::LimitOverride;
+use crate::sandbox::{LimitOverride, Randomness};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -38,6 +38,7 @@ pub struct PhaseDefinition {
     pub limits: LimitOverride,
     /// Metric queries run before the worker; their samples arrive as inputs of the same names.
     pub queries: Vec<QuerySpec>,
+    pub randomness: Randomness,
 }
 
 impl PhaseDefinition {
@@ -56,6 +57,9 @@ pub struct OperatorDefinition {
     pub initial_phase: String,
     pub finalizer: Option<ModuleRef>,
     pub finalizer_limits: LimitOverride,
+    pub finalizer_randomness: Randomness,
+    /// Transitions kept in each resource's `.status.history`.
+    pub history_limit: usize,
     /// Prometheus for metric queries (URL, timeout), when the WasmOperator names one.
     pub prometheus: Option<(String, Duration)>,
     pub resync: Duration,
@@ -135,6 +139,7 @@ impl OperatorDefinition {
                 next: p.next.clone(),
                 queries: p.queries.clone(),
                 limits: limit_override(p.limits.as_ref(), &format!("{field}.limits"))?,
+                randomness: randomness(p.randomness),
             });
         }
         for (i, p) in spec.phases.iter().enumerate() {
@@ -189,6 +194,10 @@ impl OperatorDefinition {
                 spec.finalizer.as_ref().and_then(|f| f.limits.as_ref()),
                 "spec.finalizer.limits",
             )?,
+            finalizer_randomness: randomness(spec.finalizer.as_ref().and_then(|f| f.randomness)),
+            history_limit: spec.history_limit.map_or(DEFAULT_HISTORY_LIMIT, |n| {
+                (n as usize).min(MAX_HISTORY_LIMIT)
+            }),
             prometheus: match &spec.prometheus {
                 None => None,
                 Some(p) => {
@@ -292,6 +301,19 @@ fn limit_override(l: Option<&WorkerLimits>, field: &str) -> Result<LimitOverride
     })
 }
 
+/// Transitions kept in `.status.history` unless the WasmOperator says otherwise.
+pub const DEFAULT_HISTORY_LIMIT: usize = 10;
+
+/// The most transitions a WasmOperator may ask to keep (the status lives in the resource).
+pub const MAX_HISTORY_LIMIT: usize = 100;
+
+fn randomness(spec: Option<crate::crd::RandomnessSpec>) -> Randomness {
+    match spec {
+        Some(crate::crd::RandomnessSpec::Host) => Randomness::Host,
+        Some(crate::crd::RandomnessSpec::Seeded) | None => Randomness::Seeded,
+    }
+}
+
 /// The role name the finalizer module is reported under.
 pub const FINALIZER_ROLE: &str = "finalizer";
 
@@ -372,6 +394,7 @@ mod tests {
             next: vec![],
             limits: None,
             queries: vec![],
+            randomness: None,
         }
     }
 
@@ -382,6 +405,7 @@ mod tests {
             finalizer: None,
             resync_interval: Some("30s".into()),
             prometheus: None,
+            history_limit: None,
         }
     }
 

@@ -224,6 +224,7 @@ mod tests {
             next: vec![],
             limits: Default::default(),
             queries: vec![],
+            randomness: Default::default(),
         };
         let source = Fixed(vec![
             deployment("b", "z", &[("tier", "web")]),
@@ -286,6 +287,7 @@ mod tests {
             next: vec![],
             limits: Default::default(),
             queries: vec![],
+            randomness: Default::default(),
         };
         let source = Fixed(vec![
             owned_by("u-1", true),

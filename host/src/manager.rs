@@ -426,7 +426,9 @@ impl Manager {
                         role: format!("phase {}", p.name),
                         source,
                     })?;
-                let module = module.with_limits(self.modules.sandbox().call_limits(&p.limits));
+                let module = module
+                    .with_limits(self.modules.sandbox().call_limits(&p.limits))
+                    .with_randomness(p.randomness);
                 digests.insert(p.name.clone(), module.digest.clone());
                 workers.insert(p.name.clone(), module);
             }
@@ -446,7 +448,11 @@ impl Manager {
                     .sandbox()
                     .call_limits(&definition.finalizer_limits);
                 digests.insert(FINALIZER_ROLE.into(), module.digest.clone());
-                Some(module.with_limits(limits))
+                Some(
+                    module
+                        .with_limits(limits)
+                        .with_randomness(definition.finalizer_randomness),
+                )
             }
             None => None,
         };

@@ -253,7 +253,8 @@ pub async fn decide(
         .phase(module_ref)
         .await
         .with_context(|| format!("loading the module of phase {phase_name}"))?
-        .with_limits(sandbox.call_limits(&phase.limits));
+        .with_limits(sandbox.call_limits(&phase.limits))
+        .with_randomness(phase.randomness);
     let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(resource), source);
     phase_inputs.extend(extra_inputs);
     let input = DecisionInput {

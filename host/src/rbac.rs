@@ -190,6 +190,7 @@ mod tests {
             next: vec![],
             limits: None,
             queries: vec![],
+            randomness: None,
         };
         let deployments = InputSpec {
             name: "deployments".into(),
@@ -214,6 +215,7 @@ mod tests {
             finalizer: None,
             resync_interval: None,
             prometheus: None,
+            history_limit: None,
         }
     }
 

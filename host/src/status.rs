@@ -28,6 +28,27 @@ pub struct StatusUpdate {
     pub observed_generation: Option<i64>,
     pub module_digest: Option<String>,
     pub condition: Option<ConditionUpdate>,
+    /// A phase transition to append to `.status.history`, which keeps the last `history_limit`.
+    pub transition: Option<Transition>,
+    pub history_limit: usize,
+}
+
+/// One entry of `.status.history` (the guest SDK's `Transition` reads it): which code decided
+/// a phase change, and from which request.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Transition {
+    pub from: String,
+    pub to: String,
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_hash: Option<String>,
+    pub applied: u32,
+    pub pruned: u32,
 }
 
 impl StatusUpdate {
@@ -50,12 +71,36 @@ impl StatusUpdate {
                 reason: "PhaseCompleted".into(),
                 message: format!("now in phase {next}"),
             }),
+            ..Default::default()
         }
     }
 
-    /// A resource in final phase `current` whose spec changed (generation): back to `initial`.
-    pub fn restart_after_final(current: &str, initial: &str, generation: Option<i64>) -> Self {
+    /// Records `transition` in `.status.history`, keeping the last `limit`.
+    pub fn with_transition(mut self, transition: Transition, limit: usize) -> Self {
+        self.transition = Some(transition);
+        self.history_limit = limit;
+        self
+    }
+
+    /// A resource in final phase `current` whose spec changed (generation): back to `initial`,
+    /// recorded in the history as the host's own transition (no module, no request).
+    pub fn restart_after_final(
+        current: &str,
+        initial: &str,
+        generation: Option<i64>,
+        now: &str,
+        history_limit: usize,
+    ) -> Self {
+        let transition = Transition {
+            from: current.to_string(),
+            to: initial.to_string(),
+            time: now.to_string(),
+            generation,
+            ..Default::default()
+        };
         StatusUpdate {
+            transition: Some(transition),
+            history_limit,
             phase: Some(initial.to_string()),
             condition: Some(ConditionUpdate {
                 type_: SYNCED,
@@ -72,7 +117,13 @@ impl StatusUpdate {
 }
 
 /// Keys the host owns in `.status`; a worker's status info cannot set them.
-pub const HOST_KEYS: [&str; 4] = ["phase", "observedGeneration", "conditions", "moduleDigest"];
+pub const HOST_KEYS: [&str; 5] = [
+    "phase",
+    "observedGeneration",
+    "conditions",
+    "moduleDigest",
+    "history",
+];
 
 /// Builds the merge patch for `.status`, or `None` when it would change nothing.
 pub fn status_patch(current: Option<&Value>, update: &StatusUpdate, now: &str) -> Option<Value> {
@@ -102,6 +153,16 @@ pub fn status_patch(current: Option<&Value>, update: &StatusUpdate, now: &str) -
                 now,
             ),
         );
+    }
+    if let (Some(t), true) = (&update.transition, update.history_limit > 0) {
+        let mut history: Vec<Value> = current
+            .get("history")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        history.push(serde_json::to_value(t).unwrap_or(Value::Null));
+        let keep = history.len().saturating_sub(update.history_limit);
+        patch.insert("history".into(), Value::Array(history.split_off(keep)));
     }
     let mut patch = Value::Object(patch);
     let mut merged = current.clone();
@@ -230,6 +291,7 @@ mod tests {
             observed_generation: Some(3),
             module_digest: Some("sha256:x".into()),
             condition: Some(synced(true, "ok")),
+            ..Default::default()
         };
         let patch = status_patch(Some(&current), &update, "2026-01-01T00:00:00Z").unwrap();
         assert_eq!(patch["phase"], "Ready");
@@ -291,6 +353,36 @@ mod tests {
         );
         let patch = status_patch(Some(&current), &changed, "t3").unwrap();
         assert_eq!(patch["moduleDigest"], "sha256:ready");
+    }
+
+    #[test]
+    fn history_keeps_the_last_transitions() {
+        let step = |to: &str, n: u32| Transition {
+            from: "A".into(),
+            to: to.into(),
+            time: format!("t{n}"),
+            input_hash: Some(format!("sha256:{n}")),
+            applied: n,
+            ..Default::default()
+        };
+        let mut current = json!({});
+        for n in 0..5 {
+            let update = StatusUpdate::phase_completed(&format!("P{n}"), None, Some(1), "sha256:m")
+                .with_transition(step(&format!("P{n}"), n), 3);
+            let patch = status_patch(Some(&current), &update, "now").unwrap();
+            json_patch::merge(&mut current, &patch);
+        }
+        let history = current["history"].as_array().unwrap();
+        assert_eq!(history.len(), 3);
+        assert_eq!(history[0]["to"], "P2");
+        assert_eq!(history[2]["inputHash"], "sha256:4");
+        assert_eq!(history[2]["applied"], 4);
+        // A worker cannot write the history.
+        let forged = StatusUpdate {
+            status_info: json!({"history": []}).as_object().cloned(),
+            ..Default::default()
+        };
+        assert!(status_patch(Some(&current), &forged, "now").is_none());
     }
 
     #[test]

@@ -208,7 +208,8 @@ async fn autoroute(client: &Client, ns: &str) -> anyhow::Result<()> {
             && note.contains(EDITOR),
         "OutputReplaced names the object, the list and the field manager it overrode: {note}"
     );
-    wait_route_ready(client, ns, &["web"]).await?;
+    let route = wait_route_ready(client, ns, &["web"]).await?;
+    provenance(&route)?;
 
     // A name taken by a user's Service: that output is refused, every other one is applied.
     apply_yaml(
@@ -259,6 +260,55 @@ async fn autoroute(client: &Client, ns: &str) -> anyhow::Result<()> {
     ensure!(
         user["metadata"]["ownerReferences"].is_null() && user["spec"]["ports"][0]["port"] == 1234,
         "the user's Service was taken over: {user}"
+    );
+    Ok(())
+}
+
+/// `.status.history`: every transition so far (the route went Ready → Syncing → Ready again),
+/// each naming the module that decided it and the sha256 of the request it saw; the newest one's
+/// module is the status's moduleDigest; at most the default limit of 10 kept.
+fn provenance(route: &Value) -> anyhow::Result<()> {
+    let history = route["status"]["history"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let steps: Vec<String> = history
+        .iter()
+        .map(|t| {
+            format!(
+                "{}→{}",
+                t["from"].as_str().unwrap_or("?"),
+                t["to"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    ensure!(
+        steps.len() >= 4
+            && steps.len() <= 10
+            && steps[..2] == ["Initializing→Syncing", "Syncing→Ready"],
+        "history: {steps:?}"
+    );
+    ensure!(
+        steps.contains(&"Ready→Syncing".to_string()),
+        "history: {steps:?}"
+    );
+    for t in &history {
+        let module = t["module"].as_str().unwrap_or_default();
+        let input = t["inputHash"].as_str().unwrap_or_default();
+        ensure!(
+            module.starts_with("sha256:")
+                && module.len() == 71
+                && input.starts_with("sha256:")
+                && input.len() == 71,
+            "each transition names its module and input hash: {t}"
+        );
+        ensure!(t["time"].is_string() && t["generation"].is_i64(), "{t}");
+    }
+    let last = history.last().context("a last transition")?;
+    ensure!(
+        last["module"] == route["status"]["moduleDigest"],
+        "the newest transition's module is the status's moduleDigest: {last} vs {}",
+        route["status"]["moduleDigest"]
     );
     Ok(())
 }

@@ -501,3 +501,51 @@ async fn status_info_is_capped_and_a_phase_may_raise_the_cap() {
         Err(RunError::StatusTooLarge { limit, .. }) if limit == 1 << 20
     ));
 }
+
+/// WASI random is seeded from the request: the same request gives the same bytes (a replay
+/// decides the same), another request other bytes; a phase that asks for the host's generator
+/// gets fresh bytes on every call.
+#[tokio::test]
+async fn random_bytes_are_seeded_by_the_request_unless_the_phase_asks_for_the_hosts() {
+    let sb = sandbox();
+    let m = scripted(&sb);
+    let random = |now: &str| {
+        let mut r = request(json!({"mode": "random", "next": "Done"}));
+        r.now = now.into();
+        r
+    };
+    let bytes = |r: wasmpilot::sandbox::SyncResult| -> String {
+        let info: Value = serde_json::from_str(r.status_info.as_deref().unwrap()).unwrap();
+        info["random"].as_str().unwrap().to_string()
+    };
+    let first = bytes(
+        sb.run_sync(&m, random("2026-01-01T00:00:00Z"))
+            .await
+            .unwrap(),
+    );
+    let again = bytes(
+        sb.run_sync(&m, random("2026-01-01T00:00:00Z"))
+            .await
+            .unwrap(),
+    );
+    let other = bytes(
+        sb.run_sync(&m, random("2026-01-01T00:00:01Z"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(first, again, "one request, one decision");
+    assert_ne!(first, other, "another request, other bytes");
+    let host = m.with_randomness(wasmpilot::sandbox::Randomness::Host);
+    let a = bytes(
+        sb.run_sync(&host, random("2026-01-01T00:00:00Z"))
+            .await
+            .unwrap(),
+    );
+    let b = bytes(
+        sb.run_sync(&host, random("2026-01-01T00:00:00Z"))
+            .await
+            .unwrap(),
+    );
+    assert_ne!(a, b, "the host's generator gives fresh bytes");
+    assert_ne!(a, first);
+}

@@ -19,7 +19,6 @@ use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
 use crate::outputs::{self, drift, ObjectKey, Owned};
 use crate::sandbox::{Sandbox, SandboxLimits};
-use crate::status::StatusUpdate;
 use anyhow::{anyhow, bail, Context};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
@@ -355,11 +354,12 @@ pub async fn plan(
         }
     }
 
-    let update = StatusUpdate::phase_completed(
-        &decision.next_phase,
-        decision.status_info.clone(),
+    let update = decision.status_update(
         generation,
-        &decision.module,
+        decision.outputs.len(),
+        summary.delete,
+        &now,
+        def.history_limit,
     );
     let current = resource.data.get("status");
     let status_changed = match crate::status::status_patch(current, &update, &now) {

@@ -296,8 +296,13 @@ pub async fn simulate(
                 )?;
                 return Ok(End::Final { phase: phase_name });
             }
-            let update =
-                StatusUpdate::restart_after_final(&phase_name, &def.initial_phase, generation);
+            let update = StatusUpdate::restart_after_final(
+                &phase_name,
+                &def.initial_phase,
+                generation,
+                &time,
+                def.history_limit,
+            );
             let changed = world.write_status(&update, &time);
             report.next_phase = Some(def.initial_phase.clone());
             report.status = world.status();
@@ -355,11 +360,17 @@ pub async fn simulate(
         report.changes = changes;
         report.outputs = applied;
 
-        let update = StatusUpdate::phase_completed(
-            &decision.next_phase,
-            decision.status_info.clone(),
+        let pruned = report
+            .changes
+            .iter()
+            .filter(|c| c.starts_with("deleted "))
+            .count();
+        let update = decision.status_update(
             generation,
-            &decision.module,
+            decision.outputs.len(),
+            pruned,
+            &time,
+            def.history_limit,
         );
         let status_changed = world.write_status(&update, &time);
         report.status = world.status();

@@ -657,6 +657,7 @@ mod tests {
             next: vec![],
             limits: Default::default(),
             queries: vec![],
+            randomness: Default::default(),
         }
     }
 

@@ -396,8 +396,13 @@ async fn run_phase(
     if phase.is_final {
         if generation.is_some() && observed != generation {
             tracing::info!(from = %current, to = %def.initial_phase, "spec changed after a final phase: starting again");
-            let update =
-                StatusUpdate::restart_after_final(&current, &def.initial_phase, generation);
+            let update = StatusUpdate::restart_after_final(
+                &current,
+                &def.initial_phase,
+                generation,
+                &now_rfc3339(),
+                def.history_limit,
+            );
             write_status(api, &obj, &update, true).await?;
         }
         return Ok(Action::await_change());
@@ -445,13 +450,13 @@ async fn run_phase(
         now,
         namespaced: &ctx.namespaced,
     };
-    let decision = decision::decide(&ctx.sandbox, input, |elapsed, error| {
+    let mut decision = decision::decide(&ctx.sandbox, input, |elapsed, error| {
         record_worker_call(&def.name, &current, elapsed, error)
     })
     .await?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
     let namespace = obj.namespace();
-    let mut checked = decision.outputs;
+    let mut checked = std::mem::take(&mut decision.outputs);
     // Outputs naming someone else's object are not applied (the others are) and reported.
     let refused = outputs::refused_takeovers(&checked, &uid, &ctx.outputs);
     let total = checked.len();
@@ -501,9 +506,15 @@ async fn run_phase(
         });
     }
 
+    let update = decision.status_update(
+        generation,
+        applied,
+        pruned,
+        &now_rfc3339(),
+        def.history_limit,
+    );
     let next = decision.next_phase;
-    let update =
-        StatusUpdate::phase_completed(&next, decision.status_info, generation, &module.digest);
+    let input_hash = decision.input_hash.to_prefixed_hex();
     let wrote = write_status(api, &obj, &update, true).await?;
     if next != current {
         tracing::info!(from = %current, to = %next, outputs = applied, pruned, "phase changed");
@@ -518,8 +529,9 @@ async fn run_phase(
             // should stay visible.
             &format!("{current}To{next}"),
             format!(
-                "{current} → {next} ({applied} outputs applied, {pruned} pruned, module {})",
-                short(&module.digest)
+                "{current} → {next} ({applied} outputs applied, {pruned} pruned, module {}, input {})",
+                short(&module.digest),
+                short(&input_hash)
             ),
         )
         .await;

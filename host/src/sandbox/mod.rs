@@ -3,8 +3,11 @@
 //! budgets, and a semaphore; calls run on fibers that yield to the async runtime at every epoch tick.
 
 pub mod bindings;
+mod digest;
 mod state;
 mod stdio;
+
+pub use digest::RequestDigest;
 
 use bindings::finalizer::FinalizerPre;
 use bindings::phase::PhasePre;
@@ -218,11 +221,24 @@ pub struct LimitOverride {
     pub max_status_bytes: Option<usize>,
 }
 
+/// Where a call's WASI random bytes come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Randomness {
+    /// A generator seeded from the request's sha256: the same request gives the same bytes,
+    /// so a decision can be replayed bit for bit (the default).
+    #[default]
+    Seeded,
+    /// The host's OS generator, for workers that need unpredictable bytes (nonces, passwords);
+    /// their decisions cannot be replayed.
+    Host,
+}
+
 /// A phase component ready to be instantiated per call, with the limits of its calls.
 #[derive(Clone)]
 pub struct PhaseModule {
     pub digest: String,
     pub limits: CallLimits,
+    pub randomness: Randomness,
     pre: PhasePre<HostState>,
 }
 
@@ -231,6 +247,7 @@ pub struct PhaseModule {
 pub struct FinalizerModule {
     pub digest: String,
     pub limits: CallLimits,
+    pub randomness: Randomness,
     pre: FinalizerPre<HostState>,
 }
 
@@ -240,11 +257,21 @@ impl PhaseModule {
         self.limits = limits;
         self
     }
+
+    pub fn with_randomness(mut self, randomness: Randomness) -> Self {
+        self.randomness = randomness;
+        self
+    }
 }
 
 impl FinalizerModule {
     pub fn with_limits(mut self, limits: CallLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    pub fn with_randomness(mut self, randomness: Randomness) -> Self {
+        self.randomness = randomness;
         self
     }
 }
@@ -359,6 +386,7 @@ impl Sandbox {
         Ok(PhaseModule {
             digest: digest.to_string(),
             limits: self.call_limits(&LimitOverride::default()),
+            randomness: Randomness::default(),
             pre,
         })
     }
@@ -378,6 +406,7 @@ impl Sandbox {
         Ok(FinalizerModule {
             digest: digest.to_string(),
             limits: self.call_limits(&LimitOverride::default()),
+            randomness: Randomness::default(),
             pre,
         })
     }
@@ -390,6 +419,17 @@ impl Sandbox {
         module: &PhaseModule,
         request: SyncRequest,
     ) -> Result<SyncResult, RunError> {
+        let digest = RequestDigest::of_sync(&request);
+        self.run_sync_digested(module, request, digest).await
+    }
+
+    /// [`Sandbox::run_sync`] for a request whose digest the caller has (it records it).
+    pub async fn run_sync_digested(
+        &self,
+        module: &PhaseModule,
+        request: SyncRequest,
+        digest: RequestDigest,
+    ) -> Result<SyncResult, RunError> {
         let size = request.resource.len()
             + request
                 .inputs
@@ -400,7 +440,8 @@ impl Sandbox {
         let limits = module.limits;
         Self::check_request_size(size, &limits)?;
         let _permit = self.permit().await?;
-        let mut call = self.call(limits, &request.now);
+        let seed = (module.randomness == Randomness::Seeded).then_some(digest);
+        let mut call = self.call(limits, &request.now, seed);
         let store = &mut call.store;
         let result = within_deadline(limits.deadline, call.started, async {
             let instance = module
@@ -431,7 +472,9 @@ impl Sandbox {
         let limits = module.limits;
         Self::check_request_size(request.resource.len(), &limits)?;
         let _permit = self.permit().await?;
-        let mut call = self.call(limits, &request.now);
+        let seed =
+            (module.randomness == Randomness::Seeded).then(|| RequestDigest::of_finalize(&request));
+        let mut call = self.call(limits, &request.now, seed);
         let store = &mut call.store;
         let result = within_deadline(limits.deadline, call.started, async {
             let instance = module
@@ -463,7 +506,7 @@ impl Sandbox {
 
     /// A fresh store for one call: its own WASI context, memory limiter, log and output budgets,
     /// and a deadline checked at every epoch tick, where the call also yields to the runtime.
-    fn call(&self, limits: CallLimits, now: &str) -> WorkerCall {
+    fn call(&self, limits: CallLimits, now: &str, seed: Option<RequestDigest>) -> WorkerCall {
         let run_limits = RunLimits {
             deadline: limits.deadline,
             memory_bytes: limits.memory_bytes,
@@ -471,6 +514,7 @@ impl Sandbox {
             log_bytes: limits.log_bytes,
             stdio_bytes: self.limits.stdio_bytes,
             wall_clock: state::wall_clock_at(now),
+            random_seed: seed.map(|d| d.0),
         };
         let mut store = Store::new(&self.engine, HostState::new(&run_limits));
         store.limiter(|s| &mut s.limiter);

@@ -17,6 +17,8 @@ pub struct RunLimits {
     pub stdio_bytes: usize,
     /// What the guest's wall clock reads, since the Unix epoch: the request's `now`.
     pub wall_clock: Option<std::time::Duration>,
+    /// Seed of the guest's WASI random (the request's sha256); `None`: the host's OS generator.
+    pub random_seed: Option<[u8; 32]>,
 }
 
 /// Everything one Store owns for one worker call.
@@ -38,8 +40,9 @@ impl HostState {
         // these unless asked. No network: TCP, UDP and name lookup are switched off (and the
         // default socket address check denies every address anyway). The wall clock reads the
         // request's `now`, so a worker that asks the system for the time gets the same answer
-        // as `Context::now` and a replay stays deterministic. What remains: the monotonic clock
-        // (for measuring), random bytes, and stdout/stderr captured below.
+        // as `Context::now`. Random bytes come from a generator seeded by the request (unless
+        // the phase asks for the host's). What remains outside the request: the monotonic clock
+        // (for measuring; it must not decide anything), and stdout/stderr captured below.
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -48,6 +51,18 @@ impl HostState {
             .allow_ip_name_lookup(false);
         if let Some(now) = limits.wall_clock {
             wasi.wall_clock(FrozenWallClock(now));
+        }
+        if let Some(seed) = limits.random_seed {
+            // Both of WASI's generators and the insecure seed derive from the request, so the
+            // same request gives the same bytes (and a replay the same decision).
+            use rand::SeedableRng;
+            let mut insecure = seed;
+            insecure[0] ^= 0x5a;
+            let mut low = [0u8; 16];
+            low.copy_from_slice(&seed[..16]);
+            wasi.secure_random(rand::rngs::StdRng::from_seed(seed))
+                .insecure_random(rand::rngs::StdRng::from_seed(insecure))
+                .insecure_random_seed(u128::from_le_bytes(low));
         }
         let wasi = wasi.build();
         HostState {

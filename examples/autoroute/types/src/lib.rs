@@ -11,7 +11,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use wasmpilot_guest::HostStatus;
 
-pub use routable::{routable_deployments, RoutableDeployment};
+pub use routable::{
+    deployment_names, matching_deployments, routable_deployments, RoutableDeployment,
+};
 pub use routes::{desired_routes, route_differences, Routes};
 pub use selector::{Selector, SelectorError};
 
@@ -36,8 +38,9 @@ pub struct AutoRouteSpec {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoRouteStatus {
-    /// The Deployments that have routes, sorted. When the set of matching Deployments
-    /// differs from it, the operator syncs again.
+    /// Every Deployment the selector matches, with or without a container port (only those
+    /// with one get routes), sorted. When the set of matching Deployments differs from it, the
+    /// operator syncs again.
     #[serde(default)]
     pub synced_deployments: Vec<String>,
     /// The fields the wasmpilot host writes (phase, conditions, …).

@@ -17,8 +17,39 @@ pub struct RoutableDeployment<'a> {
     pub deployment: &'a Deployment,
 }
 
-/// The Deployments in the route's namespace whose labels match `spec.deploymentSelector`
-/// and that have a container port, sorted by name.
+/// The names of the Deployments in the route's namespace whose labels match
+/// `spec.deploymentSelector`, with or without a container port, sorted: what the seed's
+/// `deploymentNames(inputDeployments)` records in `status.syncedDeployments`.
+///
+/// # Errors
+/// If the route's selector is invalid (checked even when there are no Deployments).
+pub fn matching_deployments<'a>(
+    route: &AutoRoute,
+    deployments: &'a [Deployment],
+) -> Result<Vec<&'a Deployment>, SelectorError> {
+    let selector = Selector::new(&route.spec.deployment_selector)?;
+    let namespace = route.metadata.namespace.as_deref();
+    let empty = BTreeMap::new();
+    let mut matching: Vec<&'a Deployment> = deployments
+        .iter()
+        .filter(|d| d.metadata.namespace.as_deref() == namespace)
+        .filter(|d| selector.matches(d.metadata.labels.as_ref().unwrap_or(&empty)))
+        .filter(|d| d.metadata.name.is_some())
+        .collect();
+    matching.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Ok(matching)
+}
+
+/// The names of [`matching_deployments`]: `status.syncedDeployments`.
+pub fn deployment_names(matching: &[&Deployment]) -> Vec<String> {
+    matching
+        .iter()
+        .filter_map(|d| d.metadata.name.clone())
+        .collect()
+}
+
+/// The matching Deployments (see [`matching_deployments`]) that have a container port: those
+/// get a Service and a VirtualService. Sorted by name.
 ///
 /// # Errors
 /// If the route's selector is invalid (checked even when there are no Deployments).
@@ -26,13 +57,8 @@ pub fn routable_deployments<'a>(
     route: &AutoRoute,
     deployments: &'a [Deployment],
 ) -> Result<Vec<RoutableDeployment<'a>>, SelectorError> {
-    let selector = Selector::new(&route.spec.deployment_selector)?;
-    let namespace = route.metadata.namespace.as_deref();
-    let empty = BTreeMap::new();
-    let mut routable: Vec<RoutableDeployment<'a>> = deployments
-        .iter()
-        .filter(|d| d.metadata.namespace.as_deref() == namespace)
-        .filter(|d| selector.matches(d.metadata.labels.as_ref().unwrap_or(&empty)))
+    Ok(matching_deployments(route, deployments)?
+        .into_iter()
         .filter_map(|d| {
             Some(RoutableDeployment {
                 name: d.metadata.name.as_deref()?,
@@ -45,9 +71,7 @@ pub fn routable_deployments<'a>(
                 deployment: d,
             })
         })
-        .collect();
-    routable.sort_by(|a, b| a.name.cmp(b.name));
-    Ok(routable)
+        .collect())
 }
 
 /// The first port of the first container that declares one (port 0 counts as none).

@@ -1,13 +1,16 @@
-//! AutoRoute's Ready phase: stay Ready while the routed Deployments are the ones the route
-//! selects and its routes (Services, VirtualServices, Gateway) are as Syncing made them; go back
+//! AutoRoute's Ready phase: stay Ready while `status.syncedDeployments` are the Deployments the
+//! route selects and its routes (Services, VirtualServices, Gateway) are as Syncing made them; go back
 //! to Syncing when either differs (a new or removed Deployment, or a route edited by hand).
 
-use autoroute_types::{desired_routes, routable_deployments, route_differences, AutoRoute};
+use autoroute_types::{
+    deployment_names, desired_routes, matching_deployments, routable_deployments,
+    route_differences, AutoRoute,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::Value;
 use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
 
-/// Compares `status.syncedDeployments` with the Deployments that should have routes now, and
+/// Compares `status.syncedDeployments` with the Deployments the route selects now, and
 /// the route's own objects (inputs `services`, `virtualservices`, `gateways`, declared `owned`)
 /// with the ones Syncing would apply.
 #[derive(Default)]
@@ -23,10 +26,12 @@ impl PhaseWorker for Ready {
         inputs: &Inputs,
     ) -> Result<Outcome, WorkerError> {
         let deployments: Vec<Deployment> = inputs.list("deployments")?;
-        let routable = routable_deployments(&route, &deployments).map_err(|err| {
-            WorkerError::fatal(format!("spec.deploymentSelector is invalid: {err}"))
-        })?;
-        let actual: Vec<&str> = routable.iter().map(|d| d.name).collect();
+        let invalid =
+            |err| WorkerError::fatal(format!("spec.deploymentSelector is invalid: {err}"));
+        let matching = matching_deployments(&route, &deployments).map_err(invalid)?;
+        let routable = routable_deployments(&route, &deployments).map_err(invalid)?;
+        let names = deployment_names(&matching);
+        let actual: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut synced: Vec<&str> = route
             .status
             .as_ref()
@@ -131,7 +136,11 @@ mod tests {
 
     #[test]
     fn stays_ready_when_in_sync() {
-        let report = run(&route(0, &["api", "canary", "web"]), &deployments()).unwrap();
+        let report = run(
+            &route(0, &["api", "canary", "web", "worker"]),
+            &deployments(),
+        )
+        .unwrap();
         assert_eq!(report.next_phase, "Ready");
         assert_eq!(report.status, None);
         assert!(report.outputs.is_empty());
@@ -139,13 +148,17 @@ mod tests {
 
     #[test]
     fn order_of_synced_deployments_does_not_matter() {
-        let report = run(&route(0, &["web", "api", "canary"]), &deployments()).unwrap();
+        let report = run(
+            &route(0, &["web", "api", "canary", "worker"]),
+            &deployments(),
+        )
+        .unwrap();
         assert_eq!(report.next_phase, "Ready");
     }
 
     #[test]
     fn a_new_matching_deployment_means_syncing() {
-        let report = run(&route(0, &["api", "web"]), &deployments()).unwrap();
+        let report = run(&route(0, &["api", "web", "worker"]), &deployments()).unwrap();
         assert_eq!(report.next_phase, "Syncing");
         let log = report
             .logs
@@ -164,15 +177,22 @@ mod tests {
                 !(d["metadata"]["name"] == "web" && d["metadata"]["namespace"] == "default")
             })
             .collect();
-        let report = run(&route(0, &["api", "canary", "web"]), &without_web).unwrap();
+        let report = run(&route(0, &["api", "canary", "web", "worker"]), &without_web).unwrap();
         assert_eq!(report.next_phase, "Syncing");
     }
 
     #[test]
-    fn other_namespaces_labels_and_portless_deployments_do_not_count() {
-        // `worker` matches but has no port, `unrelated` has other labels, staging/web is elsewhere.
+    fn other_namespaces_and_labels_do_not_count_but_portless_deployments_do() {
+        // `worker` matches without a port: recorded (as the seed's deploymentNames does), not
+        // routed. `unrelated` has other labels, staging/web is elsewhere; route 1's expressions
+        // leave out the canary and `worker` (no track).
         let report = run(&route(1, &["api", "web"]), &deployments()).unwrap();
         assert_eq!(report.next_phase, "Ready");
+        let report = run(&route(0, &["api", "canary", "web"]), &deployments()).unwrap();
+        assert_eq!(
+            report.next_phase, "Syncing",
+            "worker is missing from the record"
+        );
     }
 
     #[test]
@@ -187,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_hand_edited_route_means_syncing() {
-        let route = route(0, &["api", "canary", "web"]);
+        let route = route(0, &["api", "canary", "web", "worker"]);
         let (mut services, virtual_services, gateways) = routes_of(&route, &deployments());
         services[0]["spec"]["ports"][0]["port"] = json!(9999);
         let report =
@@ -207,7 +227,7 @@ mod tests {
 
     #[test]
     fn a_missing_gateway_means_syncing() {
-        let route = route(0, &["api", "canary", "web"]);
+        let route = route(0, &["api", "canary", "web", "worker"]);
         let (services, virtual_services, _) = routes_of(&route, &deployments());
         let report =
             run_observing(&route, &deployments(), services, virtual_services, vec![]).unwrap();

@@ -2,7 +2,10 @@
 //! traffic to every selected Deployment, then `Ready`.
 
 use autoroute_types::routes::hostname;
-use autoroute_types::{desired_routes, routable_deployments, AutoRoute, AutoRouteStatus};
+use autoroute_types::{
+    deployment_names, desired_routes, matching_deployments, routable_deployments, AutoRoute,
+    AutoRouteStatus,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
 
@@ -29,14 +32,16 @@ impl PhaseWorker for Syncing {
             .ok_or_else(|| WorkerError::fatal("the AutoRoute has no metadata.name"))?;
         let namespace = route.metadata.namespace.as_deref();
 
-        let routable = routable_deployments(&route, &deployments).map_err(|err| {
-            WorkerError::fatal(format!("spec.deploymentSelector is invalid: {err}"))
-        })?;
+        let invalid =
+            |err| WorkerError::fatal(format!("spec.deploymentSelector is invalid: {err}"));
+        let matching = matching_deployments(&route, &deployments).map_err(invalid)?;
+        let routable = routable_deployments(&route, &deployments).map_err(invalid)?;
         ctx.info(
             "selected deployments",
             &[
                 ("route", &route_name),
                 ("seen", &deployments.len()),
+                ("matching", &matching.len()),
                 ("routable", &routable.len()),
             ],
         );
@@ -58,7 +63,7 @@ impl PhaseWorker for Syncing {
         }
 
         let status = AutoRouteStatus {
-            synced_deployments: routable.iter().map(|d| d.name.to_owned()).collect(),
+            synced_deployments: deployment_names(&matching),
             ..AutoRouteStatus::default()
         };
         ctx.info(
@@ -115,7 +120,7 @@ mod tests {
         assert_eq!(report.next_phase, "Ready");
         assert_eq!(
             report.status,
-            Some(json!({ "syncedDeployments": ["api", "canary", "web"] }))
+            Some(json!({ "syncedDeployments": ["api", "canary", "web", "worker"] }))
         );
         assert_eq!(
             names(report.outputs_of_kind("Service")),

@@ -23,7 +23,7 @@ pub struct Script {
 #[serde(rename_all = "camelCase")]
 pub struct Step {
     /// ok | fatal | retryable | loop | alloc | panic | print | chatty | bloat | probe | sleep |
-    /// bignext | bigfatal | bigstatus
+    /// bignext | bigfatal | bigstatus | random
     #[serde(default)]
     mode: String,
     #[serde(default)]
@@ -173,6 +173,12 @@ impl PhaseWorker for Scripted {
         }
         if step.mode == "bigstatus" {
             info = serde_json::json!({ "blob": "s".repeat(step.count) });
+        }
+        if step.mode == "random" {
+            // std's hash keys come from WASI random: what the worker would see from any RNG.
+            use std::hash::BuildHasher;
+            let keyed = std::collections::hash_map::RandomState::new().hash_one(1u64);
+            info = serde_json::json!({ "random": format!("{keyed:016x}") });
         }
         if step.count_inputs {
             let counts: BTreeMap<String, usize> = inputs
