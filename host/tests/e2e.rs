@@ -152,7 +152,9 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
         Some(ns),
     )
     .await?;
-    let r1 = wait_synced(client, ns, "r1", &["a", "b"])
+    // Every matching Deployment is recorded, as the seed's deploymentNames; `d` (no port) gets
+    // no route.
+    let r1 = wait_synced(client, ns, "r1", &["a", "b", "d"])
         .await
         .context("first sync")?;
     let uid = r1["metadata"]["uid"].clone();
@@ -227,7 +229,7 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
 
     // An input change: a new matching deployment → Syncing → Ready with it included.
     apply_yaml(client, &deployment("e", demo.clone(), Some(7070)), Some(ns)).await?;
-    wait_synced(client, ns, "r1", &["a", "b", "e"])
+    wait_synced(client, ns, "r1", &["a", "b", "d", "e"])
         .await
         .context("resync after a new deployment")?;
     // It went through Syncing: the Ready worker saw the difference and handed over.
@@ -254,7 +256,7 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
     // A deployment goes away → its Service and VirtualService are pruned (r1 still exists, so
     // this is the host's pruning, not garbage collection).
     delete(client, "apps/v1", "Deployment", Some(ns), "b").await?;
-    wait_synced(client, ns, "r1", &["a", "e"])
+    wait_synced(client, ns, "r1", &["a", "d", "e"])
         .await
         .context("resync after a deployment is deleted")?;
     wait_for("Service b and VirtualService b.r1 pruned", T, || async {

@@ -310,7 +310,10 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         ns,
         "read-metrics",
         None,
-        &format!("wget -q -O - http://{ip}:8080/metrics"),
+        // Endpoints and kube-proxy's rules follow the rollout by a moment: retry for 30 s.
+        &format!(
+            "for i in $(seq 1 30); do wget -q -O - http://{ip}:8080/metrics && exit 0; sleep 1; done; exit 1"
+        ),
     )
     .await?;
     ensure!(
