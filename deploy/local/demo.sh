@@ -90,7 +90,10 @@ kubectl get wasmoperators
 
 host_log() {
   if [ "$IN_CLUSTER" = 1 ]; then
-    kubectl -n wasmpilot-system logs deployment/wasmpilot --tail="$1" 2>/dev/null || true
+    # The leader's log (the Lease names its pod); the standby only waits.
+    local leader
+    leader="$(kubectl -n wasmpilot-system get lease wasmpilot-leader -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)"
+    kubectl -n wasmpilot-system logs "${leader:-deployment/wasmpilot}" --tail="$1" 2>/dev/null || true
   else
     tail -n "$1" "$LOG"
   fi
