@@ -23,16 +23,7 @@ async fn apiserver_restart_under_a_running_host() {
         "this test stops and starts the API server of deploy/local/cluster.sh: run it through deploy/local/test.sh"
     );
     let client = client().await;
-    let root = common::repo_root();
-    let status = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .args(["deploy", "--no-build", "examples/autoroute"])
-        .current_dir(&root)
-        .status()
-        .expect("running wasmpilot deploy");
-    assert!(
-        status.success(),
-        "wasmpilot deploy examples/autoroute failed"
-    );
+    deploy_example("examples/autoroute");
     let ns = create_namespace(&client, "e2e-restart")
         .await
         .expect("namespace");

@@ -11,7 +11,6 @@ use common::cluster::*;
 use kube::api::{Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(60);
@@ -27,14 +26,8 @@ const EDITOR: &str = "kubectl-patch";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_edited_outputs_converge() {
     let client = client().await;
-    let root = common::repo_root();
     for example in ["examples/autoroute", "examples/myownshell"] {
-        let status = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-            .args(["deploy", "--no-build", example])
-            .current_dir(&root)
-            .status()
-            .expect("running wasmpilot deploy");
-        assert!(status.success(), "wasmpilot deploy {example} failed");
+        deploy_example(example);
     }
     let mut host = Host::start(&[], "wasmpilot-e2e-drift");
     for op in ["autoroute", "myownshell"] {

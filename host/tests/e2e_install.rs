@@ -13,7 +13,7 @@ use anyhow::{anyhow, ensure, Context};
 use common::cluster::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -325,16 +325,7 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     // 6. The host's own identity cannot write what its RBAC does not grant (a Secret, which no
     // operator declared), but can read what it needs (WasmOperators): a pod running as the
     // host's ServiceAccount tries both with the token the host gets.
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), SYSTEM);
-    wait_for("the host ServiceAccount's token", T, || async {
-        Ok(accounts
-            .get_opt("wasmpilot")
-            .await?
-            .and_then(|sa| sa.secrets)
-            .filter(|s| !s.is_empty())
-            .map(|_| ()))
-    })
-    .await?;
+    wait_for_token(client, SYSTEM, "wasmpilot").await?;
     let api = "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT";
     let auth = "--header \"Authorization: Bearer $(cat /var/run/secrets/kubernetes.io/serviceaccount/token)\"";
     let script = format!(
@@ -372,20 +363,7 @@ async fn pod_output(
         spec["serviceAccountName"] = json!(sa);
     }
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec});
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    wait_for(
-        "the namespace's default ServiceAccount token",
-        T,
-        || async {
-            Ok(accounts
-                .get_opt("default")
-                .await?
-                .and_then(|sa| sa.secrets)
-                .filter(|s| !s.is_empty())
-                .map(|_| ()))
-        },
-    )
-    .await?;
+    wait_for_token(client, ns, "default").await?;
     apply_yaml(client, &pod.to_string(), Some(ns)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     wait_for(&format!("pod {name} to finish"), T, || async {

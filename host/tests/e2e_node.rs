@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
-use std::process::Command;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(120);
@@ -39,16 +38,7 @@ async fn pods_run_on_the_node() {
         ready > 0,
         "no Ready node: start the local cluster with its node (deploy/local/cluster.sh up, without WASMPILOT_NODE=0)"
     );
-    let root = common::repo_root();
-    let status = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .args(["deploy", "--no-build", "examples/myownshell"])
-        .current_dir(&root)
-        .status()
-        .expect("running wasmpilot deploy");
-    assert!(
-        status.success(),
-        "wasmpilot deploy examples/myownshell failed"
-    );
+    deploy_example("examples/myownshell");
     let mut host = Host::start(&[], "wasmpilot-e2e-node");
     let ns = create_namespace(&client, "e2e-node")
         .await
@@ -155,20 +145,7 @@ async fn api_server_from_a_pod(client: &Client, ns: &str) -> anyhow::Result<()> 
         }
     });
     // A new namespace's pods wait for its default ServiceAccount's token.
-    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), ns);
-    wait_for(
-        "the namespace's default ServiceAccount token",
-        T,
-        || async {
-            let sa = accounts.get_opt("default").await?;
-            Ok(sa
-                .and_then(|sa| sa.secrets)
-                .filter(|s| !s.is_empty())
-                .map(|_| ()))
-        },
-    )
-    .await?;
+    wait_for_token(client, ns, "default").await?;
     apply_yaml(client, &pod.to_string(), Some(ns)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     wait_for("the probe pod to finish", T, || async {

@@ -286,3 +286,37 @@ pub fn metric_value(text: &str, name: &str) -> Option<f64> {
         .filter(|l| !l.starts_with('#'))
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
+
+/// `wasmpilot deploy --no-build <example>` from the repository root, as a user ships an operator
+/// (the test command built the components already).
+pub fn deploy_example(example: &str) {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+        .args(["deploy", "--no-build", example])
+        .current_dir(super::repo_root())
+        .status()
+        .expect("running wasmpilot deploy");
+    assert!(
+        status.success(),
+        "wasmpilot deploy --no-build {example} failed"
+    );
+}
+
+/// Until ServiceAccount `name` in `namespace` has its token Secret (a new namespace's pods wait
+/// for it).
+pub async fn wait_for_token(client: &Client, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), namespace);
+    wait_for(
+        &format!("the token of ServiceAccount {namespace}/{name}"),
+        Duration::from_secs(120),
+        || async {
+            Ok(accounts
+                .get_opt(name)
+                .await?
+                .and_then(|sa| sa.secrets)
+                .filter(|s| !s.is_empty())
+                .map(|_| ()))
+        },
+    )
+    .await
+}

@@ -129,15 +129,7 @@ pub fn route_differences(
         std::slice::from_ref(&desired.gateway),
         gateways,
         &mut differences,
-        |want, got| {
-            (want["spec"] != got["spec"]).then(|| {
-                format!(
-                    "spec is {} (want {})",
-                    compact(&got["spec"]),
-                    compact(&want["spec"])
-                )
-            })
-        },
+        spec_difference,
     );
     compare(
         "Service",
@@ -151,17 +143,20 @@ pub fn route_differences(
         &desired.virtual_services,
         virtual_services,
         &mut differences,
-        |want, got| {
-            (want["spec"] != got["spec"]).then(|| {
-                format!(
-                    "spec is {} (want {})",
-                    compact(&got["spec"]),
-                    compact(&want["spec"])
-                )
-            })
-        },
+        spec_difference,
     );
     differences
+}
+
+/// A VirtualService's or Gateway's whole spec (the operator sets all of it).
+fn spec_difference(want: &Value, got: &Value) -> Option<String> {
+    (want["spec"] != got["spec"]).then(|| {
+        format!(
+            "spec is {} (want {})",
+            compact(&got["spec"]),
+            compact(&want["spec"])
+        )
+    })
 }
 
 /// A Service's ports (name, port, protocol, and no others) and selector.
