@@ -1,6 +1,7 @@
 //! Command line: `run` (the controller), `deploy` (ship an operator), `push` (publish a component
 //! to an OCI registry), `run-phase` (one phase offline from files), `crd` (print the
-//! WasmOperator CRD), and the authoring loop: `init`, `build`, `simulate`, `graph`, `plan`.
+//! WasmOperator CRD), the authoring loop (`init`, `build`, `simulate`, `graph`, `plan`) and the
+//! upgrade evidence (`capture`, `replay`).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -84,6 +85,12 @@ enum Command {
     },
     /// Show what an operator would do to a live resource now (server-side dry run; writes nothing).
     Plan(wasmpilot::authoring::plan::PlanArgs),
+    /// Write the request a live resource would get now, decided by its current module, as a
+    /// replay case (writes nothing to the cluster).
+    Capture(wasmpilot::evidence::capture::CaptureArgs),
+    /// Run recorded or captured cases against a candidate operator; report same / different /
+    /// error per case with the changed fields; fail on any difference not declared expected.
+    Replay(wasmpilot::evidence::replay::ReplayArgs),
     /// Print the WasmOperator CustomResourceDefinition (YAML).
     Crd,
     /// Publish a built component to an OCI registry as a Wasm artifact; print its digests.
@@ -157,6 +164,13 @@ struct RunArgs {
     /// Keep compiled components in memory only.
     #[arg(long)]
     no_cache: bool,
+    /// Record every decision (request, result, module, duration) as replay cases in rotating
+    /// files in this directory (e.g. a volume); recording never delays a reconcile.
+    #[arg(long, env = "WASMPILOT_RECORD_DIR")]
+    record_dir: Option<PathBuf>,
+    /// The most the record directory holds, in MiB; the oldest files go first.
+    #[arg(long, default_value_t = 256)]
+    record_max_mib: u64,
 }
 
 /// Waits for SIGTERM (what the kubelet sends a pod, and `kill` by default) or SIGINT (Ctrl-C).
@@ -263,6 +277,42 @@ impl Cli {
                     .await
                     .map(|_| ())
             }
+            Command::Capture(args) => {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the cluster (KUBECONFIG)")?;
+                let case = wasmpilot::evidence::capture::capture(
+                    client,
+                    &args,
+                    SandboxLimits::default(),
+                )
+                .await?;
+                let text = serde_json::to_string_pretty(&case)? + "\n";
+                match &args.output {
+                    Some(path) => std::fs::write(path, text)
+                        .with_context(|| format!("writing {}", path.display()))?,
+                    None => print!("{text}"),
+                }
+                Ok(())
+            }
+            Command::Replay(args) => {
+                let mut out = std::io::stdout();
+                let summary = wasmpilot::evidence::replay::replay(
+                    &args,
+                    SandboxLimits::default(),
+                    &mut out,
+                )
+                .await?;
+                if !summary.passed() {
+                    anyhow::bail!(
+                        "{} of {} cases decided differently than recorded, {} made no decision",
+                        summary.unexpected,
+                        summary.cases,
+                        summary.errors
+                    );
+                }
+                Ok(())
+            }
             Command::Crd => {
                 print!("{}", serde_yaml::to_string(&WasmOperator::crd())?);
                 Ok(())
@@ -298,6 +348,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         });
     }
+    let record_sink = match &args.record_dir {
+        Some(dir) => Some(
+            wasmpilot::evidence::record::RecordSink::start(dir, args.record_max_mib << 20)
+                .context("--record-dir")?,
+        ),
+        None => None,
+    };
     let sandbox = Sandbox::new(limits)?;
     let modules = Arc::new(
         ModuleCache::new(sandbox, Some(client.clone()), args.module_dir).with_compile_cache(
@@ -311,6 +368,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if !args.leader_elect {
         return Manager::new(client, modules)
             .with_prometheus(args.prometheus_url.clone())
+            .with_record_sink(record_sink)
             .run(shutdown)
             .await;
     }
@@ -336,7 +394,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // The leader is ready only once its own WasmOperators are listed and loaded, caches synced.
     wasmpilot::metrics::READINESS.mark_leader();
-    let manager = Manager::new(client, modules).with_prometheus(args.prometheus_url.clone());
+    let manager = Manager::new(client, modules)
+        .with_prometheus(args.prometheus_url.clone())
+        .with_record_sink(record_sink);
     tokio::select! {
         result = manager.run(&mut shutdown) => {
             election.release().await;

@@ -130,6 +130,12 @@ pub struct PhaseSpec {
     /// Where the worker's WASI random bytes come from (default `seeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub randomness: Option<RandomnessSpec>,
+    /// A candidate component run on the same requests as `module`, after each live decision is
+    /// applied; its decisions are only compared (metrics, `status.shadows`, `ShadowDiffered`
+    /// Events), never applied. Pinned by digest like every module; promote it by making it the
+    /// `module`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ModuleRef>,
 }
 
 /// Limits of one worker call.
@@ -306,7 +312,31 @@ pub struct WasmOperatorStatus {
     pub modules: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Per phase with a shadow module: how often its decisions agreed with the live ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadows: Vec<ShadowStatus>,
 }
+
+/// One phase's shadow counts, as `status.shadows` of the WasmOperator shows them.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowStatus {
+    pub phase: String,
+    /// The shadow component's digest (`sha256:…`); empty when it could not be loaded.
+    pub module: String,
+    /// Shadow decisions equal to the live one.
+    pub same: u64,
+    pub different: u64,
+    /// Shadow runs that made no decision where the live module did.
+    pub errors: u64,
+    /// The last differing (or failed) shadow run: when, on which resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_difference: Option<String>,
+    /// Why the shadow is not running (it could not be loaded); the live phase is unaffected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 
 #[cfg(test)]
 mod tests {

@@ -69,21 +69,37 @@ impl Decision {
     }
 }
 
-/// What one decision needs: the phase, its component and everything the worker is handed.
+/// What one decision needs: the phase, its component and the request the worker is handed.
 pub struct DecisionInput<'a> {
     pub definition: &'a OperatorDefinition,
     pub phase: &'a PhaseDefinition,
     /// The phase's component, with the phase's call limits.
     pub module: &'a PhaseModule,
+    /// The resource the request names (its uid and namespace own the outputs).
     pub resource: &'a DynamicObject,
-    /// The resource as workers receive it ([`crate::inputs::to_worker_json`]).
-    pub resource_json: String,
-    /// The phase's inputs, gathered (and metric samples, if any).
-    pub inputs: Vec<NamedObjects>,
-    /// The clock handed to the worker, RFC 3339.
-    pub now: String,
+    /// Exactly what the worker receives ([`sync_request`], or a recorded one when replaying).
+    pub request: SyncRequest,
     /// Whether each output kind is namespaced (kinds absent are taken as namespaced).
     pub namespaced: &'a HashMap<KindRef, bool>,
+}
+
+/// The request a phase's worker receives: the resource as workers see it
+/// ([`crate::inputs::to_worker_json`]), the phase's gathered inputs (and metric samples, if
+/// any) in declaration order, and the clock (RFC 3339).
+pub fn sync_request(
+    def: &OperatorDefinition,
+    phase: &PhaseDefinition,
+    resource_json: String,
+    inputs: Vec<NamedObjects>,
+    now: String,
+) -> SyncRequest {
+    SyncRequest {
+        operator: def.name.clone(),
+        phase: phase.name.clone(),
+        resource: resource_json,
+        inputs,
+        now,
+    }
 }
 
 /// The declared phases, comma-separated, for messages.
@@ -108,19 +124,10 @@ pub async fn decide(
         phase,
         module,
         resource,
-        resource_json,
-        inputs,
-        now,
+        request,
         namespaced,
     } = input;
     let current = &phase.name;
-    let request = SyncRequest {
-        operator: def.name.clone(),
-        phase: current.clone(),
-        resource: resource_json,
-        inputs,
-        now,
-    };
     let input_hash = RequestDigest::of_sync(&request);
     let started = Instant::now();
     let outcome = sandbox.run_sync_digested(module, request, input_hash).await;

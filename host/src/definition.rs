@@ -39,6 +39,8 @@ pub struct PhaseDefinition {
     /// Metric queries run before the worker; their samples arrive as inputs of the same names.
     pub queries: Vec<QuerySpec>,
     pub randomness: Randomness,
+    /// A candidate component compared with `module` on live requests, never applied.
+    pub shadow: Option<ModuleRef>,
 }
 
 impl PhaseDefinition {
@@ -130,6 +132,26 @@ impl OperatorDefinition {
             for (j, output) in p.outputs.iter().enumerate() {
                 check_kind(output, &format!("{field}.outputs[{j}]"))?;
             }
+            if let Some(shadow) = &p.shadow {
+                let f = format!("{field}.shadow");
+                if p.is_final {
+                    return Err(invalid(
+                        f,
+                        format!("phase {:?} is final: it runs no worker to shadow", p.name),
+                    ));
+                }
+                check_module(shadow, &f)?;
+                if let Some(oci) = shadow
+                    .oci
+                    .as_ref()
+                    .filter(|o| o.sha256.is_none() && !o.reference.contains("@sha256:"))
+                {
+                    return Err(invalid(
+                        format!("{f}.oci"),
+                        format!("a shadow module must be pinned: set sha256, or reference {} by manifest digest (@sha256:…)", oci.reference),
+                    ));
+                }
+            }
             phases.push(PhaseDefinition {
                 name: p.name.clone(),
                 is_final: p.is_final,
@@ -140,6 +162,7 @@ impl OperatorDefinition {
                 queries: p.queries.clone(),
                 limits: limit_override(p.limits.as_ref(), &format!("{field}.limits"))?,
                 randomness: randomness(p.randomness),
+                shadow: p.shadow.clone(),
             });
         }
         for (i, p) in spec.phases.iter().enumerate() {
@@ -395,6 +418,7 @@ mod tests {
             limits: None,
             queries: vec![],
             randomness: None,
+            shadow: None,
         }
     }
 

@@ -177,12 +177,15 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
     }
     ensure_namespace(&client, &opts.module_namespace).await?;
 
-    let mut roles: Vec<(String, &mut ModuleRef)> = op
-        .spec
-        .phases
-        .iter_mut()
-        .filter_map(|p| p.module.as_mut().map(|m| (p.name.clone(), m)))
-        .collect();
+    let mut roles: Vec<(String, &mut ModuleRef)> = Vec::new();
+    for p in op.spec.phases.iter_mut() {
+        if let Some(m) = p.module.as_mut() {
+            roles.push((p.name.clone(), m));
+        }
+        if let Some(m) = p.shadow.as_mut() {
+            roles.push((format!("{}-shadow", p.name), m));
+        }
+    }
     if let Some(f) = op.spec.finalizer.as_mut() {
         roles.push(("finalizer".into(), &mut f.module));
     }

@@ -1,5 +1,5 @@
 //! Field-level differences between two JSON documents (a live object and what applying would
-//! make of it), as `path: old → new` lines, with server bookkeeping left out.
+//! make of it, or a recorded decision and a candidate's), as `path: old → new` lines.
 
 use serde_json::Value;
 use std::fmt;
@@ -38,6 +38,17 @@ impl fmt::Display for Change {
             Change::Added { path, value } => write!(f, "+ {path}: {value}"),
             Change::Removed { path, value } => write!(f, "- {path}: {value}"),
             Change::Changed { path, old, new } => write!(f, "~ {path}: {old} → {new}"),
+        }
+    }
+}
+
+impl Change {
+    /// The changed field, e.g. `spec.ports[0].port`.
+    pub fn path(&self) -> &str {
+        match self {
+            Change::Added { path, .. }
+            | Change::Removed { path, .. }
+            | Change::Changed { path, .. } => path,
         }
     }
 }

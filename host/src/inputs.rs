@@ -225,6 +225,7 @@ mod tests {
             limits: Default::default(),
             queries: vec![],
             randomness: Default::default(),
+            shadow: None,
         };
         let source = Fixed(vec![
             deployment("b", "z", &[("tier", "web")]),
@@ -288,6 +289,7 @@ mod tests {
             limits: Default::default(),
             queries: vec![],
             randomness: Default::default(),
+            shadow: None,
         };
         let source = Fixed(vec![
             owned_by("u-1", true),

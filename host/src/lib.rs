@@ -21,6 +21,8 @@ pub mod crd;
 pub mod decision;
 pub mod definition;
 pub mod deploy;
+pub mod diff;
+pub mod evidence;
 pub mod informers;
 pub mod inputs;
 pub mod kinds;

@@ -5,6 +5,8 @@
 
 use crate::crd::{KindRef, WasmOperator, WasmOperatorSpec};
 use crate::definition::{OperatorDefinition, FINALIZER_ROLE};
+use crate::evidence::record::RecordSink;
+use crate::evidence::shadow::Shadows;
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::{ModuleCache, ModuleError};
 use crate::reconcile::{InputCaches, OperatorContext, OutputCaches};
@@ -140,6 +142,8 @@ pub struct Manager {
     metrics_source: crate::reconcile::MetricsSource,
     /// Watches and caches per kind, shared by the operators that use them.
     informers: crate::informers::Informers,
+    /// Where every operator's decisions are recorded, if anywhere.
+    record_sink: Option<RecordSink>,
 }
 
 impl Manager {
@@ -159,7 +163,14 @@ impl Manager {
             failed: HashMap::new(),
             retry_pending: HashSet::new(),
             metrics_source: crate::reconcile::MetricsSource::default(),
+            record_sink: None,
         }
+    }
+
+    /// Records every decision of every operator to `sink`.
+    pub fn with_record_sink(mut self, sink: Option<RecordSink>) -> Self {
+        self.record_sink = sink;
+        self
     }
 
     fn schedule_retry(&mut self, tx: &mpsc::UnboundedSender<String>, name: String) {
@@ -433,6 +444,7 @@ impl Manager {
                 workers.insert(p.name.clone(), module);
             }
         }
+        let shadows = self.load_shadows(name, &definition).await;
         let finalizer = match &definition.finalizer {
             Some(m) => {
                 let module =
@@ -492,8 +504,38 @@ impl Manager {
             backoff: Backoff::default(),
             metrics_source: self.metrics_source.clone(),
             finalized: Default::default(),
+            record_sink: self.record_sink.clone(),
+            shadows,
         };
         Ok((Arc::new(ctx), digests))
+    }
+
+    /// The phases' shadow components, started in their lane. A shadow that cannot be loaded
+    /// does not stop the operator: it is logged and reported in `status.shadows`.
+    async fn load_shadows(&self, name: &str, definition: &OperatorDefinition) -> Option<Shadows> {
+        let mut loaded = HashMap::new();
+        let mut failed = BTreeMap::new();
+        for p in &definition.phases {
+            let Some(m) = &p.shadow else { continue };
+            match self.modules.phase(m).await {
+                Ok(module) => {
+                    let module = module
+                        .with_limits(self.modules.sandbox().call_limits(&p.limits))
+                        .with_randomness(p.randomness);
+                    loaded.insert(p.name.clone(), module);
+                }
+                Err(e) => {
+                    let why = crate::worker_text::bound_owned(
+                        format!("shadow not loaded ({}): {e}", module_reason(&e)),
+                        crate::worker_text::MESSAGE_BYTES,
+                    );
+                    tracing::warn!(operator = %name, phase = %p.name, "{why}");
+                    failed.insert(p.name.clone(), why);
+                }
+            }
+        }
+        (!loaded.is_empty() || !failed.is_empty())
+            .then(|| Shadows::start(self.client.clone(), name, loaded, failed))
     }
 
     /// Writes Ready and ModulesLoaded conditions, active digests and observedGeneration.
@@ -545,6 +587,11 @@ impl Manager {
         }
         if failure.is_none() {
             body["modules"] = modules_patch(current.as_ref(), &digests);
+        }
+        let shadowed = op.spec.phases.iter().any(|p| p.shadow.is_some());
+        if !shadowed && current.as_ref().is_some_and(|s| s.get("shadows").is_some()) {
+            // The counts of shadows no longer declared go with them.
+            body["shadows"] = Value::Null;
         }
         if body.as_object().is_some_and(|m| m.is_empty()) {
             return;

@@ -38,6 +38,20 @@ pub struct LimitLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabels {
+    /// `queue_full`, `too_large` or `write_error`.
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShadowLabels {
+    pub operator: String,
+    pub phase: String,
+    /// `same`, `different` or `error` (the shadow made no decision where the live module did).
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LoadLabels {
     pub operator: String,
     pub reason: String,
@@ -53,6 +67,10 @@ pub struct Metrics {
     pub reconciles_in_flight: Gauge,
     pub worker_calls_waiting: Gauge,
     pub operators_running: Gauge,
+    pub records_written: Counter,
+    pub records_dropped: Family<DropLabels, Counter>,
+    pub shadow_decisions: Family<ShadowLabels, Counter>,
+    pub shadow_skipped: Family<PhaseLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -107,8 +125,36 @@ impl Metrics {
             "WasmOperators with a running controller",
             operators_running.clone(),
         );
+        let records_written = Counter::default();
+        registry.register(
+            "decisions_recorded",
+            "Decisions written to the record directory (--record-dir)",
+            records_written.clone(),
+        );
+        let records_dropped = Family::<DropLabels, Counter>::default();
+        registry.register(
+            "decisions_record_dropped",
+            "Decisions not recorded: the writer's queue was full, the case was larger than a segment, or writing failed",
+            records_dropped.clone(),
+        );
+        let shadow_decisions = Family::<ShadowLabels, Counter>::default();
+        registry.register(
+            "shadow_decisions",
+            "Shadow module runs compared with the live decision on the same request",
+            shadow_decisions.clone(),
+        );
+        let shadow_skipped = Family::<PhaseLabels, Counter>::default();
+        registry.register(
+            "shadow_skipped",
+            "Live decisions not shadowed because the shadow queue was full",
+            shadow_skipped.clone(),
+        );
         Metrics {
             registry,
+            records_written,
+            records_dropped,
+            shadow_decisions,
+            shadow_skipped,
             reconciles,
             worker_duration,
             limit_kills,
@@ -117,6 +163,15 @@ impl Metrics {
             worker_calls_waiting,
             operators_running,
         }
+    }
+
+    /// Counts a decision the record sink dropped, by why.
+    pub fn record_drops(&self, reason: &str) {
+        self.records_dropped
+            .get_or_create(&DropLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// The registry in Prometheus text format.
@@ -198,7 +253,7 @@ impl Readiness {
 
 pub static READINESS: LazyLock<Readiness> = LazyLock::new(Readiness::default);
 
-/// Serves `/metrics`, `/healthz` and `/readyz` until the process ends.
+/// Serves `/metrics`, `/healthz`, `/readyz` and `/shadow-cases` until the process ends.
 pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
     let app = Router::new()
         .route(
@@ -211,6 +266,21 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
             }),
         )
         .route("/healthz", get(|| async { "ok" }))
+        // The last decisions of shadow modules that differed from the live ones, one JSON case
+        // per line (`?operator=NAME` for one operator): input for `wasmpilot replay`.
+        .route(
+            "/shadow-cases",
+            get(
+                |query: axum::extract::Query<std::collections::HashMap<String, String>>| async move {
+                    (
+                        [("content-type", "application/jsonl")],
+                        crate::evidence::shadow::kept_cases(
+                            query.get("operator").map(String::as_str),
+                        ),
+                    )
+                },
+            ),
+        )
         .route(
             "/readyz",
             get(|| async {

@@ -249,25 +249,40 @@ pub async fn decide(
         bail!("phase {phase_name} is final: it runs no worker")
     };
     let sandbox = modules.sandbox();
-    let module = modules
-        .phase(module_ref)
-        .await
-        .with_context(|| format!("loading the module of phase {phase_name}"))?
-        .with_limits(sandbox.call_limits(&phase.limits))
-        .with_randomness(phase.randomness);
+    let module = phase_module(modules, phase, module_ref).await?;
     let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(resource), source);
     phase_inputs.extend(extra_inputs);
+    let request = decision::sync_request(
+        def,
+        phase,
+        inputs::to_worker_json(resource, &def.resource),
+        phase_inputs,
+        now.to_string(),
+    );
     let input = DecisionInput {
         definition: def,
         phase,
         module: &module,
         resource,
-        resource_json: inputs::to_worker_json(resource, &def.resource),
-        inputs: phase_inputs,
-        now: now.to_string(),
+        request,
         namespaced,
     };
     Ok(decision::decide(sandbox, input, |_, _| {}).await?)
+}
+
+/// Loads `module_ref` as `phase`'s component, with the phase's limits and randomness, as the
+/// controller does.
+pub async fn phase_module(
+    modules: &ModuleCache,
+    phase: &PhaseDefinition,
+    module_ref: &crate::crd::ModuleRef,
+) -> anyhow::Result<crate::sandbox::PhaseModule> {
+    Ok(modules
+        .phase(module_ref)
+        .await
+        .with_context(|| format!("loading the module of phase {}", phase.name))?
+        .with_limits(modules.sandbox().call_limits(&phase.limits))
+        .with_randomness(phase.randomness))
 }
 
 /// `wasmpilot run-phase`: one decision from files.

@@ -191,6 +191,7 @@ mod tests {
             limits: None,
             queries: vec![],
             randomness: None,
+            shadow: None,
         };
         let deployments = InputSpec {
             name: "deployments".into(),

@@ -4,7 +4,6 @@
 //! do to a live resource (server-side dry run). See docs/tutorial.md.
 
 pub mod build;
-pub mod diff;
 pub mod graph;
 pub mod init;
 pub mod plan;

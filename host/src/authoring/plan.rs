@@ -10,7 +10,7 @@
 //! and the status patch is sent to the status subresource with `dryRun=All`. The answers are
 //! diffed field by field against the live objects.
 
-use super::diff::{diff, without_bookkeeping, Change};
+use crate::diff::{diff, without_bookkeeping, Change};
 use crate::crd::{KindRef, WasmOperator};
 use crate::definition::OperatorDefinition;
 use crate::inputs;
@@ -62,23 +62,31 @@ pub struct PlanSummary {
     pub delete: usize,
 }
 
-/// Runs the plan and writes it to `out`.
-pub async fn plan(
-    client: Client,
-    args: &PlanArgs,
-    limits: SandboxLimits,
-    out: &mut dyn Write,
-) -> anyhow::Result<PlanSummary> {
-    let (kind_arg, name) = args.target.split_once('/').ok_or_else(|| {
-        anyhow!(
-            "{:?} is not kind/name: write e.g. autoroute/example",
-            args.target
-        )
-    })?;
+/// A live resource of a deployed operator, as `plan` and `capture` find it.
+pub(crate) struct LiveResource {
+    pub operator: String,
+    pub def: OperatorDefinition,
+    pub resource_kind: ResolvedKind,
+    pub resource: DynamicObject,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+/// Finds `kind/name` and the WasmOperator managing it (named, or the one whose `spec.resource`
+/// is that kind), with errors saying what to check.
+pub(crate) async fn find_live(
+    client: &Client,
+    target: &str,
+    namespace: Option<&str>,
+    operator: Option<&str>,
+) -> anyhow::Result<LiveResource> {
+    let (kind_arg, name) = target
+        .split_once('/')
+        .ok_or_else(|| anyhow!("{target:?} is not kind/name: write e.g. autoroute/example"))?;
     let operators = Api::<WasmOperator>::all(client.clone());
-    let operator = match &args.operator {
-        Some(op) => op.clone(),
-        None => infer_operator(&client, &operators, kind_arg).await?,
+    let operator = match operator {
+        Some(op) => op.to_string(),
+        None => infer_operator(client, &operators, kind_arg).await?,
     };
     let op = operators
         .get_opt(&operator)
@@ -91,22 +99,22 @@ pub async fn plan(
         })?;
     let def = OperatorDefinition::validate(&operator, &op.spec)
         .with_context(|| format!("WasmOperator {operator} is invalid: fix it and redeploy (wasmpilot deploy <dir>); kubectl describe wasmoperator {operator} shows its Ready condition"))?;
-    let resource_kind = kinds::resolve(&client, &def.resource, "spec.resource").await?;
+    let resource_kind = kinds::resolve(client, &def.resource, "spec.resource").await?;
     let wanted = kind_arg.to_ascii_lowercase();
     if wanted != def.resource.kind.to_ascii_lowercase() && wanted != resource_kind.api.plural {
         bail!(
-            "WasmOperator {operator} manages {} ({}), not {kind_arg:?}: plan {}/{name}, or drop --operator to find the operator of {kind_arg:?}",
+            "WasmOperator {operator} manages {} ({}), not {kind_arg:?}: use {}/{name}, or drop --operator to find the operator of {kind_arg:?}",
             def.resource.kind,
             resource_kind.api.plural,
             def.resource.kind.to_ascii_lowercase()
         );
     }
     let namespace = resource_kind.namespaced.then(|| {
-        args.namespace
-            .clone()
+        namespace
+            .map(str::to_string)
             .unwrap_or_else(|| client.default_namespace().to_string())
     });
-    let api = dynamic_api(&client, &resource_kind, namespace.as_deref());
+    let api = dynamic_api(client, &resource_kind, namespace.as_deref());
     let resource = api
         .get_opt(name)
         .await
@@ -130,6 +138,68 @@ pub async fn plan(
                 namespace.clone().unwrap_or_default()
             )
         })?;
+    Ok(LiveResource {
+        operator,
+        def,
+        resource_kind,
+        resource,
+        namespace,
+        name: name.to_string(),
+    })
+}
+
+/// What a phase's worker would be handed for a live resource now: its inputs listed from the
+/// cluster, and the samples of its metric queries (against the WasmOperator's Prometheus, else
+/// `prometheus_url`).
+pub(crate) async fn live_inputs(
+    client: &Client,
+    live: &LiveResource,
+    phase_name: &str,
+    prometheus_url: Option<&str>,
+    now: &str,
+) -> anyhow::Result<(ObjectsByKind, Vec<crate::sandbox::NamedObjects>)> {
+    let def = &live.def;
+    let phase = offline::declared_phase(def, phase_name)?;
+    let source = read_inputs(client, def, phase_name, live.namespace.as_deref()).await?;
+    let mut extra = Vec::new();
+    if !phase.queries.is_empty() {
+        let (url, timeout) = match &def.prometheus {
+            Some((url, timeout)) => (Some(url.clone()), *timeout),
+            None => (
+                prometheus_url.map(str::to_string),
+                crate::promql::DEFAULT_TIMEOUT,
+            ),
+        };
+        let as_value: Value =
+            serde_json::from_str(&inputs::to_worker_json(&live.resource, &def.resource))?;
+        extra = crate::promql::Prometheus::default()
+            .run(&phase.queries, &as_value, url.as_deref(), timeout, now)
+            .await
+            .with_context(|| format!("metric queries of phase {phase_name} (pass --prometheus-url if the WasmOperator names no Prometheus)"))?;
+    }
+    Ok((source, extra))
+}
+
+/// Runs the plan and writes it to `out`.
+pub async fn plan(
+    client: Client,
+    args: &PlanArgs,
+    limits: SandboxLimits,
+    out: &mut dyn Write,
+) -> anyhow::Result<PlanSummary> {
+    let live = find_live(
+        &client,
+        &args.target,
+        args.namespace.as_deref(),
+        args.operator.as_deref(),
+    )
+    .await?;
+    let operator = live.operator.clone();
+    let name = live.name.as_str();
+    let namespace = live.namespace.clone();
+    let def = &live.def;
+    let resource = &live.resource;
+    let api = dynamic_api(&client, &live.resource_kind, namespace.as_deref());
     let described = outputs::describe(&(def.resource.clone(), namespace.clone(), name.to_string()));
     let phase_name = offline::current_phase(&def, &resource);
     let phase = offline::declared_phase(&def, &phase_name)?;
@@ -155,20 +225,14 @@ pub async fn plan(
         .now
         .clone()
         .unwrap_or_else(crate::reconcile::now_rfc3339);
-    let source = read_inputs(&client, &def, &phase_name, namespace.as_deref()).await?;
-    let mut extra = Vec::new();
-    if !phase.queries.is_empty() {
-        let (url, timeout) = match &def.prometheus {
-            Some((url, timeout)) => (Some(url.clone()), *timeout),
-            None => (args.prometheus_url.clone(), crate::promql::DEFAULT_TIMEOUT),
-        };
-        let as_value: Value =
-            serde_json::from_str(&inputs::to_worker_json(&resource, &def.resource))?;
-        extra = crate::promql::Prometheus::default()
-            .run(&phase.queries, &as_value, url.as_deref(), timeout, &now)
-            .await
-            .with_context(|| format!("metric queries of phase {phase_name} (pass --prometheus-url if the WasmOperator names no Prometheus)"))?;
-    }
+    let (source, extra) = live_inputs(
+        &client,
+        &live,
+        &phase_name,
+        args.prometheus_url.as_deref(),
+        &now,
+    )
+    .await?;
     let mut output_kinds: HashMap<KindRef, ResolvedKind> = HashMap::new();
     for (i, k) in phase.outputs.iter().enumerate() {
         let resolved = kinds::resolve(&client, k, &format!("outputs[{i}]")).await?;

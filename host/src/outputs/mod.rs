@@ -658,6 +658,7 @@ mod tests {
             limits: Default::default(),
             queries: vec![],
             randomness: Default::default(),
+            shadow: None,
         }
     }
 

@@ -6,6 +6,8 @@
 use crate::crd::KindRef;
 use crate::decision::{self, phase_names, DecisionInput};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
+use crate::evidence::case::RecordedResult;
+use crate::evidence::LiveCall;
 use crate::informers::{MetadataInformer, ObjectInformer};
 use crate::inputs::{self, ObjectSource, WorkerObject};
 use crate::kinds::ResolvedKind;
@@ -20,7 +22,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 pub mod finalizer;
@@ -55,6 +57,10 @@ pub struct OperatorContext {
     pub metrics_source: MetricsSource,
     /// Resources whose finalizer worker reported done (it runs once per deletion).
     pub finalized: finalizer::FinalizedResources,
+    /// Where decisions are recorded (`wasmpilot run --record-dir`), if anywhere.
+    pub record_sink: Option<crate::evidence::record::RecordSink>,
+    /// The phases' shadow components, if any phase declares one.
+    pub shadows: Option<crate::evidence::shadow::Shadows>,
 }
 
 /// Where phases' metric queries go unless the WasmOperator names its own Prometheus.
@@ -181,7 +187,7 @@ impl ReconcileError {
         }
     }
 
-    fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static str {
         match self {
             ReconcileError::UnknownPhase { .. } => "UnknownPhase",
             ReconcileError::UnknownNextPhase { .. } => "UnknownNextPhase",
@@ -241,7 +247,8 @@ impl OperatorContext {
         self.resource.api(&self.client, namespace)
     }
 
-    fn key(obj: &DynamicObject) -> String {
+    /// `namespace/name` (or `name`), as logs, backoff and cases name a resource.
+    pub fn key(obj: &DynamicObject) -> String {
         format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
     }
 }
@@ -269,7 +276,11 @@ pub async fn reconcile(
             .unwrap_or(&ctx.definition.initial_phase)
             .to_string();
         let api = ctx.api_for(obj.namespace().as_deref());
-        let mut result = decide(&ctx, &api, obj.clone()).await;
+        let mut live = None;
+        let mut result = decide(&ctx, &api, obj.clone(), &mut live).await;
+        if let Some(call) = live.take() {
+            crate::evidence::after_live_call(&ctx, &obj, call);
+        }
         if let Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) =
             &result
         {
@@ -279,7 +290,11 @@ pub async fn reconcile(
             match api.get_opt(&obj.name_any()).await {
                 Ok(Some(fresh)) => {
                     tracing::info!("{why}");
-                    result = decide(&ctx, &api, Arc::new(fresh)).await;
+                    let fresh = Arc::new(fresh);
+                    result = decide(&ctx, &api, fresh.clone(), &mut live).await;
+                    if let Some(call) = live.take() {
+                        crate::evidence::after_live_call(&ctx, &fresh, call);
+                    }
                 }
                 Ok(None) => result = Ok(Action::await_change()),
                 Err(_) => {}
@@ -307,11 +322,13 @@ pub async fn reconcile(
     .await
 }
 
-/// Finalizer bookkeeping, then the phase worker (or the finalizer worker on deletion).
+/// Finalizer bookkeeping, then the phase worker (or the finalizer worker on deletion). The
+/// phase worker's call is left in `live` when the evidence step wants it.
 async fn decide(
     ctx: &OperatorContext,
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
+    live: &mut Option<LiveCall>,
 ) -> Result<Action, ReconcileError> {
     if ctx.finalizer.is_some() {
         let name = crate::finalizer_name(&ctx.definition.name);
@@ -326,7 +343,7 @@ async fn decide(
             return Ok(Action::await_change());
         }
         if !deleting {
-            return run_phase(ctx, api, obj).await;
+            return run_phase(ctx, api, obj, live).await;
         }
         let uid = obj.uid().unwrap_or_default();
         if !ctx.finalized.contains(&uid) {
@@ -343,7 +360,7 @@ async fn decide(
     } else if obj.meta().deletion_timestamp.is_some() {
         Ok(Action::await_change())
     } else {
-        run_phase(ctx, api, obj).await
+        run_phase(ctx, api, obj, live).await
     }
 }
 
@@ -371,6 +388,7 @@ async fn run_phase(
     ctx: &OperatorContext,
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
+    live: &mut Option<LiveCall>,
 ) -> Result<Action, ReconcileError> {
     let def = &ctx.definition;
     let status = obj.data.get("status");
@@ -440,20 +458,30 @@ async fn run_phase(
             })?;
         phase_inputs.extend(samples);
     }
+    let request = decision::sync_request(def, phase, resource, phase_inputs, now);
+    let kept_request = crate::evidence::wanted(ctx, &current).then(|| request.clone());
     let input = DecisionInput {
         definition: def,
         phase,
         module,
         resource: &obj,
-        resource_json: resource,
-        inputs: phase_inputs,
-        now,
+        request,
         namespaced: &ctx.namespaced,
     };
-    let mut decision = decision::decide(&ctx.sandbox, input, |elapsed, error| {
+    let started = Instant::now();
+    let decided = decision::decide(&ctx.sandbox, input, |elapsed, error| {
         record_worker_call(&def.name, &current, elapsed, error)
     })
-    .await?;
+    .await;
+    if let Some(request) = kept_request {
+        *live = Some(LiveCall {
+            request,
+            result: RecordedResult::of(&decided),
+            module: module.digest.clone(),
+            duration: started.elapsed(),
+        });
+    }
+    let mut decision = decided?;
     let uid = obj.metadata.uid.clone().unwrap_or_default();
     let namespace = obj.namespace();
     let mut checked = std::mem::take(&mut decision.outputs);

@@ -1,0 +1,328 @@
+//! Shadow modules: a phase may name a second component that runs on the identical request
+//! after the live decision was applied, in one lane per operator beside the reconciles. Its
+//! decision is only compared — counted in metrics and the WasmOperator's status, differences
+//! kept as replay cases and reported as rate-limited `ShadowDiffered` Events — never applied.
+
+use super::case::{compare, summarize, CaseSource, RecordedResult, Verdict};
+use super::record::PendingRecord;
+use super::LiveCall;
+use crate::crd::{ShadowStatus, WasmOperator};
+use crate::decision::{self, DecisionInput};
+use crate::reconcile::OperatorContext;
+use crate::sandbox::PhaseModule;
+use crate::worker_text::{bounded, MESSAGE_BYTES};
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::{Api, Client, Resource};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Live decisions waiting for their shadow run, per operator; more are skipped (counted).
+const QUEUE: usize = 1024;
+/// At most one `ShadowDiffered` Event per resource in this interval.
+const EVENT_INTERVAL: Duration = Duration::from_secs(300);
+/// The WasmOperator's shadow counts are written at most this often.
+const STATUS_INTERVAL: Duration = Duration::from_secs(5);
+/// Differing cases kept per operator (served at `/shadow-cases`).
+const KEPT_CASES: usize = 10;
+/// Changed fields named in one Event.
+const EVENT_CHANGES: usize = 3;
+
+/// One operator's shadows: the components by phase and where their runs go.
+pub struct Shadows {
+    modules: HashMap<String, PhaseModule>,
+    queue: mpsc::Sender<ShadowJob>,
+    stats: Arc<Mutex<BTreeMap<String, ShadowStatus>>>,
+}
+
+/// A live call to shadow.
+pub struct ShadowJob {
+    ctx: Arc<OperatorContext>,
+    resource: Arc<DynamicObject>,
+    call: LiveCall,
+}
+
+impl Shadows {
+    /// Shadows for `modules` (phase → component) plus `failed` (phase → why it did not load);
+    /// starts the operator's shadow lane, which writes the counts to the WasmOperator `operator`.
+    pub fn start(
+        client: Client,
+        operator: &str,
+        modules: HashMap<String, PhaseModule>,
+        failed: BTreeMap<String, String>,
+    ) -> Self {
+        let mut stats = BTreeMap::new();
+        for (phase, module) in &modules {
+            stats.insert(
+                phase.clone(),
+                ShadowStatus {
+                    phase: phase.clone(),
+                    module: module.digest.clone(),
+                    ..Default::default()
+                },
+            );
+        }
+        for (phase, why) in failed {
+            stats.insert(
+                phase.clone(),
+                ShadowStatus {
+                    phase,
+                    message: Some(why),
+                    ..Default::default()
+                },
+            );
+        }
+        let stats = Arc::new(Mutex::new(stats));
+        let (queue, jobs) = mpsc::channel(QUEUE);
+        tokio::spawn(lane(client, operator.to_string(), jobs, stats.clone()));
+        Shadows {
+            modules,
+            queue,
+            stats,
+        }
+    }
+
+    pub fn has(&self, phase: &str) -> bool {
+        self.modules.contains_key(phase)
+    }
+
+    /// The counts so far, by phase.
+    pub fn counts(&self) -> Vec<ShadowStatus> {
+        lock(&self.stats).values().cloned().collect()
+    }
+
+    /// Queues a live call for its shadow run; never waits (a full queue skips it, counted).
+    pub fn enqueue(&self, ctx: Arc<OperatorContext>, resource: Arc<DynamicObject>, call: LiveCall) {
+        let phase = call.request.phase.clone();
+        if let Err(mpsc::error::TrySendError::Full(_) | mpsc::error::TrySendError::Closed(_)) =
+            self.queue.try_send(ShadowJob {
+                ctx: ctx.clone(),
+                resource,
+                call,
+            })
+        {
+            crate::metrics::METRICS
+                .shadow_skipped
+                .get_or_create(&crate::metrics::PhaseLabels {
+                    operator: ctx.definition.name.clone(),
+                    phase,
+                })
+                .inc();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs an operator's shadow jobs one at a time (so shadows hold at most one sandbox slot),
+/// and writes the counts to the WasmOperator's status when they changed, at most every
+/// [`STATUS_INTERVAL`]. Ends when the operator's controller is gone.
+async fn lane(
+    client: Client,
+    operator: String,
+    mut jobs: mpsc::Receiver<ShadowJob>,
+    stats: Arc<Mutex<BTreeMap<String, ShadowStatus>>>,
+) {
+    let mut last_event: HashMap<String, Instant> = HashMap::new();
+    let mut written: Option<Vec<ShadowStatus>> = None;
+    let mut last_write = Instant::now() - STATUS_INTERVAL;
+    // The initial counts (and load failures) show up at once.
+    write_counts(&client, &operator, &stats, &mut written).await;
+    loop {
+        let wait = STATUS_INTERVAL.saturating_sub(last_write.elapsed());
+        match tokio::time::timeout(wait, jobs.recv()).await {
+            Ok(Some(job)) => run(job, &stats, &mut last_event).await,
+            Ok(None) => break,
+            Err(_) => {}
+        }
+        if last_write.elapsed() >= STATUS_INTERVAL {
+            write_counts(&client, &operator, &stats, &mut written).await;
+            last_write = Instant::now();
+        }
+    }
+    write_counts(&client, &operator, &stats, &mut written).await;
+}
+
+/// Merge-patches `status.shadows` when the counts differ from what was last written.
+async fn write_counts(
+    client: &Client,
+    operator: &str,
+    stats: &Mutex<BTreeMap<String, ShadowStatus>>,
+    written: &mut Option<Vec<ShadowStatus>>,
+) {
+    let counts: Vec<ShadowStatus> = lock(stats).values().cloned().collect();
+    if written.as_ref() == Some(&counts) {
+        return;
+    }
+    let api: Api<WasmOperator> = Api::all(client.clone());
+    let patch = serde_json::json!({ "status": { "shadows": counts } });
+    match api
+        .patch_status(operator, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => *written = Some(counts),
+        Err(e) => {
+            tracing::debug!(operator, error = %e, "could not write shadow counts (retrying later)")
+        }
+    }
+}
+
+/// One shadow run: the shadow component on the live call's request, through the same decision
+/// step and checks, compared with the live result.
+async fn run(
+    job: ShadowJob,
+    stats: &Mutex<BTreeMap<String, ShadowStatus>>,
+    last_event: &mut HashMap<String, Instant>,
+) {
+    let ShadowJob {
+        ctx,
+        resource,
+        call,
+    } = job;
+    let def = &ctx.definition;
+    let phase_name = call.request.phase.clone();
+    let (Some(phase), Some(shadows)) = (def.phase(&phase_name), ctx.shadows.as_ref()) else {
+        return;
+    };
+    let Some(module) = shadows.modules.get(&phase_name) else {
+        return;
+    };
+    let input = DecisionInput {
+        definition: def,
+        phase,
+        module,
+        resource: &resource,
+        request: call.request.clone(),
+        namespaced: &ctx.namespaced,
+    };
+    let shadow = RecordedResult::of(&decision::decide(&ctx.sandbox, input, |_, _| {}).await);
+    let verdict = compare(&call.result, &shadow);
+    crate::metrics::METRICS
+        .shadow_decisions
+        .get_or_create(&crate::metrics::ShadowLabels {
+            operator: def.name.clone(),
+            phase: phase_name.clone(),
+            result: verdict.label().to_string(),
+        })
+        .inc();
+    let key = OperatorContext::key(&resource);
+    {
+        let mut stats = lock(stats);
+        let entry = stats.entry(phase_name.clone()).or_default();
+        match &verdict {
+            Verdict::Same => entry.same += 1,
+            Verdict::Different(_) => entry.different += 1,
+            Verdict::Error(_) => entry.errors += 1,
+        }
+        if verdict != Verdict::Same {
+            entry.last_difference = Some(format!("{} {key}", crate::reconcile::now_rfc3339()));
+        }
+    }
+    let what = match &verdict {
+        Verdict::Same => return,
+        Verdict::Different(changes) => summarize(changes, EVENT_CHANGES),
+        Verdict::Error(why) => format!("no decision: {why}"),
+    };
+    let input_hash = crate::sandbox::RequestDigest::of_sync(&call.request).to_prefixed_hex();
+    tracing::info!(
+        resource = %key,
+        phase = %phase_name,
+        shadow = %module.digest,
+        input = %input_hash,
+        result = verdict.label(),
+        "shadow decided differently: {}",
+        bounded(&what, MESSAGE_BYTES)
+    );
+    keep_case(&ctx, &key, &call, &module.digest, shadow);
+    let due = last_event
+        .get(&key)
+        .is_none_or(|at| at.elapsed() >= EVENT_INTERVAL);
+    if due {
+        if last_event.len() > 10_000 {
+            last_event.retain(|_, at| at.elapsed() < EVENT_INTERVAL);
+        }
+        last_event.insert(key, Instant::now());
+        let reference = resource.object_ref(&ctx.resource.api);
+        let note = format!(
+            "shadow {} of phase {phase_name} decided differently from {} (input {}):\n{}",
+            short(&module.digest),
+            short(&call.module),
+            short(&input_hash),
+            bounded(&what, MESSAGE_BYTES)
+        );
+        crate::status::publish_event(
+            &ctx.recorder,
+            &reference,
+            false,
+            "ShadowDiffered",
+            "Shadow",
+            note,
+        )
+        .await;
+    }
+}
+
+/// Keeps a differing case: in memory for `/shadow-cases`, and in the record directory if any.
+fn keep_case(
+    ctx: &OperatorContext,
+    resource: &str,
+    call: &LiveCall,
+    shadow_module: &str,
+    shadow: RecordedResult,
+) {
+    let record = PendingRecord {
+        source: CaseSource::Shadow,
+        resource: resource.to_string(),
+        request: call.request.clone(),
+        module: call.module.clone(),
+        result: call.result.clone(),
+        duration: Some(call.duration),
+        shadow: Some((shadow_module.to_string(), shadow)),
+    };
+    if let Some(sink) = &ctx.record_sink {
+        sink.record(record.clone());
+    }
+    let line = record
+        .into_case()
+        .map_err(anyhow::Error::from)
+        .and_then(|case| Ok(serde_json::to_string(&case)?));
+    match line {
+        Ok(line) => {
+            let mut cases = lock(&SHADOW_CASES);
+            let kept = cases.entry(ctx.definition.name.clone()).or_default();
+            if kept.len() == KEPT_CASES {
+                kept.pop_front();
+            }
+            kept.push_back(line);
+        }
+        Err(e) => tracing::warn!(error = %e, "could not keep a shadow case"),
+    }
+}
+
+/// The last differing cases of each operator, newest last, as JSON lines.
+static SHADOW_CASES: LazyLock<Mutex<HashMap<String, VecDeque<String>>>> =
+    LazyLock::new(Default::default);
+
+/// The kept differing cases of `operator` (all operators if `None`), one JSON case per line:
+/// what `/shadow-cases` serves, ready for `wasmpilot replay`.
+pub fn kept_cases(operator: Option<&str>) -> String {
+    let cases = lock(&SHADOW_CASES);
+    let mut out = String::new();
+    for (name, kept) in cases.iter() {
+        if operator.is_some_and(|o| o != name) {
+            continue;
+        }
+        for line in kept {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn short(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
+}
