@@ -1,0 +1,62 @@
+"""AutoRoute's Ready phase: stay Ready while `status.syncedDeployments` are the Deployments the
+route selects and its routes (Services, VirtualServices, Gateway) are as Syncing made them; go
+back to Syncing when either differs (a new or removed Deployment, or a route edited by hand)."""
+
+import wasmpilot_guest as guest
+from autoroute import (
+    AutoRoute,
+    Deployment,
+    SelectorError,
+    deployment_names,
+    desired_routes,
+    matching_deployments,
+    routable_deployments,
+    route_differences,
+)
+
+
+class Ready(guest.PhaseWorker):
+    """Compares `status.syncedDeployments` with the Deployments the route selects now, and the
+    route's own objects (inputs `services`, `virtualservices`, `gateways`, declared `owned`)
+    with the ones Syncing would apply."""
+
+    resource_type = AutoRoute
+
+    def sync(self, ctx: guest.Context, route: AutoRoute, inputs: guest.Inputs) -> guest.Outcome:
+        deployments = inputs.list("deployments", Deployment)
+        try:
+            matching = matching_deployments(route, deployments)
+            routable = routable_deployments(route, deployments)
+        except SelectorError as err:
+            raise guest.WorkerError.fatal(f"spec.deploymentSelector is invalid: {err}") from err
+        actual = deployment_names(matching)
+        synced = sorted(route.synced_deployments)
+
+        if synced != actual:
+            added = [d for d in actual if d not in synced]
+            removed = [d for d in synced if d not in actual]
+            ctx.info(
+                "routed deployments changed, syncing again",
+                added=",".join(added),
+                removed=",".join(removed),
+            )
+            return guest.Outcome.next("Syncing")
+
+        desired = desired_routes(route.name or "", route.namespace, routable)
+        differences = route_differences(
+            desired,
+            inputs.list("services"),
+            inputs.list("virtualservices"),
+            inputs.list("gateways"),
+        )
+        if not differences:
+            ctx.debug("routes are up to date", deployments=len(actual))
+            return guest.Outcome.next("Ready")
+        ctx.info(
+            "routes differ from what Syncing applies, syncing again",
+            differences="; ".join(differences),
+        )
+        return guest.Outcome.next("Syncing")
+
+
+PhaseWorker = guest.export_phase(Ready)
