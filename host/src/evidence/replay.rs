@@ -107,7 +107,12 @@ pub async fn replay(
     let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(module_dir)).with_progress();
     let mut loaded: HashMap<String, PhaseModule> = HashMap::new();
     let mut summary = ReplaySummary::default();
+    let mut other_operators = 0;
     for (name, case) in cases {
+        if case.request.operator != def.name {
+            other_operators += 1;
+            continue;
+        }
         if args.phase.as_ref().is_some_and(|p| *p != case.request.phase) {
             continue;
         }
@@ -165,6 +170,20 @@ pub async fn replay(
         if label != "same" && phase_randomness(&def, &case) == Some(Randomness::Host) {
             writeln!(out, "    note: phase {} takes the host's randomness, so its decisions need not repeat", case.request.phase)?;
         }
+    }
+    if other_operators > 0 {
+        writeln!(
+            out,
+            "({other_operators} cases of other operators than {} skipped)",
+            def.name
+        )?;
+    }
+    if summary.cases == 0 {
+        bail!(
+            "none of the cases is of operator {} (phase filter: {})",
+            def.name,
+            args.phase.as_deref().unwrap_or("none")
+        );
     }
     writeln!(
         out,
