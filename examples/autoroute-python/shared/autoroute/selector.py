@@ -7,11 +7,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 
+def is_control(ch: str) -> bool:
+    """Whether `ch` is a C0 or C1 control character."""
+    return ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F
+
+
 def debug_quoted(text: str) -> str:
-    """`text` quoted as Rust's `{:?}` writes a string, so messages read as the Rust worker's."""
+    """`text` quoted as Rust's `{:?}` writes a string (quotes, backslashes and control
+    characters escaped), so messages read as the Rust worker's."""
     escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
     quoted = "".join(
-        escapes.get(ch) or (ch if ch.isprintable() else f"\\u{{{ord(ch):x}}}") for ch in text
+        escapes.get(ch) or (f"\\u{{{ord(ch):x}}}" if is_control(ch) else ch) for ch in text
     )
     return f'"{quoted}"'
 

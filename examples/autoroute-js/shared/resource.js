@@ -1,0 +1,143 @@
+// The AutoRoute and Deployment objects the workers read, checked where the workers read them.
+//
+// `fromJSON` throws as the Rust types' deserialization fails: a missing `metadata`, `spec` or
+// `spec.deploymentSelector`, or a field the workers read that has the wrong JSON type. Fields
+// the workers do not read are not checked.
+
+const isObject = (value) => value !== null && typeof value === 'object' && !Array.isArray(value);
+
+function jsonType(value) {
+  if (value === null || value === undefined) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return { boolean: 'a boolean', number: 'a number', string: 'a string' }[typeof value] ?? 'an object';
+}
+
+function object(value, what) {
+  if (!isObject(value)) throw new TypeError(`${what}: expected an object, not ${jsonType(value)}`);
+  return value;
+}
+
+/** `parent[key]` as an object, `{}` when absent or null (Kubernetes' optional fields). */
+function optionalObject(parent, key, what) {
+  return parent[key] === undefined || parent[key] === null ? {} : object(parent[key], what);
+}
+
+function optionalText(parent, key, what) {
+  const value = parent[key] ?? undefined;
+  if (value !== undefined && typeof value !== 'string') {
+    throw new TypeError(`${what}: expected a string, not ${jsonType(value)}`);
+  }
+  return value;
+}
+
+function textMap(parent, key, what) {
+  if (parent[key] === undefined || parent[key] === null) return undefined;
+  for (const [k, v] of Object.entries(object(parent[key], what))) {
+    if (typeof v !== 'string') throw new TypeError(`${what}.${k}: expected a string, not ${jsonType(v)}`);
+  }
+  return { ...parent[key] };
+}
+
+function textList(value, what) {
+  if (!Array.isArray(value)) throw new TypeError(`${what}: expected an array, not ${jsonType(value)}`);
+  for (const item of value) {
+    if (typeof item !== 'string') throw new TypeError(`${what}: expected strings, not ${jsonType(item)}`);
+  }
+  return [...value];
+}
+
+function list(parent, key, what) {
+  const value = parent[key];
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value)) throw new TypeError(`${what}: expected an array, not ${jsonType(value)}`);
+  return value;
+}
+
+/** A Kubernetes LabelSelector checked: `matchLabels` strings, `matchExpressions` with string
+ * `key`/`operator` and string `values`. */
+function labelSelector(value, what) {
+  const selector = object(value, what);
+  textMap(selector, 'matchLabels', `${what}.matchLabels`);
+  list(selector, 'matchExpressions', `${what}.matchExpressions`).forEach((expr, index) => {
+    const where = `${what}.matchExpressions[${index}]`;
+    object(expr, where);
+    optionalText(expr, 'key', `${where}.key`);
+    optionalText(expr, 'operator', `${where}.operator`);
+    if (expr.values !== undefined && expr.values !== null) textList(expr.values, `${where}.values`);
+  });
+  return selector;
+}
+
+/** Routes ingress traffic through an Istio gateway to every Deployment the selector matches. */
+export class AutoRoute {
+  constructor({ name, namespace, deploymentSelector, syncedDeployments = [] }) {
+    this.name = name;
+    this.namespace = namespace;
+    /** `spec.deploymentSelector`: which Deployments (in the AutoRoute's namespace) to route to. */
+    this.deploymentSelector = deploymentSelector;
+    /** `status.syncedDeployments`: every Deployment the selector matched at the last sync. */
+    this.syncedDeployments = syncedDeployments;
+  }
+
+  static fromJSON(value) {
+    const route = object(value, 'the AutoRoute');
+    if (!('metadata' in route)) throw new TypeError('missing field `metadata`');
+    if (!('spec' in route)) throw new TypeError('missing field `spec`');
+    const metadata = object(route.metadata, 'metadata');
+    const spec = object(route.spec, 'spec');
+    if (!('deploymentSelector' in spec)) throw new TypeError('missing field `deploymentSelector`');
+    const status = optionalObject(route, 'status', 'status');
+    const synced = status.syncedDeployments;
+    return new AutoRoute({
+      name: optionalText(metadata, 'name', 'metadata.name'),
+      namespace: optionalText(metadata, 'namespace', 'metadata.namespace'),
+      deploymentSelector: labelSelector(spec.deploymentSelector, 'spec.deploymentSelector'),
+      syncedDeployments:
+        synced === undefined || synced === null ? [] : textList(synced, 'status.syncedDeployments'),
+    });
+  }
+}
+
+const I32_MIN = -(2 ** 31);
+const I32_MAX = 2 ** 31 - 1;
+
+/** The fields of an apps/v1 Deployment the workers read. */
+export class Deployment {
+  constructor({ name, namespace, labels, podLabels, containerPorts }) {
+    this.name = name;
+    this.namespace = namespace;
+    this.labels = labels;
+    /** `spec.selector.matchLabels`: the labels of the Deployment's pods. */
+    this.podLabels = podLabels;
+    /** Per container of the pod template, its `ports[].containerPort` (0 where absent). */
+    this.containerPorts = containerPorts;
+  }
+
+  static fromJSON(value) {
+    const deployment = object(value, 'the Deployment');
+    const metadata = optionalObject(deployment, 'metadata', 'metadata');
+    const spec = optionalObject(deployment, 'spec', 'spec');
+    const selector = labelSelector(optionalObject(spec, 'selector', 'spec.selector'), 'spec.selector');
+    const template = optionalObject(spec, 'template', 'spec.template');
+    const podSpec = optionalObject(template, 'spec', 'spec.template.spec');
+    const containerPorts = list(podSpec, 'containers', 'spec.template.spec.containers').map((container, index) => {
+      const where = `spec.template.spec.containers[${index}]`;
+      return list(object(container, where), 'ports', `${where}.ports`).map((port, portIndex) => {
+        const number = object(port, `${where}.ports[${portIndex}]`).containerPort ?? 0;
+        if (!Number.isInteger(number) || number < I32_MIN || number > I32_MAX) {
+          throw new TypeError(
+            `${where}.ports[${portIndex}].containerPort: expected a 32-bit integer, not ${JSON.stringify(number)}`,
+          );
+        }
+        return number;
+      });
+    });
+    return new Deployment({
+      name: optionalText(metadata, 'name', 'metadata.name'),
+      namespace: optionalText(metadata, 'namespace', 'metadata.namespace'),
+      labels: textMap(metadata, 'labels', 'metadata.labels') ?? {},
+      podLabels: textMap(selector, 'matchLabels', 'spec.selector.matchLabels') ?? {},
+      containerPorts,
+    });
+  }
+}

@@ -1,0 +1,199 @@
+// Types of @wasmpilot/guest: write wasmpilot operator workers in JavaScript (componentize-js).
+
+/** A log level, as the WIT `log.level` enum names it. */
+export type LogLevelName = 'trace' | 'debug' | 'info' | 'warn' | 'error';
+export declare const LogLevel: Readonly<{
+  TRACE: 'trace';
+  DEBUG: 'debug';
+  INFO: 'info';
+  WARN: 'warn';
+  ERROR: 'error';
+}>;
+
+/** Log fields: written in key order, values as `String(value)`. */
+export type LogFields = Record<string, unknown>;
+
+/** One log line a worker wrote; kept natively (tests), sent to the host in a component. */
+export declare class LogRecord {
+  readonly level: LogLevelName;
+  readonly message: string;
+  readonly fields: [string, string][];
+  /** The value of the field `key`, if the record has one. */
+  field(key: string): string | undefined;
+  toString(): string;
+}
+
+/** The run a worker is deciding: which operator and phase, the host's clock, and a logger. */
+export declare class Context {
+  /** The name of the WasmOperator this worker belongs to. */
+  readonly operator: string;
+  /** The phase being run (`"finalizer"` for a finalizer worker). */
+  readonly phase: string;
+  /** The host's clock when it started this run. Workers have no other clock. */
+  readonly now: Date;
+  log(level: LogLevelName, message: string, fields?: LogFields): void;
+  trace(message: string, fields?: LogFields): void;
+  debug(message: string, fields?: LogFields): void;
+  info(message: string, fields?: LogFields): void;
+  warn(message: string, fields?: LogFields): void;
+  error(message: string, fields?: LogFields): void;
+  /** The records written so far, removed from the context (always empty in a component). */
+  takeLogs(): LogRecord[];
+}
+
+export type ErrorKindName = 'retryable' | 'fatal';
+export declare const ErrorKind: Readonly<{ RETRYABLE: 'retryable'; FATAL: 'fatal' }>;
+
+/** The error a worker throws instead of returning an Outcome. */
+export declare class WorkerError extends Error {
+  constructor(kind: ErrorKindName, message: string);
+  readonly kind: ErrorKindName;
+  /** Transient: the host retries with exponential backoff. */
+  static retryable(message: string): WorkerError;
+  /** Permanent for these inputs: a Condition and an Event; runs again on a change or resync. */
+  static fatal(message: string): WorkerError;
+  readonly isFatal: boolean;
+  readonly isRetryable: boolean;
+  /** The same kind of error, its message prefixed: `"{context}: {message}"`. */
+  context(context: unknown): WorkerError;
+  /** `"fatal: message"` or `"retryable: message"`. */
+  toString(): string;
+}
+
+/** A type objects can be parsed into: `fromJSON` throws (with a message saying what is wrong)
+ * when the JSON does not fit. */
+export interface FromJson<T> {
+  readonly name: string;
+  fromJSON(value: unknown): T;
+}
+
+/** A Kubernetes object as JSON. */
+export type KubernetesObject = { apiVersion: string; kind: string; metadata: { name: string; [key: string]: unknown }; [key: string]: unknown };
+
+/** The phase's declared inputs, each a list of whole Kubernetes objects as JSON. */
+export declare class Inputs {
+  constructor(inputs: [string, string[]][]);
+  /** The declared input names, in declaration order. */
+  names(): string[];
+  /** The objects of input `name` as JSON strings, or undefined if the phase declares no such input. */
+  getRaw(name: string): string[] | undefined;
+  /** The objects of input `name` as JSON strings; a fatal WorkerError if it is not declared. */
+  raw(name: string): string[];
+  /** Every object of input `name`, parsed (through `type.fromJSON` if given); a fatal
+   * WorkerError for an undeclared input or an object that does not parse. */
+  list(name: string): any[];
+  list<T>(name: string, type: FromJson<T>): T[];
+  /** The samples of a metric query the phase declared (`queries` in the WasmOperator). */
+  samples(name: string): Sample[];
+}
+
+/** One sample of a metric query result. */
+export declare class Sample {
+  constructor(timestamp: number, value: number | null, labels?: Record<string, string>);
+  /** Evaluation time, seconds since the Unix epoch. */
+  readonly timestamp: number;
+  /** The value; null when Prometheus answered NaN or ±Inf. */
+  readonly value: number | null;
+  readonly labels: Record<string, string>;
+  static fromJSON(value: unknown): Sample;
+}
+
+/** What a phase worker decided. */
+export declare class Outcome {
+  /** Move to `phase` (which may be the current one) with no status change and no outputs. */
+  static next(phase: string): Outcome;
+  readonly nextPhase: string;
+  readonly statusPatch: Record<string, unknown> | undefined;
+  readonly outputs: Record<string, unknown>[];
+  readonly requeueAfterMs: number | undefined;
+  /** Merge into `.status` (host-owned fields dropped); merges with an earlier call. */
+  status(status: Record<string, unknown>): Outcome;
+  /** Add one object to server-side apply; a fatal WorkerError without apiVersion, kind, metadata.name. */
+  output(object: KubernetesObject | Record<string, unknown>): Outcome;
+  outputsFrom(objects: Iterable<KubernetesObject | Record<string, unknown>>): Outcome;
+  /** Run this resource again after `ms` milliseconds. */
+  requeueAfter(ms: number): Outcome;
+}
+
+/** What a finalizer worker decided. */
+export declare class Finalized {
+  static done(): Finalized;
+  static pending(ms: number): Finalized;
+  readonly isDone: boolean;
+  readonly statusPatch: Record<string, unknown> | undefined;
+  readonly requeueAfterMs: number | undefined;
+  status(status: Record<string, unknown>): Finalized;
+}
+
+/** Decides one phase of a resource; export it with `exportPhase`. */
+export declare abstract class PhaseWorker<R = any> {
+  /** What the resource is parsed into; undefined: plain JSON. */
+  static resourceType: FromJson<unknown> | undefined;
+  abstract sync(ctx: Context, resource: R, inputs: Inputs): Outcome;
+}
+
+/** Cleans up when a resource carrying the operator's finalizer is deleted; export it with `exportFinalizer`. */
+export declare abstract class FinalizerWorker<R = any> {
+  static resourceType: FromJson<unknown> | undefined;
+  abstract finalize(ctx: Context, resource: R): Finalized;
+}
+
+/** The WIT records, as componentize-js passes them. */
+export interface SyncRequest {
+  operator: string;
+  phase: string;
+  resource: string;
+  inputs: { name: string; objects: string[] }[];
+  now: string;
+}
+export interface SyncResult {
+  nextPhase: string;
+  statusInfo: string | undefined;
+  outputs: string[];
+  requeueAfterMs: bigint | undefined;
+}
+export interface FinalizeRequest {
+  operator: string;
+  resource: string;
+  now: string;
+}
+export interface FinalizeResult {
+  done: boolean;
+  statusInfo: string | undefined;
+  requeueAfterMs: bigint | undefined;
+}
+
+/** `export const phaseWorker = exportPhase(MyWorker)`: the `phase-worker` export. */
+export declare function exportPhase(worker: new () => PhaseWorker): { sync(request: SyncRequest): SyncResult };
+/** `export const finalizerWorker = exportFinalizer(MyFinalizer)`: the `finalizer-worker` export. */
+export declare function exportFinalizer(worker: new () => FinalizerWorker): {
+  finalize(request: FinalizeRequest): FinalizeResult;
+};
+
+/** Compact JSON with object keys sorted by code point, as the Rust SDK writes it. */
+export declare function toJson(value: unknown): string;
+/** Orders strings by Unicode code point (as Rust and Python compare strings). */
+export declare function compareText(a: string, b: string): number;
+
+/** The `.status` fields the host writes on every resource it manages. */
+export declare class HostStatus {
+  static of(resource: unknown): HostStatus;
+  readonly phase: string | undefined;
+  readonly observedGeneration: number | undefined;
+  readonly conditions: Record<string, unknown>[];
+  readonly moduleDigest: string | undefined;
+  /** The last phase transitions, oldest first. */
+  readonly history: Transition[];
+}
+
+/** One phase transition as the host recorded it. */
+export declare class Transition {
+  readonly from: string;
+  readonly to: string;
+  readonly time: string;
+  readonly generation: number | undefined;
+  readonly module: string | undefined;
+  readonly inputHash: string | undefined;
+  readonly applied: number;
+  readonly pruned: number;
+}

@@ -1,0 +1,127 @@
+// What a worker decided: the next phase, a status patch, objects to apply, when to run again.
+import { WorkerError } from './errors.js';
+import { jsonType, toJson } from './json.js';
+
+/** The `.status` fields the host writes itself; removed from a worker's status patch so a
+ * worker cannot fight the host over them (see `HostStatus`). */
+export const HOST_STATUS_FIELDS = Object.freeze(['phase', 'observedGeneration', 'conditions', 'moduleDigest']);
+
+/** What a phase worker decided.
+ *
+ *     return Outcome.next('Ready')
+ *       .status({ syncedDeployments: ['web'] })
+ *       .output(service)
+ *       .requeueAfter(60_000);
+ */
+export class Outcome {
+  constructor(nextPhase) {
+    this.nextPhase = nextPhase;
+    /** The status patch, or undefined. */
+    this.statusPatch = undefined;
+    /** The objects to apply, as JSON values. */
+    this.outputs = [];
+    /** Milliseconds, or undefined. */
+    this.requeueAfterMs = undefined;
+  }
+
+  /** Move to `phase` (which may be the current one) with no status change and no outputs. */
+  static next(phase) {
+    return new Outcome(phase);
+  }
+
+  /** Merge `status` into the resource's `.status` (JSON merge patch: null removes a field).
+   * The fields the host owns (`phase`, `observedGeneration`, `conditions`, `moduleDigest`)
+   * are dropped. Throws a fatal WorkerError if `status` is not an object. Calling it again
+   * merges into the earlier patch. */
+  status(status) {
+    this.statusPatch = { ...(this.statusPatch ?? {}), ...statusPatch(status) };
+    return this;
+  }
+
+  /** Add one object for the host to server-side apply, owned by the resource. The host must be
+   * told about its kind in the phase's `outputs`. Throws a fatal WorkerError if it is not an
+   * object with `apiVersion`, `kind` and `metadata.name`. */
+  output(object) {
+    this.outputs.push(outputValue(object, this.outputs.length));
+    return this;
+  }
+
+  /** Add several objects; see `output`. */
+  outputsFrom(objects) {
+    for (const object of objects) this.output(object);
+    return this;
+  }
+
+  /** Run this resource again after `ms` milliseconds (instead of the operator's resync interval). */
+  requeueAfter(ms) {
+    this.requeueAfterMs = ms;
+    return this;
+  }
+}
+
+/** What a finalizer worker decided.
+ *
+ *     const stillBusy = Finalized.pending(10_000).status({ cleanup: 'waiting' });
+ *     const finished = Finalized.done();
+ */
+export class Finalized {
+  constructor(done, requeueAfterMs) {
+    this.isDone = done;
+    this.statusPatch = undefined;
+    this.requeueAfterMs = requeueAfterMs;
+  }
+
+  /** Cleanup is finished: the host removes its finalizer and the deletion proceeds. */
+  static done() {
+    return new Finalized(true, undefined);
+  }
+
+  /** Cleanup is not finished: run the finalizer again after `ms` milliseconds. */
+  static pending(ms) {
+    return new Finalized(false, ms);
+  }
+
+  /** Merge `status` into `.status` while the resource is terminating; see `Outcome.status`
+   * (a second call replaces the first, as in the Rust SDK). */
+  status(status) {
+    this.statusPatch = statusPatch(status);
+    return this;
+  }
+}
+
+function isObject(value) {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+function statusPatch(status) {
+  if (!isObject(status)) {
+    throw WorkerError.fatal(`the status must serialize to a JSON object, not ${jsonType(status)}`);
+  }
+  return Object.fromEntries(Object.entries(status).filter(([key]) => !HOST_STATUS_FIELDS.includes(key)));
+}
+
+function outputValue(object, index) {
+  if (!isObject(object)) {
+    throw WorkerError.fatal(`output #${index} must be a Kubernetes object, not ${jsonType(object)}`);
+  }
+  const text = (value, key) => (isObject(value) && typeof value[key] === 'string' && value[key] ? value[key] : undefined);
+  const kind = text(object, 'kind');
+  const name = text(object.metadata, 'name');
+  const missing = [
+    ['apiVersion', text(object, 'apiVersion')],
+    ['kind', kind],
+    ['metadata.name', name],
+  ]
+    .filter(([, value]) => value === undefined)
+    .map(([fieldName]) => fieldName);
+  if (missing.length) {
+    const what = [kind, name].filter((p) => p !== undefined).join(' ');
+    throw WorkerError.fatal(`output #${index}${what ? ` (${what})` : ''} has no ${missing.join(', no ')}`);
+  }
+  try {
+    // A deep copy through JSON: later changes to `object` do not change the decision.
+    return JSON.parse(toJson(object));
+  } catch (err) {
+    throw WorkerError.fatal(`output #${index} does not serialize to JSON: ${err.message}`);
+  }
+}

@@ -1,0 +1,210 @@
+// Run workers natively under `node --test`, through the same code as the component export.
+//
+// A `SyncTest` builds the request the host would send (the resource and each input serialized
+// to JSON strings, a fixed clock), hands it to the function the component's
+// `phase-worker.sync` export calls, and parses the JSON that comes back into a report to
+// assert on. Log lines are kept instead of going to the host.
+//
+//     const report = new SyncTest(route).phase('Syncing')
+//       .input('deployments', objectsFromYaml(readFileSync(path, 'utf8')))
+//       .run(new Syncing());
+//     assert.equal(report.nextPhase, 'Ready');
+import { parseAllDocuments } from 'yaml';
+
+import { WorkerError } from './errors.js';
+import { runFinalize, runSync } from './export.js';
+import { toJson } from './json.js';
+
+/** The clock a test request carries unless `SyncTest.now` sets another. */
+export const DEFAULT_NOW = '2025-01-01T00:00:00Z';
+
+/** The operator name a test request carries unless `SyncTest.operator` sets another. */
+export const DEFAULT_OPERATOR = 'test-operator';
+
+/** A run that ended in a WorkerError, with the log lines written before it. */
+export class FailedRun extends Error {
+  constructor(error, logs) {
+    super([error.toString(), ...logs.map((record) => `  log: ${record}`)].join('\n'));
+    this.name = 'FailedRun';
+    this.error = error;
+    this.logs = logs;
+  }
+}
+
+/** What a phase worker returned, parsed back from the JSON the host would receive. */
+export class SyncReport {
+  constructor(result, logs) {
+    this.nextPhase = result.nextPhase;
+    /** The status patch (host-owned fields already dropped), or undefined. */
+    this.status = parseBack(result.statusInfo);
+    /** The objects the host would apply, in the order the worker returned them. */
+    this.outputs = result.outputs.map((o) => JSON.parse(o));
+    /** Milliseconds, or undefined. */
+    this.requeueAfterMs = optionalNumber(result.requeueAfterMs);
+    this.logs = logs;
+  }
+
+  /** The outputs whose `kind` is `kind`. */
+  outputsOfKind(kind) {
+    return this.outputs.filter((o) => o.kind === kind);
+  }
+
+  /** The output of `kind` named `name`. */
+  output(kind, name) {
+    return this.outputsOfKind(kind).find((o) => o.metadata?.name === name);
+  }
+
+  /** Whether a log line's message contains `text`. */
+  logged(text) {
+    return this.logs.some((record) => record.message.includes(text));
+  }
+}
+
+/** A phase worker run to set up: resource, inputs, phase, clock. The phase defaults to the
+ * resource's `.status.phase`, or `""` if it has none. */
+export class SyncTest {
+  #operator = DEFAULT_OPERATOR;
+  #phase;
+  #resource;
+  #inputs = [];
+  #now = DEFAULT_NOW;
+
+  constructor(resource) {
+    const phase = resource?.status?.phase;
+    this.#phase = typeof phase === 'string' ? phase : '';
+    this.#resource = toJson(resource);
+  }
+
+  operator(name) {
+    this.#operator = name;
+    return this;
+  }
+
+  /** The phase being run, as the host would pass it. */
+  phase(name) {
+    this.#phase = name;
+    return this;
+  }
+
+  /** The host's clock, RFC 3339. Not validated here: a bad value reaches the worker's export
+   * as it would from a broken host. */
+  now(rfc3339) {
+    this.#now = rfc3339;
+    return this;
+  }
+
+  /** Adds objects (e.g. from `objectsFromYaml`) to input `name`, declaring it if new. */
+  input(name, objects) {
+    this.#slot(name).push(...[...objects].map(toJson));
+    return this;
+  }
+
+  /** Declares input `name` with no objects (as when nothing matches in the cluster). */
+  emptyInput(name) {
+    this.#slot(name);
+    return this;
+  }
+
+  /** Adds objects to input `name` as raw JSON strings, passed on unchecked (to test how a
+   * worker handles objects that do not parse). */
+  inputJson(name, objects) {
+    this.#slot(name).push(...objects);
+    return this;
+  }
+
+  #slot(name) {
+    let slot = this.#inputs.find(([n]) => n === name);
+    if (!slot) {
+      slot = [name, []];
+      this.#inputs.push(slot);
+    }
+    return slot[1];
+  }
+
+  /** The request the host would send (the WIT `sync-request` record). */
+  request() {
+    return {
+      operator: this.#operator,
+      phase: this.#phase,
+      resource: this.#resource,
+      inputs: this.#inputs.map(([name, objects]) => ({ name, objects: [...objects] })),
+      now: this.#now,
+    };
+  }
+
+  /** Runs `worker` through the component export's code path. Throws a FailedRun with the
+   * worker's WorkerError and the log lines written before it. */
+  run(worker) {
+    const { result, error, logs } = runSync(worker, this.request());
+    if (error) throw new FailedRun(error, logs);
+    return new SyncReport(result, logs);
+  }
+
+  /** Runs `worker` expecting a WorkerError; returns the FailedRun. Throws if it decided. */
+  fail(worker) {
+    const { result, error, logs } = runSync(worker, this.request());
+    if (!error) throw new Error(`expected a WorkerError, the worker decided ${JSON.stringify(result)}`);
+    return new FailedRun(error, logs);
+  }
+}
+
+/** A finalizer worker run to set up; see `SyncTest`. */
+export class FinalizeTest {
+  #operator = DEFAULT_OPERATOR;
+  #resource;
+  #now = DEFAULT_NOW;
+
+  constructor(resource) {
+    this.#resource = toJson(resource);
+  }
+
+  operator(name) {
+    this.#operator = name;
+    return this;
+  }
+
+  now(rfc3339) {
+    this.#now = rfc3339;
+    return this;
+  }
+
+  /** Runs `worker` through the component export's code path; throws a FailedRun on an error.
+   * Returns `{ done, status, requeueAfterMs, logs }`. */
+  run(worker) {
+    const request = { operator: this.#operator, resource: this.#resource, now: this.#now };
+    const { result, error, logs } = runFinalize(worker, request);
+    if (error) throw new FailedRun(error, logs);
+    return {
+      done: result.done,
+      status: parseBack(result.statusInfo),
+      requeueAfterMs: optionalNumber(result.requeueAfterMs),
+      logs,
+    };
+  }
+}
+
+/** Parses a multi-document YAML string (`---` separated, e.g. a fixture file) into objects.
+ * Empty documents are skipped and the items of a `kind: List` are returned one by one.
+ * Throws a fatal WorkerError naming the document that does not parse. */
+export function objectsFromYaml(yamlText) {
+  const objects = [];
+  parseAllDocuments(yamlText).forEach((document, index) => {
+    if (document.errors.length) {
+      throw WorkerError.fatal(`YAML document #${index}: ${document.errors[0].message}`);
+    }
+    const value = document.toJS();
+    if (value === null || value === undefined) return;
+    if (value.kind === 'List') objects.push(...(value.items ?? []));
+    else objects.push(value);
+  });
+  return objects;
+}
+
+/** The SDK wrote this JSON itself; not parsing back is a bug in the SDK. */
+function parseBack(jsonText) {
+  return jsonText === undefined ? undefined : JSON.parse(jsonText);
+}
+
+function optionalNumber(ms) {
+  return ms === undefined ? undefined : Number(ms);
+}

@@ -1,0 +1,211 @@
+// The SDK's own tests: a worker run natively through the component export's code path.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import {
+  exportFinalizer,
+  exportPhase,
+  Finalized,
+  FinalizerWorker,
+  HostStatus,
+  Inputs,
+  Outcome,
+  PhaseWorker,
+  Sample,
+  toJson,
+  WorkerError,
+} from '@wasmpilot/guest';
+import { FinalizeTest, objectsFromYaml, SyncTest } from '@wasmpilot/guest/testing';
+
+const DEPLOYMENTS = `
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: a, namespace: default }
+spec: { selector: {}, template: {} }
+---
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: { name: b, namespace: default }
+  spec: { selector: {}, template: {} }
+`;
+
+class Echo extends PhaseWorker {
+  sync(ctx, resource, inputs) {
+    const deployments = inputs.list('deployments');
+    ctx.info('echo', { phase: ctx.phase, count: deployments.length, first: true });
+    if (resource.spec?.fail) throw WorkerError.retryable('asked to fail');
+    return Outcome.next('Done')
+      .status({ now: ctx.now.toISOString(), phase: 'ignored' })
+      .outputsFrom(deployments.map((d) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: d.metadata.name } })))
+      .requeueAfter(7000);
+  }
+}
+
+class Named {
+  constructor(name) {
+    this.name = name;
+  }
+
+  static fromJSON(value) {
+    if (!('spec' in value)) throw new TypeError('missing field `spec`');
+    return new Named(value.metadata.name);
+  }
+}
+
+class Typed extends PhaseWorker {
+  static resourceType = Named;
+
+  sync(ctx, resource) {
+    return Outcome.next(resource.name);
+  }
+}
+
+class Cleanup extends FinalizerWorker {
+  finalize(ctx) {
+    ctx.warn('cleaning', { phase: ctx.phase });
+    return Finalized.pending(1500).status({ step: 1 });
+  }
+}
+
+test('runs a phase worker end to end', () => {
+  const deployments = objectsFromYaml(DEPLOYMENTS);
+  assert.equal(deployments.length, 2);
+  const report = new SyncTest({ status: { phase: 'Working' } })
+    .input('deployments', deployments)
+    .now('2025-06-01T12:00:00Z')
+    .run(new Echo());
+  assert.equal(report.nextPhase, 'Done');
+  assert.deepEqual(report.status, { now: '2025-06-01T12:00:00.000Z' });
+  assert.equal(report.outputsOfKind('ConfigMap').length, 2);
+  assert.ok(report.output('ConfigMap', 'b'));
+  assert.equal(report.requeueAfterMs, 7000);
+  assert.equal(report.logs[0].field('phase'), 'Working');
+  assert.equal(report.logs[0].field('count'), '2');
+  assert.equal(report.logs[0].field('first'), 'true');
+  assert.ok(report.logged('echo'));
+});
+
+test('errors keep their kind and logs', () => {
+  const failed = new SyncTest({ spec: { fail: true } }).emptyInput('deployments').fail(new Echo());
+  assert.ok(failed.error.isRetryable);
+  assert.equal(failed.logs.length, 1);
+  assert.match(failed.message, /^retryable: asked to fail\n {2}log: Info echo phase=/);
+});
+
+test('a missing input or a bad clock is fatal', () => {
+  let failed = new SyncTest({}).fail(new Echo());
+  assert.equal(
+    failed.error.message,
+    "unknown input `deployments`: this phase declares none (see the phase's `inputs` in the WasmOperator)",
+  );
+  assert.ok(failed.error.isFatal);
+  failed = new SyncTest({}).emptyInput('deployments').now('yesterday').fail(new Echo());
+  assert.match(failed.error.message, /RFC 3339/);
+  failed = new SyncTest({}).emptyInput('deployments').now('2025-01-01T00:00:00').fail(new Echo());
+  assert.match(failed.error.message, /RFC 3339/);
+});
+
+test('a resource of the wrong shape is fatal', () => {
+  const failed = new SyncTest({
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name: 'web', namespace: 'ns' },
+  }).fail(new Typed());
+  assert.equal(
+    failed.error.message,
+    'the resource (apps/v1 Deployment ns/web) is not a valid Named: missing field `spec`',
+  );
+  assert.equal(new SyncTest({ metadata: { name: 'x' }, spec: {} }).run(new Typed()).nextPhase, 'x');
+});
+
+test('runs a finalizer', () => {
+  const report = new FinalizeTest({}).run(new Cleanup());
+  assert.equal(report.done, false);
+  assert.equal(report.requeueAfterMs, 1500);
+  assert.deepEqual(report.status, { step: 1 });
+  assert.equal(report.logs[0].field('phase'), 'finalizer');
+});
+
+test('the exports speak the wire records', () => {
+  const exported = exportPhase(Echo);
+  const result = exported.sync(new SyncTest({}).emptyInput('deployments').request());
+  assert.deepEqual(result, {
+    nextPhase: 'Done',
+    statusInfo: '{"now":"2025-01-01T00:00:00.000Z"}',
+    outputs: [],
+    requeueAfterMs: 7000n,
+  });
+  assert.throws(
+    () => exported.sync(new SyncTest({}).request()),
+    (err) => err.payload.tag === 'fatal' && err.payload.val.startsWith('unknown input `deployments`'),
+  );
+  const finished = exportFinalizer(Cleanup).finalize({ operator: 'o', resource: '{}', now: '2025-01-01T00:00:00Z' });
+  assert.deepEqual(finished, { done: false, statusInfo: '{"step":1}', requeueAfterMs: 1500n });
+});
+
+test('unknown inputs name the known ones; bad objects name input and object', () => {
+  const inputs = new Inputs([
+    ['deployments', ['nope']],
+    ['services', []],
+  ]);
+  assert.throws(() => inputs.list('pods'), /unknown input `pods`: this phase declares `deployments`, `services`/);
+  assert.throws(() => inputs.list('deployments'), /input `deployments`: object #0 \(not JSON\) is not a valid JSON value/);
+  const bad = new Inputs([['d', ['{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"ns"}}']]]);
+  assert.throws(() => bad.list('d', Named), /object #0 \(apps\/v1 Deployment ns\/web\) is not a valid Named: missing field `spec`/);
+  assert.deepEqual(inputs.names(), ['deployments', 'services']);
+});
+
+test('samples parse', () => {
+  const inputs = new Inputs([['latency', ['{"labels":{"pod":"a"},"value":0.5,"timestamp":1700000000}', '{"value":null,"timestamp":1}']]]);
+  const [first, second] = inputs.samples('latency');
+  assert.deepEqual(first, new Sample(1700000000, 0.5, { pod: 'a' }));
+  assert.equal(second.value, null);
+});
+
+test('outputs are checked', () => {
+  assert.throws(
+    () => Outcome.next('Ready').output({ apiVersion: 'v1', kind: 'Service', metadata: {} }),
+    { message: 'output #0 (Service) has no metadata.name' },
+  );
+  assert.throws(() => Outcome.next('Ready').outputsFrom([{ metadata: { name: 'x' } }]), {
+    message: 'output #0 (x) has no apiVersion, no kind',
+  });
+  assert.throws(() => Outcome.next('Ready').output([1]), { message: 'output #0 must be a Kubernetes object, not an array' });
+});
+
+test('status drops host fields and merges', () => {
+  const outcome = Outcome.next('Ready').status({ phase: 'X', conditions: [], a: 1 }).status({ b: 2 });
+  assert.deepEqual(outcome.statusPatch, { a: 1, b: 2 });
+  assert.throws(() => Outcome.next('Ready').status(3), /not a number/);
+});
+
+test('errors display their kind and take context', () => {
+  assert.equal(String(WorkerError.fatal('x')), 'fatal: x');
+  const err = WorkerError.retryable('timeout').context('listing');
+  assert.ok(err.isRetryable);
+  assert.equal(err.message, 'listing: timeout');
+});
+
+test('host status is readable', () => {
+  const host = HostStatus.of({
+    status: { phase: 'Ready', observedGeneration: 3, history: [{ from: 'A', to: 'B', time: 't', inputHash: 'sha256:x' }] },
+  });
+  assert.equal(host.phase, 'Ready');
+  assert.equal(host.observedGeneration, 3);
+  assert.equal(host.history[0].to, 'B');
+  assert.equal(host.history[0].inputHash, 'sha256:x');
+  assert.deepEqual(HostStatus.of({}).history, []);
+});
+
+test('JSON is written as serde_json writes it: compact, keys sorted by code point', () => {
+  assert.equal(toJson({ b: 1, a: [{ d: null, c: 'é' }], '\u{1F600}': 0, '\uFFFF': 1 }), '{"a":[{"c":"é","d":null}],"b":1,"\uFFFF":1,"\u{1F600}":0}');
+  assert.throws(() => toJson({ n: NaN }), TypeError);
+});
+
+test('bad YAML names the document', () => {
+  assert.throws(() => objectsFromYaml('a: 1\n---\n['), { message: /^YAML document #1/ });
+});
