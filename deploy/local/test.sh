@@ -17,7 +17,7 @@ step "rustfmt"
 cargo fmt --all -- --check
 
 step "guest components (wasm32-wasip2, release)"
-GUESTS=(-p autoroute-initializing -p autoroute-syncing -p autoroute-ready -p wasmpilot-test-scripted -p wasmpilot-test-relabeled
+GUESTS=(-p autoroute-initializing -p autoroute-syncing -p autoroute-ready -p wasmpilot-test-scripted -p wasmpilot-test-relabeled -p wasmpilot-test-stalling
   -p myownshell-initializing -p myownshell-syncing -p myownshell-ready -p myownshell-finalizer
   -p canary-initializing -p canary-waiting -p canary-evaluating -p canary-promoting -p canary-rollback)
 cargo build --release --target wasm32-wasip2 "${GUESTS[@]}"

@@ -281,12 +281,9 @@ impl Cli {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the cluster (KUBECONFIG)")?;
-                let case = wasmpilot::evidence::capture::capture(
-                    client,
-                    &args,
-                    SandboxLimits::default(),
-                )
-                .await?;
+                let case =
+                    wasmpilot::evidence::capture::capture(client, &args, SandboxLimits::default())
+                        .await?;
                 let text = serde_json::to_string_pretty(&case)? + "\n";
                 match &args.output {
                     Some(path) => std::fs::write(path, text)
@@ -297,12 +294,9 @@ impl Cli {
             }
             Command::Replay(args) => {
                 let mut out = std::io::stdout();
-                let summary = wasmpilot::evidence::replay::replay(
-                    &args,
-                    SandboxLimits::default(),
-                    &mut out,
-                )
-                .await?;
+                let summary =
+                    wasmpilot::evidence::replay::replay(&args, SandboxLimits::default(), &mut out)
+                        .await?;
                 if !summary.passed() {
                     anyhow::bail!(
                         "{} of {} cases decided differently than recorded, {} made no decision",

@@ -337,7 +337,6 @@ pub struct ShadowStatus {
     pub message: Option<String>,
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,8 @@
 //! difference over the reconciles that follow); the host records every decision, and 100 of
 //! them replay as 100 same against the example and as exactly the Service-routing Syncing cases
 //! against the candidate; each route's provenance history is bounded and its input hashes are
-//! recorded requests' sha256; a captured live request replays as the same.
+//! recorded requests' sha256; a shadow that stalls past its deadline does not hold up live
+//! routes; a captured live request replays as the same.
 
 mod common;
 
@@ -44,7 +45,7 @@ async fn upgrade_evidence_on_a_real_cluster() {
     let ns = create_namespace(&client, "evidence")
         .await
         .expect("namespace");
-    let result = scenario(&client, &ns, &addr, records.path()).await;
+    let result = scenario(&client, &ns, &addr, records.path(), &host.log).await;
     let alive = host.is_alive();
     // Later tests get the example as shipped (no shadow).
     deploy_example("examples/autoroute");
@@ -55,7 +56,13 @@ async fn upgrade_evidence_on_a_real_cluster() {
     }
 }
 
-async fn scenario(client: &Client, ns: &str, addr: &str, records: &Path) -> anyhow::Result<()> {
+async fn scenario(
+    client: &Client,
+    ns: &str,
+    addr: &str,
+    records: &Path,
+    host_log: &Path,
+) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let wasm_dir = common::wasm_dir();
     let candidate = wasm_dir.join("wasmpilot_test_relabeled.wasm");
@@ -179,9 +186,9 @@ async fn scenario(client: &Client, ns: &str, addr: &str, records: &Path) -> anyh
         );
         for t in history {
             let hash = t["inputHash"].as_str().unwrap_or_default();
-            let case = by_hash
-                .get(hash)
-                .with_context(|| format!("{name}: no recorded request has the input hash {hash} of {t}"))?;
+            let case = by_hash.get(hash).with_context(|| {
+                format!("{name}: no recorded request has the input hash {hash} of {t}")
+            })?;
             ensure!(
                 case.input_hash_reproduces(),
                 "{name}: the recorded request does not hash to {hash}"
@@ -195,7 +202,34 @@ async fn scenario(client: &Client, ns: &str, addr: &str, records: &Path) -> anyh
         }
     }
 
-    // 5. A capture of a live resource replays as the same.
+    // 5. A shadow that stalls past its deadline changes nothing for the live path: new routes
+    // get Ready while its runs (one at a time, 2 s each) are still queued.
+    let stalling = wasm_dir.join("wasmpilot_test_stalling.wasm");
+    let stalling_digest = set_shadow(client, "wasmpilot_test_stalling.wasm", &stalling).await?;
+    let errors_before = shadow_metric(addr, "error")?;
+    let late: Vec<String> = (0..6).map(|i| format!("late{i}")).collect();
+    for name in &late {
+        create_route(client, ns, name, 1).await?;
+    }
+    for name in &late {
+        wait_ready(client, ns, name, 1).await?;
+    }
+    let errors_when_ready = shadow_metric(addr, "error")? - errors_before;
+    ensure!(
+        errors_when_ready < late.len() as f64,
+        "the live routes were Ready only after {errors_when_ready} stalled shadow runs"
+    );
+    wait_shadow_counts(client, &stalling_digest, |c| {
+        c["errors"].as_u64() >= Some(2)
+    })
+    .await?;
+    let host_log = std::fs::read_to_string(host_log)?;
+    ensure!(
+        host_log.contains("exceeded its 2s deadline"),
+        "premise: the shadow stalled until its deadline"
+    );
+
+    // 6. A capture of a live resource replays as the same.
     let captured = work.path().join("captured.json");
     let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
         .args(["capture", "autoroute/r0", "-n", ns, "-o"])

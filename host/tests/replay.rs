@@ -143,7 +143,10 @@ async fn replay_reports_same_different_and_expected() {
     let text = std::fs::read_to_string(&cases).unwrap();
     std::fs::write(&edited, text.replacen("frontend", "frontdoor", 1)).unwrap();
     let (_, text) = replay(&edited, &[]);
-    assert!(text.contains("is not the one recorded as sha256:"), "{text}");
+    assert!(
+        text.contains("is not the one recorded as sha256:"),
+        "{text}"
+    );
 
     // Other operators' cases are skipped; unknown files are refused with the line.
     let garbage = dir.path().join("garbage.jsonl");

@@ -10,9 +10,9 @@
 //! and the status patch is sent to the status subresource with `dryRun=All`. The answers are
 //! diffed field by field against the live objects.
 
-use crate::diff::{diff, without_bookkeeping, Change};
 use crate::crd::{KindRef, WasmOperator};
 use crate::definition::OperatorDefinition;
+use crate::diff::{diff, without_bookkeeping, Change};
 use crate::inputs;
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::{compile_cache_dir, ModuleCache};
@@ -201,8 +201,8 @@ pub async fn plan(
     let resource = &live.resource;
     let api = dynamic_api(&client, &live.resource_kind, namespace.as_deref());
     let described = outputs::describe(&(def.resource.clone(), namespace.clone(), name.to_string()));
-    let phase_name = offline::current_phase(&def, &resource);
-    let phase = offline::declared_phase(&def, &phase_name)?;
+    let phase_name = offline::current_phase(def, resource);
+    let phase = offline::declared_phase(def, &phase_name)?;
     writeln!(out, "plan for {described} (operator {operator})")?;
     let generation = resource.metadata.generation;
     if phase.is_final {
@@ -251,8 +251,8 @@ pub async fn plan(
     .with_progress();
     let decision = offline::decide(
         &modules,
-        &def,
-        &resource,
+        def,
+        resource,
         &phase_name,
         &source,
         extra,
@@ -260,7 +260,7 @@ pub async fn plan(
         &now,
     )
     .await?;
-    let seen: Vec<String> = inputs::gather(phase, inputs::Reader::of(&resource), &source)
+    let seen: Vec<String> = inputs::gather(phase, inputs::Reader::of(resource), &source)
         .iter()
         .map(|i| format!("{} ({})", i.name, i.objects.len()))
         .collect();

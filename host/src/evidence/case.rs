@@ -96,7 +96,10 @@ pub struct RecordedInput {
 pub enum RecordedResult {
     Decided(DecidedResult),
     /// The worker failed, or the host refused its decision (`reason` as in the Condition).
-    Error { reason: String, message: String },
+    Error {
+        reason: String,
+        message: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -306,8 +309,9 @@ mod tests {
         SyncRequest {
             operator: "op".into(),
             phase: "Syncing".into(),
-            resource: r#"{"metadata":{"name":"r","namespace":"ns"},"spec":{"x":1.5e300,"s":"a\"b"}}"#
-                .into(),
+            resource:
+                r#"{"metadata":{"name":"r","namespace":"ns"},"spec":{"x":1.5e300,"s":"a\"b"}}"#
+                    .into(),
             inputs: vec![NamedObjects {
                 name: "things".into(),
                 objects: vec![r#"{"b":1,"a":[true,null]}"#.into()],
@@ -367,7 +371,9 @@ mod tests {
             .unwrap()
             .replace("\"b\":1", "\"b\":2");
         assert!(!DecisionCase::parse(&text).unwrap().input_hash_reproduces());
-        let other = serde_json::to_string(&case).unwrap().replace(CASE_FORMAT, "v0");
+        let other = serde_json::to_string(&case)
+            .unwrap()
+            .replace(CASE_FORMAT, "v0");
         assert!(DecisionCase::parse(&other)
             .unwrap_err()
             .to_string()

@@ -35,10 +35,7 @@ pub fn wanted(ctx: &OperatorContext, phase: &str) -> bool {
 /// After a reconcile (its decision applied and its status written, or its failure handled):
 /// hands the call to the record sink and to the phase's shadow, neither of which it waits for.
 pub fn after_live_call(ctx: &Arc<OperatorContext>, resource: &Arc<DynamicObject>, call: LiveCall) {
-    let shadows = ctx
-        .shadows
-        .as_ref()
-        .filter(|s| s.has(&call.request.phase));
+    let shadows = ctx.shadows.as_ref().filter(|s| s.has(&call.request.phase));
     let Some(sink) = &ctx.record_sink else {
         if let Some(shadows) = shadows {
             shadows.enqueue(ctx.clone(), resource.clone(), call);

@@ -113,7 +113,11 @@ pub async fn replay(
             other_operators += 1;
             continue;
         }
-        if args.phase.as_ref().is_some_and(|p| *p != case.request.phase) {
+        if args
+            .phase
+            .as_ref()
+            .is_some_and(|p| *p != case.request.phase)
+        {
             continue;
         }
         summary.cases += 1;
@@ -168,7 +172,11 @@ pub async fn replay(
             Verdict::Same => {}
         }
         if label != "same" && phase_randomness(&def, &case) == Some(Randomness::Host) {
-            writeln!(out, "    note: phase {} takes the host's randomness, so its decisions need not repeat", case.request.phase)?;
+            writeln!(
+                out,
+                "    note: phase {} takes the host's randomness, so its decisions need not repeat",
+                case.request.phase
+            )?;
         }
     }
     if other_operators > 0 {
@@ -244,7 +252,9 @@ async fn candidate_module(
     let module_ref = overrides
         .get(phase_name)
         .or(phase.module.as_ref())
-        .ok_or_else(|| anyhow!("phase {phase_name} is final in the candidate: it runs no worker"))?;
+        .ok_or_else(|| {
+            anyhow!("phase {phase_name} is final in the candidate: it runs no worker")
+        })?;
     let module = offline::phase_module(modules, phase, module_ref)
         .await
         .context("pass the candidate's components with --module-dir or --module PHASE=PATH")?;

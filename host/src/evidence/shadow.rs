@@ -14,7 +14,7 @@ use crate::worker_text::{bounded, MESSAGE_BYTES};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -36,9 +36,10 @@ pub struct Shadows {
     stats: Arc<Mutex<BTreeMap<String, ShadowStatus>>>,
 }
 
-/// A live call to shadow.
+/// A live call to shadow. It does not keep its operator alive: once the operator's controller
+/// is stopped or swapped, its queued shadow runs are dropped.
 pub struct ShadowJob {
-    ctx: Arc<OperatorContext>,
+    ctx: Weak<OperatorContext>,
     resource: Arc<DynamicObject>,
     call: LiveCall,
 }
@@ -97,7 +98,7 @@ impl Shadows {
         let phase = call.request.phase.clone();
         if let Err(mpsc::error::TrySendError::Full(_) | mpsc::error::TrySendError::Closed(_)) =
             self.queue.try_send(ShadowJob {
-                ctx: ctx.clone(),
+                ctx: Arc::downgrade(&ctx),
                 resource,
                 call,
             })
@@ -182,6 +183,9 @@ async fn run(
         resource,
         call,
     } = job;
+    let Some(ctx) = ctx.upgrade() else {
+        return;
+    };
     let def = &ctx.definition;
     let phase_name = call.request.phase.clone();
     let (Some(phase), Some(shadows)) = (def.phase(&phase_name), ctx.shadows.as_ref()) else {
