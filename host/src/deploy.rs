@@ -12,10 +12,8 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 const FIELD_MANAGER: &str = "wasmpilot-deploy";
@@ -29,116 +27,6 @@ pub struct DeployOptions {
     pub module_namespace: String,
 }
 
-/// The phase-component crates of an operator directory, as cargo sees them.
-pub struct ComponentCrates {
-    /// Package names of the cdylib crates whose manifests are under the directory.
-    pub packages: Vec<String>,
-    /// Where `cargo build --release --target wasm32-wasip2` puts them:
-    /// `<target dir>/wasm32-wasip2/release`.
-    pub out_dir: PathBuf,
-}
-
-impl ComponentCrates {
-    /// The artifact file name of a package: `my-worker` → `my_worker.wasm`.
-    pub fn artifact(package: &str) -> String {
-        format!("{}.wasm", package.replace('-', "_"))
-    }
-}
-
-/// Finds the cdylib crates under `dir` and the target directory (`cargo metadata`).
-pub fn component_crates(dir: &Path) -> anyhow::Result<ComponentCrates> {
-    let dir = dir
-        .canonicalize()
-        .with_context(|| format!("operator directory {}", dir.display()))?;
-    let meta = Command::new("cargo")
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .current_dir(&dir)
-        .output()
-        .context("running cargo metadata (is cargo installed?)")?;
-    if !meta.status.success() {
-        bail!(
-            "cargo metadata failed in {}: {}\nfix the Cargo.toml it names (check with `cargo metadata --no-deps` there), or pass the operator directory that holds Cargo.toml and operator.yaml",
-            dir.display(),
-            String::from_utf8_lossy(&meta.stderr).trim_end()
-        );
-    }
-    let meta: Value = serde_json::from_slice(&meta.stdout).with_context(|| {
-        format!(
-            "cargo metadata in {} printed no JSON: update cargo (rustup update)",
-            dir.display()
-        )
-    })?;
-    let target_dir = PathBuf::from(meta["target_directory"].as_str().ok_or_else(|| {
-        anyhow!(
-            "cargo metadata in {} names no target_directory: update cargo (rustup update), or set CARGO_TARGET_DIR",
-            dir.display()
-        )
-    })?);
-    let mut packages = Vec::new();
-    for p in meta["packages"].as_array().into_iter().flatten() {
-        let manifest = Path::new(p["manifest_path"].as_str().unwrap_or_default());
-        let is_component = p["targets"].as_array().into_iter().flatten().any(|t| {
-            t["crate_types"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c == "cdylib")
-        });
-        if is_component && manifest.starts_with(&dir) {
-            packages.push(p["name"].as_str().unwrap_or_default().to_string());
-        }
-    }
-    if packages.is_empty() {
-        bail!("no cdylib crates under {}: each phase worker is a crate with crate-type = [\"cdylib\"]", dir.display());
-    }
-    Ok(ComponentCrates {
-        packages,
-        out_dir: target_dir.join("wasm32-wasip2").join("release"),
-    })
-}
-
-/// The operator directory's components, built: artifact file name → bytes.
-pub fn build_components(dir: &Path, build: bool) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
-    let crates = component_crates(dir)?;
-    if build {
-        cargo_build(dir, &crates.packages)?;
-    }
-    read_components(&crates)
-}
-
-/// `cargo build --release --target wasm32-wasip2 -p …` in `dir`; cargo's own progress shows.
-pub fn cargo_build(dir: &Path, packages: &[String]) -> anyhow::Result<()> {
-    let mut cmd = Command::new("cargo");
-    cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
-        .current_dir(dir);
-    for p in packages {
-        cmd.args(["-p", p]);
-    }
-    eprintln!("building {} for wasm32-wasip2 …", packages.join(", "));
-    let status = cmd.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build failed (if the target is missing: rustup target add wasm32-wasip2)");
-    }
-    Ok(())
-}
-
-/// The built components: artifact file name → bytes.
-pub fn read_components(crates: &ComponentCrates) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
-    let mut built = BTreeMap::new();
-    for p in &crates.packages {
-        let file = ComponentCrates::artifact(p);
-        let path = crates.out_dir.join(&file);
-        let bytes = std::fs::read(&path).with_context(|| {
-            format!(
-                "reading built component {} (build it: wasmpilot build <dir>)",
-                path.display()
-            )
-        })?;
-        built.insert(file, bytes);
-    }
-    Ok(built)
-}
-
 pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<WasmOperator> {
     let manifest = opts.dir.join("operator.yaml");
     let mut op = read_operator(&manifest)?;
@@ -147,7 +35,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         .name
         .clone()
         .ok_or_else(|| anyhow!("{}: metadata.name is required", manifest.display()))?;
-    let components = build_components(&opts.dir, !opts.no_build)?;
+    let components = crate::component_build::build(&opts.dir, !opts.no_build)?.components;
 
     let crd_dir = opts.dir.join("crds");
     eprintln!(

@@ -17,6 +17,7 @@
 //! `authoring` is the project loop around them (init, build, simulate, graph, plan).
 
 pub mod authoring;
+pub mod component_build;
 pub mod crd;
 pub mod decision;
 pub mod definition;

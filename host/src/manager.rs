@@ -87,11 +87,11 @@ fn module_reason(e: &ModuleError) -> &'static str {
         | ModuleError::Fetch { .. } => "ModuleFetchFailed",
         ModuleError::DigestMismatch { .. } => "ModuleDigestMismatch",
         ModuleError::Load {
-            source: LoadError::Compile(_),
+            error: LoadError::Compile(_),
             ..
         } => "ModuleCompileFailed",
         ModuleError::Load {
-            source: LoadError::WrongWorld { .. },
+            error: LoadError::WrongWorld { .. } | LoadError::MissingImports { .. },
             ..
         } => "ModuleWrongWorld",
     }
@@ -734,7 +734,7 @@ mod tests {
         });
         let compile = module(ModuleError::Load {
             source_name: "OCI r/x:v1".into(),
-            source: LoadError::Compile("bad magic".into()),
+            error: LoadError::Compile("bad magic".into()),
         });
         let reasons = [fetch.reason(), mismatch.reason(), compile.reason()];
         assert_eq!(

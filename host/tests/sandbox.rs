@@ -549,3 +549,48 @@ async fn random_bytes_are_seeded_by_the_request_unless_the_phase_asks_for_the_ho
     assert_ne!(a, b, "the host's generator gives fresh bytes");
     assert_ne!(a, first);
 }
+
+/// A component importing an interface the host does not link (componentize-js's default
+/// wasi:http) is refused with the import named and what to do, for either role.
+#[test]
+fn a_component_importing_what_the_host_lacks_is_named() {
+    let sandbox = sandbox();
+    let bytes = wat::parse_str(
+        r#"(component
+             (import "wasi:http/types@0.2.10" (instance))
+             (import "wasi:http/outgoing-handler@0.2.10" (instance)))"#,
+    )
+    .expect("valid component text");
+    let component = sandbox.compile(&bytes).expect("compiles");
+    let phase = sandbox
+        .phase_module("sha256:x", &component)
+        .err()
+        .expect("refused as a phase worker")
+        .to_string();
+    assert!(
+        phase.contains("imports wasi:http/types@0.2.10, wasi:http/outgoing-handler@0.2.10, which the host does not provide"),
+        "{phase}"
+    );
+    assert!(
+        phase.contains("--disable http --disable fetch-event"),
+        "{phase}"
+    );
+    let finalizer = sandbox
+        .finalizer_module("sha256:x", &component)
+        .err()
+        .expect("refused as a finalizer")
+        .to_string();
+    assert_eq!(finalizer, phase);
+
+    // Premise: a component importing only what the host provides is refused for another
+    // reason (no export), not for its imports.
+    let bytes = wat::parse_str(r#"(component (import "wasi:random/random@0.2.0" (instance)))"#)
+        .expect("valid component text");
+    let component = sandbox.compile(&bytes).expect("compiles");
+    let e = sandbox
+        .phase_module("sha256:y", &component)
+        .err()
+        .expect("refused: no phase-worker export")
+        .to_string();
+    assert!(e.contains("does not fit the `phase` world"), "{e}");
+}

@@ -5,7 +5,8 @@
 //!
 //! Run: `deploy/local/bench.sh` (or, with a cluster up and components built,
 //! `cargo bench -p wasmpilot --bench e2e --profile e2e-bench`). Sizes: `WASMPILOT_BENCH_E2E_SIZES=200,1000`;
-//! host flag sets to compare: `WASMPILOT_BENCH_E2E_HOST_ARGS="--no-instance-pool;"`.
+//! host flag sets to compare: `WASMPILOT_BENCH_E2E_HOST_ARGS="--no-instance-pool;"` (`+shadow` in a
+//! set gives Syncing a shadow: its own module).
 
 mod memory;
 mod native_autoroute;
@@ -79,6 +80,9 @@ pub struct HostVariant {
     pub args: Vec<String>,
     /// Environment for the host process (`NAME=value` words of the flag set).
     pub env: Vec<(String, String)>,
+    /// `+shadow` in the flag set: the operator's Syncing phase gets a shadow, its own module
+    /// (identical decisions, so every comparison is made in full).
+    pub shadow: bool,
 }
 
 impl HostVariant {
@@ -102,8 +106,10 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
         .split(';')
         .map(|s| s.trim().to_string())
         .map(|args| {
+            let shadow = args.split_whitespace().any(|w| w == "+shadow");
             let (env, flags): (Vec<&str>, Vec<&str>) = args
                 .split_whitespace()
+                .filter(|w| *w != "+shadow")
                 .partition(|w| !w.starts_with('-') && w.contains('='));
             HostVariant {
                 label: if args.is_empty() {
@@ -118,6 +124,7 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
                     .filter_map(|w| w.split_once('='))
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
+                shadow,
             }
         })
         .collect();
@@ -127,6 +134,7 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
             binary: base.into(),
             args: Vec::new(),
             env: Vec::new(),
+            shadow: false,
         });
     }
     Ok(hosts)
@@ -158,15 +166,18 @@ async fn throughput(
             Command::new(std::env::current_exe()?).arg("--native-controller"),
         )
         .await?;
-        let status = Command::new(&hosts[0].binary)
-            .args(["deploy", "--no-build", "examples/autoroute"])
-            .current_dir(root)
-            .status()?;
-        if !status.success() {
-            bail!("wasmpilot deploy failed");
-        }
         let mut runs = vec![native];
         for host in hosts {
+            let status = Command::new(&hosts[0].binary)
+                .args(["deploy", "--no-build", "examples/autoroute"])
+                .current_dir(root)
+                .status()?;
+            if !status.success() {
+                bail!("wasmpilot deploy failed");
+            }
+            if host.shadow {
+                shadow_syncing_with_itself(&operators).await?;
+            }
             runs.push(measure(client, n, host.label.clone(), &mut host.run_command()).await?);
         }
         for r in &runs {
@@ -189,6 +200,25 @@ async fn throughput(
             println!("        {:<30} per route: {}", r.label, top.join(", "));
         }
     }
+    Ok(())
+}
+
+/// Gives the deployed autoroute operator's Syncing phase a shadow: its own module.
+async fn shadow_syncing_with_itself(operators: &Api<DynamicObject>) -> anyhow::Result<()> {
+    let op = operators.get("autoroute").await?;
+    let mut phases = op.data["spec"]["phases"].clone();
+    for p in phases.as_array_mut().into_iter().flatten() {
+        if p["name"] == "Syncing" {
+            p["shadow"] = p["module"].clone();
+        }
+    }
+    operators
+        .patch(
+            "autoroute",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"phases": phases}})),
+        )
+        .await?;
     Ok(())
 }
 

@@ -1,8 +1,8 @@
-//! `wasmpilot build <dir>`: builds every phase component of an operator directory (release,
-//! wasm32-wasip2, the same build `wasmpilot deploy` runs) and lists each one's phase, size and
-//! sha256 — the digest `deploy` pins and the host verifies.
+//! `wasmpilot build <dir>`: builds every phase component of an operator directory (Rust:
+//! release, wasm32-wasip2; Python and JavaScript: componentize-py / componentize-js — the same
+//! build `wasmpilot deploy` runs) and lists each one's phase, size and sha256 — the digest
+//! `deploy` pins and the host verifies.
 
-use crate::deploy::{cargo_build, component_crates, read_components};
 use crate::modules::digest_of;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,19 +12,17 @@ use std::time::Instant;
 /// Builds and returns the report to print.
 pub fn build_command(dir: &Path) -> anyhow::Result<String> {
     let started = Instant::now();
-    let crates = component_crates(dir)?;
-    cargo_build(dir, &crates.packages)?;
-    let components = read_components(&crates)?;
+    let built = crate::component_build::build(dir, true)?;
     let roles = phases_by_file(dir);
     let mut out = String::new();
     let _ = writeln!(
         out,
         "built {} components in {:.1}s into {}",
-        components.len(),
+        built.components.len(),
         started.elapsed().as_secs_f64(),
-        crates.out_dir.display()
+        built.out_dir.display()
     );
-    out.push_str(&table(&components, &roles));
+    out.push_str(&table(&built.components, &roles));
     Ok(out)
 }
 
@@ -54,12 +52,15 @@ fn phases_by_file(dir: &Path) -> BTreeMap<String, String> {
         .spec
         .phases
         .iter()
-        .filter_map(|p| {
-            Some((
-                p.module.as_ref()?.file.as_ref()?.path.clone(),
-                p.name.clone(),
-            ))
+        .flat_map(|p| {
+            let module = p.module.as_ref().and_then(|m| m.file.as_ref());
+            let shadow = p.shadow.as_ref().and_then(|m| m.file.as_ref());
+            [
+                module.map(|f| (f.path.clone(), p.name.clone())),
+                shadow.map(|f| (f.path.clone(), format!("{} (shadow)", p.name))),
+            ]
         })
+        .flatten()
         .collect();
     if let Some(f) = op
         .spec

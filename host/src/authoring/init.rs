@@ -12,7 +12,7 @@
 //! files work both ways. `wasmpilot-guest` is a path dependency when the project is inside a
 //! wasmpilot checkout (relative path) or `--sdk-path` names one, else `--sdk-version`.
 
-use super::scaffold::Project;
+use super::scaffold::{Lang, Project};
 use super::workspace::{add_workspace_members, enclosing_workspace, relative_path, Workspace};
 use anyhow::{anyhow, bail, Context};
 use std::path::{Path, PathBuf};
@@ -58,6 +58,10 @@ pub struct InitArgs {
     /// Do not run the CRD generator (cargo) after writing the files.
     #[arg(long)]
     pub no_crdgen: bool,
+    /// The workers' language: `rust` (crates with a types crate and CRD generator), `python`
+    /// (componentize-py) or `javascript` (componentize-js; `js` works too).
+    #[arg(long, value_enum, default_value = "rust")]
+    pub lang: Lang,
 }
 
 /// How the crates depend on wasmpilot-guest.
@@ -119,6 +123,80 @@ pub fn choose_sdk(
     bail!("cannot find the wasmpilot-guest SDK: pass --sdk-path <wasmpilot checkout>/guest-sdk, or --sdk-version <version> to use a published one")
 }
 
+/// The guest SDK directory of another language (`guest-sdk-python`, `guest-sdk-js`): in an
+/// enclosing wasmpilot checkout, else the checkout this binary was built from.
+fn guest_sdk_dir(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let built = Path::new(BUILT_SDK_DIR).join("..").join(name);
+    dir.ancestors()
+        .map(|a| a.join(name))
+        .chain(std::iter::once(built))
+        .find(|candidate| candidate.join("README.md").is_file())
+        .map(|found| found.canonicalize())
+        .transpose()?
+        .ok_or_else(|| anyhow!("cannot find {name} (the guest SDK): create the project inside a wasmpilot checkout"))
+}
+
+/// Writes a Python or JavaScript project (no cargo involved).
+fn init_guest(args: &InitArgs, project: &Project, dir: &Path) -> anyhow::Result<Scaffold> {
+    let sdk_name = match args.lang {
+        Lang::Python => "guest-sdk-python",
+        _ => "guest-sdk-js",
+    };
+    let sdk = guest_sdk_dir(dir, sdk_name)?;
+    let sdk_for_files = match args.lang {
+        Lang::Python => sdk.join("src"),
+        _ => sdk.clone(),
+    };
+    let files = project.guest_files(
+        args.lang,
+        &relative_path(dir, &sdk_for_files).display().to_string(),
+    )?;
+    let written = write_files(dir, &files)?;
+    let (test, lang) = match args.lang {
+        Lang::Python => ("pytest", "Python"),
+        _ => ("npm install && npm test", "JavaScript"),
+    };
+    eprintln!(
+        "created {} ({} files): {} {} with phases {}, workers in {lang} (SDK {})",
+        dir.display(),
+        written.len(),
+        project.api_version(),
+        project.kind,
+        project.phase_list(),
+        sdk.display()
+    );
+    eprintln!(
+        "\nnext:\n  cd {}\n  {test}   # the stubs' native tests\n  wasmpilot build .   # the components\n  wasmpilot simulate . --resource sample.yaml\n  see README.md for the whole loop",
+        dir.display()
+    );
+    Ok(Scaffold {
+        dir: dir.to_path_buf(),
+        files: written,
+        workspace: Workspace::Standalone,
+        sdk: Sdk::Path(sdk),
+    })
+}
+
+/// Writes `files` (paths relative to `dir`), creating directories.
+fn write_files(dir: &Path, files: &[(String, String)]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for (rel, text) in files {
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| {
+                format!(
+                    "creating {}: check that {} is writable, or choose another directory",
+                    parent.display(),
+                    dir.display()
+                )
+            })?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
 /// Writes the project; runs the CRD generator unless `no_crdgen`. Prints what it did and what
 /// to do next.
 pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
@@ -150,6 +228,9 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
             args.dir.display()
         )
     })?;
+    if args.lang != Lang::Rust {
+        return init_guest(args, &project, &dir);
+    }
     let sdk = choose_sdk(&dir, args.sdk_path.as_deref(), args.sdk_version.as_deref())?;
     let workspace = match enclosing_workspace(&dir) {
         Some(root) if !args.standalone => Workspace::Member(root),
@@ -165,21 +246,7 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
         Sdk::Version(v) => format!("wasmpilot-guest = \"{v}\""),
     };
     let files = project.files(&workspace, &sdk_dep)?;
-    let mut written = Vec::new();
-    for (rel, text) in &files {
-        let path = dir.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).with_context(|| {
-                format!(
-                    "creating {}: check that {} is writable, or choose another directory",
-                    parent.display(),
-                    dir.display()
-                )
-            })?;
-        }
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-        written.push(path);
-    }
+    let mut written = write_files(&dir, &files)?;
     std::fs::create_dir_all(dir.join("crds")).with_context(|| {
         format!(
             "creating {}: check that {} is writable",

@@ -23,6 +23,26 @@ mod templates {
     pub const OPERATOR_PHASE: &str = include_str!("templates/operator.phase.yaml");
     pub const SAMPLE: &str = include_str!("templates/sample.yaml");
     pub const README: &str = include_str!("templates/README.md");
+    pub mod guest {
+        pub const PYTHON_APP: &str = include_str!("templates/guest/python.app.py");
+        pub const PYTHON_TEST: &str = include_str!("templates/guest/python.test.py");
+        pub const PYPROJECT: &str = include_str!("templates/guest/python.pyproject.toml");
+        pub const JS_WORKER: &str = include_str!("templates/guest/js.worker.js");
+        pub const JS_TEST: &str = include_str!("templates/guest/js.test.js");
+        pub const PACKAGE_JSON: &str = include_str!("templates/guest/js.package.json");
+        pub const CRD: &str = include_str!("templates/guest/crd.yaml");
+        pub const README: &str = include_str!("templates/guest/README.md");
+        pub const GITIGNORE: &str = include_str!("templates/guest/gitignore");
+    }
+}
+
+/// The language of a project's workers (`wasmpilot init --lang`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+    #[value(alias = "js")]
+    Javascript,
 }
 
 /// One phase, with the names derived from it.
@@ -200,6 +220,143 @@ impl Project {
         ]
     }
 
+    /// The operator.yaml entries of every phase, each naming the module file
+    /// `<name>_<phase>.wasm` (the artifact of the Rust crate, the component `wasmpilot build`
+    /// makes of `workers/<phase>/` in the other languages).
+    fn operator_yaml(&self) -> anyhow::Result<String> {
+        let common = self.common_vars();
+        let mut entries = Vec::new();
+        for (i, p) in self.phases.iter().enumerate() {
+            let next = self.next_of(i);
+            let mut vars = common.clone();
+            vars.extend([
+                ("phase", p.name.clone()),
+                (
+                    "summary_yaml",
+                    serde_json::to_string(&format!("Scaffolded: {}.", self.summary(i)))
+                        .unwrap_or_default(),
+                ),
+                (
+                    "initial",
+                    if i == 0 {
+                        "\n    initial: true".into()
+                    } else {
+                        String::new()
+                    },
+                ),
+                (
+                    "artifact",
+                    crate::component_build::ComponentCrates::artifact(&self.worker_crate(p)),
+                ),
+                ("next", next.name.clone()),
+            ]);
+            entries.push(render(templates::OPERATOR_PHASE, &vars)?);
+        }
+        let mut vars = common;
+        vars.push(("phase_entries", entries.concat().trim_end().to_string()));
+        render(templates::OPERATOR, &vars)
+    }
+
+    /// What the stub of phase `i` does.
+    fn summary(&self, i: usize) -> String {
+        let next = self.next_of(i);
+        if next.name == self.phases[i].name {
+            format!("stays in {}", next.name)
+        } else {
+            format!("moves on to {}", next.name)
+        }
+    }
+
+    /// Every file of a project whose workers are in Python or JavaScript: per phase a worker
+    /// and its native test, the package settings (SDK at `sdk_path`, relative to the root),
+    /// operator.yaml, an open-schema CRD, a sample and a README.
+    pub fn guest_files(&self, lang: Lang, sdk_path: &str) -> anyhow::Result<Vec<(String, String)>> {
+        use templates::guest;
+        let python = match lang {
+            Lang::Python => true,
+            Lang::Javascript => false,
+            Lang::Rust => bail!("Rust projects are scaffolded by Project::files"),
+        };
+        let mut common = self.common_vars();
+        common.push(("sdk_path", sdk_path.to_string()));
+        let mut files = Vec::new();
+        let mut table = String::from("| phase | worker | moves to |\n|---|---|---|\n");
+        for (i, p) in self.phases.iter().enumerate() {
+            let next = self.next_of(i);
+            let mut vars = common.clone();
+            vars.extend([
+                ("phase", p.name.clone()),
+                ("ident", p.ident.clone()),
+                ("kebab", p.kebab.clone()),
+                ("snake", p.constant.to_ascii_lowercase()),
+                ("next", next.name.clone()),
+                ("next_snake", next.constant.to_ascii_lowercase()),
+                ("summary", self.summary(i)),
+            ]);
+            let (worker, test) = if python {
+                (
+                    (format!("workers/{}/app.py", p.kebab), guest::PYTHON_APP),
+                    (
+                        format!("tests/test_{}.py", p.constant.to_ascii_lowercase()),
+                        guest::PYTHON_TEST,
+                    ),
+                )
+            } else {
+                (
+                    (format!("workers/{}/worker.js", p.kebab), guest::JS_WORKER),
+                    (format!("test/{}.test.js", p.kebab), guest::JS_TEST),
+                )
+            };
+            table.push_str(&format!(
+                "| `{}`{} | `{}` | `{}` |\n",
+                p.name,
+                if i == 0 { " (initial)" } else { "" },
+                worker.0,
+                next.name
+            ));
+            files.push((worker.0, render(worker.1, &vars)?));
+            files.push((test.0, render(test.1, &vars)?));
+        }
+        let (language, worker_file, test_dir, test_command, toolchain) = if python {
+            ("Python", "app.py", "tests", "pytest", "componentize-py")
+        } else {
+            (
+                "JavaScript",
+                "worker.js",
+                "test",
+                "npm install && npm test",
+                "componentize-js",
+            )
+        };
+        let mut vars = common.clone();
+        vars.extend([
+            ("language", language.to_string()),
+            ("worker_file", worker_file.to_string()),
+            ("test_dir", test_dir.to_string()),
+            ("test_command", test_command.to_string()),
+            ("toolchain", toolchain.to_string()),
+            ("phase_table", table.trim_end().to_string()),
+        ]);
+        if python {
+            files.push(("pyproject.toml".into(), render(guest::PYPROJECT, &vars)?));
+        } else {
+            files.push(("package.json".into(), render(guest::PACKAGE_JSON, &vars)?));
+        }
+        let operator = self.operator_yaml()?.replace(
+            "# Each phase's worker is the crate workers/<phase>; `wasmpilot deploy .` builds them for\n# wasm32-wasip2 and replaces",
+            &format!("# Each phase's worker is workers/<phase>/{worker_file} ({language}); `wasmpilot deploy .` builds\n# them with {toolchain} and replaces"),
+        );
+        files.push(("operator.yaml".into(), operator));
+        files.push((
+            format!("crds/{}", self.crd_file()),
+            render(guest::CRD, &vars)?,
+        ));
+        files.push(("sample.yaml".into(), render(templates::SAMPLE, &common)?));
+        files.push(("README.md".into(), render(guest::README, &vars)?));
+        files.push((".gitignore".into(), guest::GITIGNORE.to_string()));
+        Ok(files)
+    }
+
     /// Every file of the project: path relative to the root → contents. `sdk_dep` renders the
     /// wasmpilot-guest dependency line for a crate directory (relative to the root).
     pub fn files(
@@ -247,15 +404,10 @@ impl Project {
             "types/src/crdgen.rs".into(),
             render(templates::TYPES_CRDGEN, &types_vars)?,
         ));
-        let mut entries = Vec::new();
         for (i, p) in self.phases.iter().enumerate() {
             let next = self.next_of(i);
             let stays = next.name == p.name;
-            let summary = if stays {
-                format!("stays in {}", p.name)
-            } else {
-                format!("moves on to {}", next.name)
-            };
+            let summary = self.summary(i);
             let dir = format!("workers/{}", p.kebab);
             let vars = with(vec![
                 ("sdk_dep", sdk_dep(&dir)),
@@ -282,41 +434,8 @@ impl Project {
                 format!("{dir}/src/lib.rs"),
                 render(templates::WORKER_LIB, &vars)?,
             ));
-            entries.push(render(
-                templates::OPERATOR_PHASE,
-                &with(vec![
-                    ("phase", p.name.clone()),
-                    (
-                        "summary_yaml",
-                        serde_json::to_string(&format!("Scaffolded: {summary}."))
-                            .unwrap_or_default(),
-                    ),
-                    (
-                        "initial",
-                        if i == 0 {
-                            "\n    initial: true".into()
-                        } else {
-                            String::new()
-                        },
-                    ),
-                    (
-                        "artifact",
-                        crate::deploy::ComponentCrates::artifact(&self.worker_crate(p)),
-                    ),
-                    ("next", next.name.clone()),
-                ]),
-            )?);
         }
-        files.push((
-            "operator.yaml".into(),
-            render(
-                templates::OPERATOR,
-                &with(vec![(
-                    "phase_entries",
-                    entries.concat().trim_end().to_string(),
-                )]),
-            )?,
-        ));
+        files.push(("operator.yaml".into(), self.operator_yaml()?));
         files.push(("sample.yaml".into(), render(templates::SAMPLE, &common)?));
         let mut table = String::from("| phase | worker crate | moves to |\n|---|---|---|\n");
         for (i, p) in self.phases.iter().enumerate() {

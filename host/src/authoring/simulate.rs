@@ -223,16 +223,12 @@ pub async fn simulate(
     let (_, def) = offline::load_operator(&manifest)?;
     let module_dir = match &args.module_dir {
         Some(d) => d.clone(),
-        None => {
-            crate::deploy::component_crates(&dir)
-                .with_context(|| {
-                    format!(
-                    "finding the components of {} (pass --module-dir DIR to name where they are)",
-                    dir.display()
-                )
-                })?
-                .out_dir
-        }
+        None => crate::component_build::out_dir(&dir).with_context(|| {
+            format!(
+                "finding the components of {} (pass --module-dir DIR to name where they are)",
+                dir.display()
+            )
+        })?,
     };
     check_modules_built(&def, &module_dir, &dir)?;
     let crd_dirs = if args.crds.is_empty() {

@@ -104,7 +104,9 @@ pub async fn replay(
                 .join(", ")
         );
     }
-    let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(module_dir)).with_progress();
+    let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(module_dir))
+        .with_compile_cache(crate::modules::compile_cache_dir(None, false))
+        .with_progress();
     let mut loaded: HashMap<String, PhaseModule> = HashMap::new();
     let mut summary = ReplaySummary::default();
     let mut other_operators = 0;

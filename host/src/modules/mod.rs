@@ -89,11 +89,11 @@ pub enum ModuleError {
         expected: String,
         actual: String,
     },
-    #[error("{source_name}: {source}")]
+    /// (The load error is in the message, not also a cause: it would be said twice.)
+    #[error("{source_name}: {error}")]
     Load {
         source_name: String,
-        #[source]
-        source: LoadError,
+        error: LoadError,
     },
 }
 
@@ -293,9 +293,9 @@ impl ModuleCache {
         let (name, digest, component) = self.component(r).await?;
         self.sandbox
             .phase_module(&digest, &component)
-            .map_err(|source| ModuleError::Load {
+            .map_err(|error| ModuleError::Load {
                 source_name: name,
-                source,
+                error,
             })
     }
 
@@ -303,9 +303,9 @@ impl ModuleCache {
         let (name, digest, component) = self.component(r).await?;
         self.sandbox
             .finalizer_module(&digest, &component)
-            .map_err(|source| ModuleError::Load {
+            .map_err(|error| ModuleError::Load {
                 source_name: name,
-                source,
+                error,
             })
     }
 
@@ -356,11 +356,11 @@ impl ModuleCache {
         .await
         .map_err(|e| ModuleError::Load {
             source_name: source_name.clone(),
-            source: LoadError::Compile(e.to_string()),
+            error: LoadError::Compile(e.to_string()),
         })?
-        .map_err(|source| ModuleError::Load {
+        .map_err(|error| ModuleError::Load {
             source_name: source_name.clone(),
-            source,
+            error,
         })?;
         let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
         let compiled = match loaded {

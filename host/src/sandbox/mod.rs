@@ -195,6 +195,32 @@ pub enum LoadError {
         world: &'static str,
         message: String,
     },
+    #[error(
+        "the component imports {}, which the host does not provide: a worker may import only wasmpilot:operator/log and WASI 0.2 io, clocks, random, cli, filesystem and sockets (within the sandbox's limits). Rebuild it without them: componentize-js adds wasi:http unless given `--disable http --disable fetch-event`; a worker gets its data as inputs, so it needs no HTTP client",
+        .imports.join(", ")
+    )]
+    MissingImports { imports: Vec<String> },
+}
+
+/// Interface packages the host links into every worker (any 0.2 version for WASI).
+const PROVIDED_PACKAGES: [&str; 7] = [
+    "wasmpilot:operator/",
+    "wasi:io/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:cli/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+];
+
+/// The component's imports from packages the host does not link at all.
+fn unprovided_imports(engine: &Engine, component: &Component) -> Vec<String> {
+    component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .filter(|name| !PROVIDED_PACKAGES.iter().any(|p| name.starts_with(p)))
+        .collect()
 }
 
 /// The limits of one call: the host's defaults or a phase's overrides, within the ceilings.
@@ -377,9 +403,16 @@ impl Sandbox {
         digest: &str,
         component: &Component,
     ) -> Result<PhaseModule, LoadError> {
-        let wrong = |e: wasmtime::Error| LoadError::WrongWorld {
-            world: "phase",
-            message: format!("{e:#}"),
+        let wrong = |e: wasmtime::Error| {
+            let imports = unprovided_imports(&self.engine, component);
+            if imports.is_empty() {
+                LoadError::WrongWorld {
+                    world: "phase",
+                    message: format!("{e:#}"),
+                }
+            } else {
+                LoadError::MissingImports { imports }
+            }
         };
         let pre = self.linker.instantiate_pre(component).map_err(wrong)?;
         let pre = PhasePre::new(pre).map_err(wrong)?;
@@ -397,9 +430,16 @@ impl Sandbox {
         digest: &str,
         component: &Component,
     ) -> Result<FinalizerModule, LoadError> {
-        let wrong = |e: wasmtime::Error| LoadError::WrongWorld {
-            world: "finalizer",
-            message: format!("{e:#}"),
+        let wrong = |e: wasmtime::Error| {
+            let imports = unprovided_imports(&self.engine, component);
+            if imports.is_empty() {
+                LoadError::WrongWorld {
+                    world: "finalizer",
+                    message: format!("{e:#}"),
+                }
+            } else {
+                LoadError::MissingImports { imports }
+            }
         };
         let pre = self.linker.instantiate_pre(component).map_err(wrong)?;
         let pre = FinalizerPre::new(pre).map_err(wrong)?;

@@ -1,0 +1,171 @@
+//! The AutoRoute operator with its workers in Rust, in Python and in JavaScript, each shipped
+//! with `wasmpilot deploy` as a user does (the running host swaps it in), drives the sample to
+//! Ready in a fresh namespace; the Python and JavaScript operators' outputs and status equal the
+//! Rust operator's (issue 16 §4).
+
+mod common;
+
+use anyhow::{ensure, Context};
+use common::cluster::*;
+use kube::Client;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(120);
+const OPERATOR: (&str, &str) = ("wasmpilot.io/v1alpha1", "WasmOperator");
+const OUTPUTS: [(&str, &str); 3] = [
+    ("v1", "Service"),
+    ("networking.istio.io/v1alpha3", "VirtualService"),
+    ("networking.istio.io/v1alpha3", "Gateway"),
+];
+
+#[tokio::test]
+async fn python_and_javascript_operators_match_rust_on_a_real_cluster() {
+    let client = client().await;
+    let mut host = Host::start(&[], "wasmpilot-e2e-guest-languages");
+    let mut results = BTreeMap::new();
+    let mut failure = None;
+    for (example, components) in [
+        ("examples/autoroute", common::wasm_dir()),
+        (
+            "examples/autoroute-python",
+            guest_components("autoroute-python"),
+        ),
+        ("examples/autoroute-js", guest_components("autoroute-js")),
+    ] {
+        match run_example(&client, example, &components).await {
+            Ok(result) => {
+                results.insert(example, result);
+            }
+            Err(e) => {
+                failure = Some(format!("{example}: {e:#}"));
+                break;
+            }
+        }
+    }
+    let alive = host.is_alive();
+    // Later tests get the Rust example back.
+    deploy_example("examples/autoroute");
+    assert!(alive, "the host process died");
+    if let Some(f) = failure {
+        panic!("{f}");
+    }
+    let rust = &results["examples/autoroute"];
+    assert!(
+        rust["outputs"].as_object().is_some_and(|o| o.len() == 5),
+        "premise: the Rust operator routes the sample (a Gateway, two Services and VirtualServices): {rust:#}"
+    );
+    for example in ["examples/autoroute-python", "examples/autoroute-js"] {
+        assert_eq!(
+            &results[example], rust,
+            "{example} differs from the Rust operator"
+        );
+    }
+}
+
+fn guest_components(example: &str) -> PathBuf {
+    let wasm_dir = common::wasm_dir();
+    wasm_dir
+        .parent()
+        .and_then(|p| p.parent())
+        .expect("<target>/wasm32-wasip2/release")
+        .join("guest-components")
+        .join(example)
+}
+
+/// Deploys `example`, waits until the host runs its Syncing component, applies the sample in a
+/// new namespace and returns the route's outputs and status once Ready.
+async fn run_example(
+    client: &Client,
+    example: &str,
+    components: &std::path::Path,
+) -> anyhow::Result<Value> {
+    deploy_example(example);
+    let syncing = std::fs::read(components.join("autoroute_syncing.wasm"))
+        .with_context(|| format!("{example}'s Syncing component in {}", components.display()))?;
+    let digest = format!("sha256:{}", sha256_hex(&syncing));
+    wait_for(
+        &format!("the host to run {example}'s Syncing {digest}"),
+        T,
+        || async {
+            let op = must(
+                get(client, OPERATOR.0, OPERATOR.1, None, "autoroute").await?,
+                "operator",
+            )?;
+            let running = op["status"]["modules"]["Syncing"] == digest.as_str()
+                && op["status"]["observedGeneration"] == op["metadata"]["generation"];
+            Ok(running.then_some(()))
+        },
+    )
+    .await?;
+    let ns = create_namespace(client, "languages").await?;
+    let sample =
+        std::fs::read_to_string(common::repo_root().join("examples/autoroute/sample.yaml"))?;
+    for mut doc in wasmpilot::offline::parse_documents(&sample)? {
+        if let Some(meta) = doc["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
+        apply_yaml(client, &doc.to_string(), Some(&ns)).await?;
+    }
+    let route = wait_for(
+        &format!("{example}: the sample AutoRoute Ready"),
+        T,
+        || async {
+            let route = get(client, "examples.io/v1", "AutoRoute", Some(&ns), "example").await?;
+            Ok(route.filter(|r| r["status"]["phase"] == "Ready"))
+        },
+    )
+    .await?;
+    let mut outputs = serde_json::Map::new();
+    for (api_version, kind) in OUTPUTS {
+        let api = dynamic_api(client, api_version, kind, Some(&ns)).await?;
+        for o in api.list(&Default::default()).await?.items {
+            let o = serde_json::to_value(o)?;
+            let name = o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let mut spec = o["spec"].clone();
+            // The cluster assigns these to Services.
+            if let Some(s) = spec.as_object_mut() {
+                for assigned in [
+                    "clusterIP",
+                    "clusterIPs",
+                    "internalTrafficPolicy",
+                    "ipFamilies",
+                    "ipFamilyPolicy",
+                    "sessionAffinity",
+                ] {
+                    s.remove(assigned);
+                }
+            }
+            let labels = o["metadata"]["labels"].clone();
+            outputs.insert(
+                format!("{kind}/{name}"),
+                serde_json::json!({"spec": spec, "labels": labels}),
+            );
+        }
+    }
+    let mut status = route["status"].clone();
+    if let Some(s) = status.as_object_mut() {
+        // Which component decided, when and from what differ by construction.
+        for by_construction in ["moduleDigest", "history", "conditions"] {
+            s.remove(by_construction);
+        }
+    }
+    let result = serde_json::json!({"outputs": outputs, "status": status});
+    let _ = delete(client, "v1", "Namespace", None, &ns).await;
+    ensure!(!outputs_is_empty(&result), "{example}: no outputs");
+    Ok(result)
+}
+
+fn outputs_is_empty(result: &Value) -> bool {
+    result["outputs"].as_object().is_none_or(|o| o.is_empty())
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
