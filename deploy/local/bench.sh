@@ -29,6 +29,8 @@ cargo build --release --target wasm32-wasip2 -p autoroute-syncing -p autoroute-i
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(rustc --version)"
 
 sandbox() {
+  echo "==> Python and JavaScript components (the languages group)"
+  deploy/local/build-guest-examples.sh --no-tests
   echo "==> cargo bench -p wasmpilot --bench sandbox (release profile, fat LTO)"
   cargo bench -p wasmpilot --bench sandbox -- "$@"
 }

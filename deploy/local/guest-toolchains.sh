@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# The pinned toolchains for workers in Python and JavaScript, and the build of one worker
-# into a WebAssembly component (world `phase` of wit/operator.wit).
+# The pinned toolchains for workers in Python and JavaScript, where `wasmpilot build` looks for
+# them (it runs componentize-py / the bundler and componentize-js itself).
 #
 #   deploy/local/guest-toolchains.sh install                      # idempotent
-#   deploy/local/guest-toolchains.sh build-python <app-dir> <out.wasm> [<python-path>...]
-#   deploy/local/guest-toolchains.sh build-js <worker.js> <out.wasm>
 #   deploy/local/guest-toolchains.sh pytest [<pytest args>...]    # the venv's pytest
 #
 # Toolchains live under ${WASMPILOT_CACHE:-$HOME/.cache/wasmpilot}/toolchains/: a Python venv
@@ -14,11 +12,9 @@
 set -euo pipefail
 
 GUEST_TOOLCHAINS_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/guest-toolchains"
-GUEST_REPO_ROOT="$(cd "$GUEST_TOOLCHAINS_SRC/../../.." && pwd)"
 GUEST_TOOLCHAINS="${WASMPILOT_CACHE:-$HOME/.cache/wasmpilot}/toolchains"
 GUEST_PY_VENV="$GUEST_TOOLCHAINS/python"
 GUEST_JS_PREFIX="$GUEST_TOOLCHAINS/js"
-GUEST_WIT="wit/operator.wit"
 
 # True when the stamp in <dir> records the sha256 of <pin file>.
 guest_toolchain_current() {
@@ -50,32 +46,6 @@ guest_toolchains_install() {
   cp "$GUEST_TOOLCHAINS_SRC/bundle-js.mjs" "$GUEST_JS_PREFIX/bundle-js.mjs"
 }
 
-# Builds a Python worker: <app-dir>/app.py is the module componentize-py wraps; each
-# <python-path> (the SDK's src/, a shared module's directory) is searched too.
-guest_build_python() {
-  local app_dir="$1" out="$2"
-  shift 2
-  local paths=(-p "$(realpath "$app_dir")")
-  local extra
-  for extra in "$@"; do paths+=(-p "$(realpath "$extra")"); done
-  mkdir -p "$(dirname "$out")"
-  # VIRTUAL_ENV unset: componentize-py would otherwise bundle the toolchain venv's packages.
-  (cd "$GUEST_REPO_ROOT" && env -u VIRTUAL_ENV "$GUEST_PY_VENV/bin/componentize-py" \
-    -d "$GUEST_WIT" -w phase componentize app "${paths[@]}" -o "$(realpath -m "$out")")
-}
-
-# Builds a JavaScript worker: bundled with its imports first (bundle-js.mjs), then
-# componentized without wasi:http (the host does not provide it).
-guest_build_js() {
-  local worker="$1" out="$2"
-  mkdir -p "$(dirname "$out")"
-  local bundle="${out%.wasm}.bundle.js"
-  node "$GUEST_JS_PREFIX/bundle-js.mjs" "$(realpath "$worker")" "$(realpath -m "$bundle")"
-  (cd "$GUEST_REPO_ROOT" && "$GUEST_JS_PREFIX/node_modules/.bin/componentize-js" \
-    "$(realpath -m "$bundle")" --wit "$GUEST_WIT" --world-name phase \
-    --disable http --disable fetch-event -o "$(realpath -m "$out")")
-}
-
 guest_pytest() {
   "$GUEST_PY_VENV/bin/python" -m pytest "$@"
 }
@@ -85,11 +55,9 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   shift || true
   case "$command" in
     install) guest_toolchains_install ;;
-    build-python) guest_build_python "$@" ;;
-    build-js) guest_build_js "$@" ;;
     pytest) guest_pytest "$@" ;;
     *)
-      sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+      sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
       exit 2
       ;;
   esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and running wasmpilot needs on a Debian machine: the wasm32-wasip2
 # Rust target and kubectl. With --tests, also what only the tests use: docker-registry +
-# htpasswd for the module tests and prometheus for the canary test. The local cluster's own
+# htpasswd for the module tests, prometheus for the canary test, python3-venv and node (20+)
+# for the Python and JavaScript workers' toolchains. The local cluster's own
 # packages are installed by cluster.sh. Package manager output goes to a log, not the terminal.
 set -euo pipefail
 
@@ -41,4 +42,18 @@ if [ "${1:-}" = --tests ]; then
   # The canary example's end-to-end test runs a real Prometheus on loopback (only the binary is
   # used: host/tests/e2e_canary.rs starts it with a temporary config).
   command -v prometheus >/dev/null 2>&1 || apt_install prometheus
+  # Python and JavaScript workers: deploy/local/guest-toolchains.sh installs the pinned
+  # componentize-py (in a venv) and componentize-js (npm) itself; it needs python3 with venv
+  # and node 20 or newer.
+  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    apt_install python3 python3-venv
+  fi
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    apt_install nodejs npm
+  fi
+  node_major="$(node -p 'process.versions.node.split(".")[0]')"
+  if [ "$node_major" -lt 20 ]; then
+    echo "setup: node $(node --version) is too old for componentize-js: install node 20 or newer (e.g. from NodeSource)" >&2
+    exit 1
+  fi
 fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every check and test: format, clippy, guest components for wasm32-wasip2, unit tests,
+# Runs every check and test: format, clippy, guest components for wasm32-wasip2 (Rust, Python,
+# JavaScript, with the Python and JavaScript SDKs' native tests), unit tests,
 # sandbox tests with real components, the host image (deploy/Containerfile), and end-to-end
 # tests on a real kube-apiserver with a node: pods, the in-cluster install, failover.
 # Uses $KUBECONFIG when WASMPILOT_USE_KUBECONFIG=1, else starts deploy/local/cluster.sh.
@@ -27,6 +28,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "build the tests (the host image below reuses this build)"
 cargo test --workspace --no-run
+
+step "Python and JavaScript guests: pinned toolchains, SDK and example tests, components"
+deploy/local/build-guest-examples.sh
 
 step "cluster"
 started_cluster=0

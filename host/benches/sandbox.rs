@@ -6,6 +6,8 @@
 //!    for 1, 100 and 1,000 realistic Deployments; the fixed cost of a trivial call; and
 //!    variants with less data per object, to show how much of a call is parsing.
 //! 2. Module load: compiling component bytes vs loading a precompiled (`.cwasm`) artifact.
+//! 3. Languages (issue 16): the AutoRoute phases as Python and JavaScript components beside the
+//!    Rust one and native Rust — size, compile, cache load, fixed cost, 100 Deployments.
 //!
 //! Run everything with `deploy/local/bench.sh` (builds the guest components first). By hand:
 //! `cargo bench -p wasmpilot --bench sandbox [-- FILTER…]` runs the groups whose title contains
@@ -108,6 +110,7 @@ fn main() {
     for file in [SYNCING, INITIALIZING] {
         module_load(&bench, &env, &wasm, file, &mut summary);
     }
+    languages(&bench, &rt, &env, &wasm, &mut summary);
     summary.print(&bench);
 }
 
@@ -849,6 +852,133 @@ fn module_load(bench: &Bench, env: &Env, wasm: &WasmDir, file: &str, sum: &mut S
                 ("deserialize_file", 4),
             ],
         );
+    }
+}
+
+/// Issue 16: the AutoRoute phases as Python and JavaScript components (the examples, built by
+/// `deploy/local/build-guest-examples.sh` into `<target>/guest-components/`) beside the Rust
+/// component and native Rust: size, compile, load from the compile cache (one-shot timings),
+/// then the fixed cost of a call and Syncing with 100 Deployments as ratios against native.
+fn languages(
+    bench: &Bench,
+    rt: &tokio::runtime::Runtime,
+    env: &Env,
+    wasm: &WasmDir,
+    sum: &mut Summary,
+) {
+    let title = "languages: AutoRoute in Rust, Python and JavaScript components";
+    if !bench.selected(title) && !bench.selected("languages") {
+        return;
+    }
+    let guests = wasm
+        .0
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|t| t.join("guest-components"))
+        .unwrap_or_default();
+    let dirs = [
+        ("Rust", wasm.0.clone()),
+        ("Python", guests.join("autoroute-python")),
+        ("JavaScript", guests.join("autoroute-js")),
+    ];
+    if let Some((lang, dir)) = dirs.iter().find(|(_, d)| !d.join(SYNCING).is_file()) {
+        println!(
+            "\n== {title} ==\n   SKIPPED: no {lang} components in {} (build them: deploy/local/build-guest-examples.sh)",
+            dir.display()
+        );
+        return;
+    }
+    let engine = env.sandbox.engine();
+    let limits = env.syncing.limits;
+    let cache_dir = tempfile::tempdir().expect("temp dir");
+    let cache = CompileCache::open(cache_dir.path(), engine).expect("compile cache");
+    let mut loaded = Vec::new();
+    println!("\n== {title}: components ==");
+    println!(
+        "   {:<11} {:>10} {:>14} {:>14} {:>16}",
+        "language", "Syncing", "compile", "cache load", "link (instantiate_pre)"
+    );
+    for (lang, dir) in &dirs {
+        let mut modules = Vec::new();
+        for file in [INITIALIZING, SYNCING] {
+            let bytes = std::fs::read(dir.join(file)).expect("component");
+            let digest = digest_of(&bytes);
+            let started = Instant::now();
+            let compiled = env.sandbox.compile(&bytes).expect("compiles");
+            let compile = started.elapsed();
+            cache
+                .store(
+                    &digest,
+                    &engine.precompile_component(&bytes).expect("precompiles"),
+                )
+                .expect("stores");
+            let loads: Vec<Duration> = (0..5)
+                .map(|_| {
+                    let t = Instant::now();
+                    black_box(cache.load(engine, &digest).expect("loads"));
+                    t.elapsed()
+                })
+                .collect();
+            let started = Instant::now();
+            let module = env
+                .sandbox
+                .phase_module(&digest, &compiled)
+                .expect("a phase worker")
+                .with_limits(limits);
+            let link = started.elapsed();
+            if file == SYNCING {
+                println!(
+                    "   {lang:<11} {:>10} {:>14} {:>14} {:>16}",
+                    kib(bytes.len()),
+                    fmt(compile),
+                    fmt(stats(loads).median),
+                    fmt(link)
+                );
+            }
+            modules.push(module);
+        }
+        loaded.push((*lang, modules));
+    }
+
+    let route = dynamic(&fixtures::route());
+    let initializing = env.request("Initializing", &route, &Cache::new(vec![], false));
+    let cached: Vec<Arc<DynamicObject>> = fixtures::deployments(100).iter().map(dynamic).collect();
+    let syncing = env.request("Syncing", &route, &Cache::new(cached, true));
+    let native_init = native_test(&initializing);
+    let native_sync = native_test(&syncing);
+    // Same answer in every language (the comparison test checks every case; this one too).
+    let expected = parse_result(&env.run(rt, &env.syncing, syncing.clone()));
+    for (lang, modules) in &loaded {
+        let r = env.run(rt, &modules[1], syncing.clone());
+        assert_eq!(parse_result(&r), expected, "{lang} decides as Rust");
+    }
+    for (label, request, index) in [
+        ("languages: fixed cost (Initializing)", &initializing, 0),
+        ("languages: Syncing, 100 Deployments", &syncing, 1),
+    ] {
+        let native: Box<dyn Fn()> = if index == 0 {
+            Box::new(|| {
+                black_box(native_init.run(&Initializing).expect("native"));
+            })
+        } else {
+            Box::new(|| {
+                black_box(native_sync.run(&Syncing).expect("native"));
+            })
+        };
+        let mut cases = vec![Case::new("native Rust (baseline)", native)];
+        for (lang, modules) in &loaded {
+            let module = &modules[index];
+            cases.push(Case::new(format!("{lang} component"), move || {
+                black_box(env.run(rt, module, request.clone()));
+            }));
+        }
+        if let Some(s) = bench.group(label, "the host's sandbox, default limits", 5, cases) {
+            sum.row(
+                label.trim_start_matches("languages: ").to_string(),
+                &s,
+                &[("Rust", 1), ("Python", 2), ("JavaScript", 3)],
+            );
+        }
     }
 }
 

@@ -322,8 +322,8 @@ fn jobs(dir: &Path, language: Language) -> anyhow::Result<Vec<Job>> {
 }
 
 /// The componentize tool of a language, pinned and installed by
-/// `deploy/local/guest-toolchains.sh install` under `$WASMPILOT_TOOLCHAINS` (default
-/// `~/.cache/wasmpilot/toolchains`), else found on PATH.
+/// `deploy/local/guest-toolchains.sh install` under [`toolchains_dir`], else (Python) found
+/// on PATH.
 struct Toolchain {
     language: Language,
     program: PathBuf,
@@ -333,13 +333,17 @@ struct Toolchain {
 
 const INSTALL_HINT: &str = "install the pinned toolchains with deploy/local/guest-toolchains.sh install (from a wasmpilot checkout)";
 
+/// `$WASMPILOT_TOOLCHAINS`, else `toolchains/` of the cache root the install script uses
+/// (`$WASMPILOT_CACHE`, default `~/.cache/wasmpilot`).
 fn toolchains_dir() -> PathBuf {
-    std::env::var_os("WASMPILOT_TOOLCHAINS")
+    if let Some(dir) = std::env::var_os("WASMPILOT_TOOLCHAINS") {
+        return PathBuf::from(dir);
+    }
+    let cache = std::env::var_os("WASMPILOT_CACHE")
         .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/wasmpilot/toolchains"))
-        })
-        .unwrap_or_else(|| PathBuf::from(".cache/wasmpilot/toolchains"))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/wasmpilot")))
+        .unwrap_or_else(|| PathBuf::from(".cache/wasmpilot"));
+    cache.join("toolchains")
 }
 
 fn on_path(program: &str) -> Option<PathBuf> {

@@ -289,6 +289,13 @@ pub struct ConfigMapModule {
     /// Hex sha256 of the component bytes; a module whose bytes differ is refused.
     #[schemars(regex(pattern = r"^(sha256:)?[0-9a-f]{64}$"))]
     pub sha256: String,
+    /// A component larger than a ConfigMap holds (1 MiB) is split across this many ConfigMaps,
+    /// `<name>-0` … `<name>-<parts-1>`, each with a piece under `key`, joined in order (then
+    /// decompressed, for a `.gz` key) before the sha256 is checked. `wasmpilot deploy` splits
+    /// what does not fit (a Python or JavaScript component).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub parts: Option<u32>,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]

@@ -19,6 +19,9 @@ use std::time::Duration;
 const FIELD_MANAGER: &str = "wasmpilot-deploy";
 /// The binaryData key modules are stored under (gzip: a ConfigMap holds at most 1 MiB).
 pub const MODULE_KEY: &str = "component.wasm.gz";
+/// The most of a compressed component one ConfigMap holds (under the 1 MiB limit, with room
+/// for the metadata).
+const CONFIGMAP_PIECE: usize = 900 << 10;
 
 pub struct DeployOptions {
     pub dir: PathBuf,
@@ -98,35 +101,52 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
             role.to_lowercase()
                 .replace(|c: char| !c.is_ascii_alphanumeric(), "-")
         );
+        // A ConfigMap holds at most 1 MiB: larger components (Python, JavaScript) are split
+        // across ConfigMaps `<name>-0`, `<name>-1`, … joined again by the host.
+        let pieces: Vec<&[u8]> = gz.chunks(CONFIGMAP_PIECE).collect();
+        let parts = (pieces.len() > 1).then_some(pieces.len() as u32);
         eprintln!(
-            "storing {} ({} KiB gz) in ConfigMap {}/{cm_name} …",
+            "storing {} ({} KiB gz) in {} …",
             file.path,
             gz.len().div_ceil(1024),
-            opts.module_namespace
+            match parts {
+                Some(n) => format!(
+                    "{n} ConfigMaps {}/{cm_name}-0…{}",
+                    opts.module_namespace,
+                    n - 1
+                ),
+                None => format!("ConfigMap {}/{cm_name}", opts.module_namespace),
+            }
         );
-        let cm = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": cm_name,
-                "namespace": opts.module_namespace,
-                "labels": {"app.kubernetes.io/managed-by": "wasmpilot", crate::OPERATOR_LABEL: op_name},
-                "annotations": {"wasmpilot.io/sha256": digest, "wasmpilot.io/source": file.path},
-            },
-            "binaryData": {MODULE_KEY: ByteString(gz.clone())},
-        });
-        maps.patch(
-            &cm_name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&cm),
-        )
-        .await
-        .with_context(|| {
-            format!(
-                "storing module {} in ConfigMap {}/{cm_name}",
-                file.path, opts.module_namespace
+        for (i, piece) in pieces.iter().enumerate() {
+            let name = match parts {
+                Some(_) => format!("{cm_name}-{i}"),
+                None => cm_name.clone(),
+            };
+            let cm = json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": name,
+                    "namespace": opts.module_namespace,
+                    "labels": {"app.kubernetes.io/managed-by": "wasmpilot", crate::OPERATOR_LABEL: op_name},
+                    "annotations": {"wasmpilot.io/sha256": digest, "wasmpilot.io/source": file.path},
+                },
+                "binaryData": {MODULE_KEY: ByteString(piece.to_vec())},
+            });
+            maps.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&cm),
             )
-        })?;
+            .await
+            .with_context(|| {
+                format!(
+                    "storing module {} in ConfigMap {}/{name}",
+                    file.path, opts.module_namespace
+                )
+            })?;
+        }
         println!(
             "{role:<14} {:<32} {:>8} KiB ({:>6} KiB gz)  {digest}",
             file.path,
@@ -139,6 +159,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
                 namespace: Some(opts.module_namespace.clone()),
                 key: MODULE_KEY.into(),
                 sha256: digest,
+                parts,
             }),
             ..Default::default()
         };

@@ -160,6 +160,9 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), (String, String)> {
             return Err(("configMap".into(), "name and key are required".into()));
         }
         digest("configMap.sha256", &cm.sha256)?;
+        if cm.parts.is_some_and(|p| p == 0 || p > 64) {
+            return Err(("configMap.parts".into(), "must be 1 to 64".into()));
+        }
     }
     if let Some(f) = &m.file {
         if f.path.is_empty() {
@@ -484,28 +487,45 @@ impl ModuleCache {
                 .namespace
                 .clone()
                 .unwrap_or_else(|| DEFAULT_MODULE_NAMESPACE.to_string());
-            let source_name = format!("ConfigMap {namespace}/{} key {}", cm.name, cm.key);
+            let source_name = match cm.parts {
+                Some(parts) => format!(
+                    "ConfigMaps {namespace}/{}-0…{} key {}",
+                    cm.name,
+                    parts.saturating_sub(1),
+                    cm.key
+                ),
+                None => format!("ConfigMap {namespace}/{} key {}", cm.name, cm.key),
+            };
             let client = self.client.clone().ok_or_else(|| ModuleError::Offline {
                 source_name: source_name.clone(),
             })?;
-            let map = Api::<ConfigMap>::namespaced(client, &namespace)
-                .get(&cm.name)
-                .await
-                .map_err(|source| ModuleError::ConfigMapUnreadable {
-                    namespace: namespace.clone(),
-                    name: cm.name.clone(),
-                    source,
-                })?;
-            let data = map.binary_data.unwrap_or_default();
-            let Some(bytes) = data.get(&cm.key) else {
-                return Err(ModuleError::KeyMissing {
-                    namespace,
-                    name: cm.name.clone(),
-                    key: cm.key.clone(),
-                    keys: data.keys().cloned().collect::<Vec<_>>().join(", "),
-                });
+            let api = Api::<ConfigMap>::namespaced(client, &namespace);
+            let names: Vec<String> = match cm.parts {
+                None => vec![cm.name.clone()],
+                Some(parts) => (0..parts).map(|i| format!("{}-{i}", cm.name)).collect(),
             };
-            let bytes = maybe_gunzip(&source_name, &cm.key, bytes.0.clone())?;
+            let mut joined = Vec::new();
+            for name in names {
+                let map =
+                    api.get(&name)
+                        .await
+                        .map_err(|source| ModuleError::ConfigMapUnreadable {
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                            source,
+                        })?;
+                let data = map.binary_data.unwrap_or_default();
+                let Some(bytes) = data.get(&cm.key) else {
+                    return Err(ModuleError::KeyMissing {
+                        namespace,
+                        name,
+                        key: cm.key.clone(),
+                        keys: data.keys().cloned().collect::<Vec<_>>().join(", "),
+                    });
+                };
+                joined.extend_from_slice(&bytes.0);
+            }
+            let bytes = maybe_gunzip(&source_name, &cm.key, joined)?;
             return Ok((source_name, bytes, Some(cm.sha256.clone())));
         }
         if let Some(f) = &r.file {

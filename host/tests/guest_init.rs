@@ -1,0 +1,123 @@
+//! `wasmpilot init --lang python|javascript` as a user runs it, outside any cargo workspace:
+//! the scaffold's native tests pass, `wasmpilot build` makes a component per phase with the
+//! pinned toolchain, and `wasmpilot simulate` runs them to a stop through the host's offline
+//! path. Needs the toolchains (`deploy/local/guest-toolchains.sh install`; the test command
+//! installs them).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn toolchains() -> PathBuf {
+    std::env::var_os("WASMPILOT_TOOLCHAINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("WASMPILOT_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/wasmpilot")
+                });
+            cache.join("toolchains")
+        })
+}
+
+fn run(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
+}
+
+fn wasmpilot(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmpilot"));
+    cmd.current_dir(dir)
+        .env("CARGO_TARGET_DIR", dir.join("target"));
+    cmd
+}
+
+/// init, native tests, build, simulate for one language.
+fn scaffold_build_simulate(lang: &str, native_tests: impl Fn(&Path) -> Command) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let dir = work.path().join("backup");
+    run(
+        "wasmpilot init",
+        wasmpilot(work.path()).args([
+            "init",
+            "backup",
+            "--lang",
+            lang,
+            "--kind",
+            "Backup",
+            "--group",
+            "demo.io",
+            "--phases",
+            "Pending,Running,Done",
+        ]),
+    );
+    assert!(
+        !dir.join("Cargo.toml").exists(),
+        "a {lang} project has no cargo workspace"
+    );
+    let tests = run(&format!("{lang} native tests"), &mut native_tests(&dir));
+    assert!(
+        tests.contains("3 passed") || tests.contains("# pass 3"),
+        "{tests}"
+    );
+
+    let built = run("wasmpilot build", wasmpilot(&dir).args(["build", "."]));
+    for (phase, file) in [
+        ("Pending", "backup_pending.wasm"),
+        ("Running", "backup_running.wasm"),
+        ("Done", "backup_done.wasm"),
+    ] {
+        assert!(
+            built
+                .lines()
+                .any(|l| l.contains(phase) && l.contains(file) && l.contains("sha256:")),
+            "{file} for {phase} in:\n{built}"
+        );
+    }
+    let simulated = run(
+        "wasmpilot simulate",
+        wasmpilot(&dir).args(["simulate", ".", "--resource", "sample.yaml"]),
+    );
+    assert!(simulated.contains("phase: Done"), "{simulated}");
+    assert!(simulated.contains("stop: converged"), "{simulated}");
+}
+
+#[test]
+fn a_python_project_from_init_builds_and_simulates() {
+    let python = toolchains().join("python/bin/python");
+    assert!(
+        python.is_file(),
+        "no Python toolchain at {}: deploy/local/guest-toolchains.sh install",
+        python.display()
+    );
+    scaffold_build_simulate("python", |dir| {
+        let mut cmd = Command::new(&python);
+        cmd.args(["-m", "pytest", "-q"]).current_dir(dir);
+        cmd
+    });
+}
+
+#[test]
+fn a_javascript_project_from_init_builds_and_simulates() {
+    scaffold_build_simulate("javascript", |dir| {
+        run(
+            "npm install",
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+                .current_dir(dir),
+        );
+        let mut cmd = Command::new("node");
+        cmd.args(["--test", "test/"]).current_dir(dir);
+        cmd
+    });
+}
