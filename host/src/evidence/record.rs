@@ -3,7 +3,8 @@
 //! hands its call over (a bounded, non-blocking queue); a writer thread builds and writes the
 //! case, and what does not fit in the queue is dropped and counted, never waited for.
 
-use super::case::{CaseSource, DecisionCase, RecordedResult};
+use super::case::{CaseSource, DecisionCase, RecordedResult, CASE_FORMAT};
+use crate::sandbox::RequestDigest;
 use crate::sandbox::SyncRequest;
 use std::collections::VecDeque;
 use std::fs::{self, File};
@@ -60,20 +61,66 @@ impl PendingRecord {
                 .sum::<usize>()
     }
 
-    /// The case this call makes.
-    pub fn into_case(self) -> Result<DecisionCase, super::case::CaseError> {
-        let mut case = DecisionCase::new(
-            self.source,
-            self.resource,
-            &self.request,
-            &self.module,
-            self.result,
-            self.duration,
-        )?;
-        case.shadow = self
-            .shadow
-            .map(|(module, result)| super::case::ShadowResult { module, result });
-        Ok(case)
+    /// The case this call makes, as one JSON line (without the newline): the shape of
+    /// [`DecisionCase`], written directly — the request's JSON texts are copied, not parsed
+    /// and re-serialized (the host made them all by serializing, so they are JSON).
+    pub fn to_line(&self) -> Result<Vec<u8>, serde_json::Error> {
+        fn field(
+            out: &mut Vec<u8>,
+            key: &str,
+            value: &impl serde::Serialize,
+        ) -> Result<(), serde_json::Error> {
+            out.push(b',');
+            serde_json::to_writer(&mut *out, key)?;
+            out.push(b':');
+            serde_json::to_writer(&mut *out, value)
+        }
+        let request = &self.request;
+        let mut out = Vec::with_capacity(self.approximate_bytes() + 2048);
+        out.extend_from_slice(b"{\"format\":");
+        serde_json::to_writer(&mut out, CASE_FORMAT)?;
+        field(&mut out, "source", &self.source)?;
+        field(&mut out, "recordedAt", &crate::reconcile::now_rfc3339())?;
+        field(&mut out, "resource", &self.resource)?;
+        let input_hash = RequestDigest::of_sync(request).to_prefixed_hex();
+        field(&mut out, "inputHash", &input_hash)?;
+        field(&mut out, "module", &self.module)?;
+        if let Some(d) = self.duration {
+            field(&mut out, "durationUs", &(d.as_micros() as u64))?;
+        }
+        out.extend_from_slice(b",\"request\":{\"operator\":");
+        serde_json::to_writer(&mut out, &request.operator)?;
+        field(&mut out, "phase", &request.phase)?;
+        field(&mut out, "now", &request.now)?;
+        out.extend_from_slice(b",\"resource\":");
+        out.extend_from_slice(request.resource.as_bytes());
+        out.extend_from_slice(b",\"inputs\":[");
+        for (i, input) in request.inputs.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"name\":");
+            serde_json::to_writer(&mut out, &input.name)?;
+            out.extend_from_slice(b",\"objects\":[");
+            for (j, object) in input.objects.iter().enumerate() {
+                if j > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(object.as_bytes());
+            }
+            out.extend_from_slice(b"]}");
+        }
+        out.extend_from_slice(b"]}");
+        field(&mut out, "result", &self.result)?;
+        if let Some((module, result)) = &self.shadow {
+            field(
+                &mut out,
+                "shadow",
+                &serde_json::json!({ "module": module, "result": result }),
+            )?;
+        }
+        out.push(b'}');
+        Ok(out)
     }
 }
 
@@ -218,8 +265,7 @@ impl Writer {
     }
 
     fn write(&mut self, record: PendingRecord) -> anyhow::Result<()> {
-        let case = record.into_case()?;
-        let mut line = serde_json::to_vec(&case)?;
+        let mut line = record.to_line()?;
         line.push(b'\n');
         let len = line.len() as u64;
         if len > self.segment_bytes {
@@ -370,6 +416,34 @@ mod tests {
         let cases = read_cases(&[dir.path().to_path_buf()]).unwrap();
         assert!(cases.len() > 40, "{} cases", cases.len());
         assert!(cases.iter().all(|(_, c)| c.input_hash_reproduces()));
+    }
+
+    #[test]
+    fn a_line_is_the_case_serde_writes() {
+        let mut r = record(10);
+        r.shadow = Some(("sha256:s".into(), r.result.clone()));
+        let line = String::from_utf8(r.to_line().unwrap()).unwrap();
+        let read = DecisionCase::parse(&line).unwrap();
+        assert!(read.input_hash_reproduces());
+        let mut expected = DecisionCase::new(
+            r.source,
+            r.resource.clone(),
+            &r.request,
+            &r.module,
+            r.result.clone(),
+            r.duration,
+        )
+        .unwrap();
+        expected.shadow = Some(super::super::case::ShadowResult {
+            module: "sha256:s".into(),
+            result: r.result.clone(),
+        });
+        let as_value = |c: &DecisionCase| {
+            let mut v = serde_json::to_value(c).unwrap();
+            v.as_object_mut().unwrap().remove("recordedAt");
+            v
+        };
+        assert_eq!(as_value(&read), as_value(&expected));
     }
 
     #[test]

@@ -290,9 +290,9 @@ fn keep_case(
         sink.record(record.clone());
     }
     let line = record
-        .into_case()
+        .to_line()
         .map_err(anyhow::Error::from)
-        .and_then(|case| Ok(serde_json::to_string(&case)?));
+        .and_then(|line| Ok(String::from_utf8(line)?));
     match line {
         Ok(line) => {
             let mut cases = lock(&SHADOW_CASES);
