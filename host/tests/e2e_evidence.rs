@@ -145,13 +145,13 @@ async fn scenario(
     );
     let hundred = work.path().join("hundred.jsonl");
     std::fs::write(&hundred, lines[..100].join("\n") + "\n")?;
-    let (ok, text) = replay(&hundred, &[])?;
+    let (ok, text) = common::replay_autoroute(&hundred, &[]);
     ensure!(
         ok && text.contains("100 cases: 100 same, 0 different"),
         "replay against the example: {text}"
     );
     let module = format!("Syncing={}", candidate.display());
-    let (ok, text) = replay(&hundred, &["--module", &module])?;
+    let (ok, text) = common::replay_autoroute(&hundred, &["--module", &module]);
     ensure!(!ok, "differences must fail the replay: {text}");
     let reported: BTreeSet<usize> = text
         .lines()
@@ -240,7 +240,7 @@ async fn scenario(
         "capture: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (ok, text) = replay(&captured, &[])?;
+    let (ok, text) = common::replay_autoroute(&captured, &[]);
     ensure!(ok && text.contains("1 cases: 1 same"), "{text}");
     Ok(())
 }
@@ -336,27 +336,6 @@ fn routes_a_service(line: &str) -> bool {
         && case["result"]["outputs"]
             .as_array()
             .is_some_and(|o| o.iter().any(|o| o["kind"] == "Service"))
-}
-
-fn replay(cases: &Path, extra: &[&str]) -> anyhow::Result<(bool, String)> {
-    let root = common::repo_root();
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .arg("replay")
-        .arg(cases)
-        .arg("--operator")
-        .arg(root.join("examples/autoroute/operator.yaml"))
-        .arg("--module-dir")
-        .arg(common::wasm_dir())
-        .args(extra)
-        .output()?;
-    Ok((
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    ))
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {

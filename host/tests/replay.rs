@@ -6,7 +6,6 @@ mod common;
 
 use kube::api::DynamicObject;
 use std::path::Path;
-use std::process::Command;
 use wasmpilot::decision::{self, DecisionInput};
 use wasmpilot::evidence::case::{CaseSource, DecisionCase, RecordedResult};
 use wasmpilot::inputs;
@@ -82,26 +81,7 @@ async fn recorded_case(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-fn replay(cases: &Path, extra: &[&str]) -> (bool, String) {
-    let root = common::repo_root();
-    let wasm_dir = common::wasm_dir();
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .arg("replay")
-        .arg(cases)
-        .arg("--operator")
-        .arg(root.join("examples/autoroute/operator.yaml"))
-        .arg("--module-dir")
-        .arg(&wasm_dir)
-        .args(extra)
-        .output()
-        .expect("running wasmpilot replay");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
+use common::replay_autoroute as replay;
 
 #[tokio::test]
 async fn replay_reports_same_different_and_expected() {

@@ -28,7 +28,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// `wasmpilot plan` arguments.
+/// `wasmpilot plan` arguments (and `capture`'s: the same live resource).
 #[derive(clap::Args, Clone, Debug)]
 pub struct PlanArgs {
     /// The resource as kind/name, e.g. `autoroute/example` (kind, plural or singular).
@@ -74,12 +74,12 @@ pub(crate) struct LiveResource {
 
 /// Finds `kind/name` and the WasmOperator managing it (named, or the one whose `spec.resource`
 /// is that kind), with errors saying what to check.
-pub(crate) async fn find_live(
-    client: &Client,
-    target: &str,
-    namespace: Option<&str>,
-    operator: Option<&str>,
-) -> anyhow::Result<LiveResource> {
+pub(crate) async fn find_live(client: &Client, args: &PlanArgs) -> anyhow::Result<LiveResource> {
+    let (target, namespace, operator) = (
+        args.target.as_str(),
+        args.namespace.as_deref(),
+        args.operator.as_deref(),
+    );
     let (kind_arg, name) = target
         .split_once('/')
         .ok_or_else(|| anyhow!("{target:?} is not kind/name: write e.g. autoroute/example"))?;
@@ -180,6 +180,22 @@ pub(crate) async fn live_inputs(
     Ok((source, extra))
 }
 
+/// Modules loaded as the host loads them (ConfigMap, OCI, URL, verified by sha256), with the
+/// compile cache, for a decision about a live resource.
+pub(crate) fn live_modules(
+    client: &Client,
+    args: &PlanArgs,
+    limits: SandboxLimits,
+) -> anyhow::Result<ModuleCache> {
+    Ok(ModuleCache::new(
+        Sandbox::new(limits)?,
+        Some(client.clone()),
+        args.module_dir.clone(),
+    )
+    .with_compile_cache(compile_cache_dir(None, false))
+    .with_progress())
+}
+
 /// Runs the plan and writes it to `out`.
 pub async fn plan(
     client: Client,
@@ -187,13 +203,7 @@ pub async fn plan(
     limits: SandboxLimits,
     out: &mut dyn Write,
 ) -> anyhow::Result<PlanSummary> {
-    let live = find_live(
-        &client,
-        &args.target,
-        args.namespace.as_deref(),
-        args.operator.as_deref(),
-    )
-    .await?;
+    let live = find_live(&client, args).await?;
     let operator = live.operator.clone();
     let name = live.name.as_str();
     let namespace = live.namespace.clone();
@@ -242,13 +252,7 @@ pub async fn plan(
         .iter()
         .map(|(k, r)| (k.clone(), r.namespaced))
         .collect();
-    let modules = ModuleCache::new(
-        Sandbox::new(limits)?,
-        Some(client.clone()),
-        args.module_dir.clone(),
-    )
-    .with_compile_cache(compile_cache_dir(None, false))
-    .with_progress();
+    let modules = live_modules(&client, args, limits)?;
     let decision = offline::decide(
         &modules,
         def,

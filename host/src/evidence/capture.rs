@@ -3,13 +3,12 @@
 //! deployed module, written as a replay case. Writes nothing to the cluster.
 
 use super::case::{CaseSource, DecisionCase, RecordedResult};
-use crate::authoring::plan::{find_live, live_inputs};
+use crate::authoring::plan::{find_live, live_inputs, live_modules, PlanArgs};
 use crate::decision::{self, DecisionInput};
 use crate::inputs;
 use crate::kinds;
-use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline;
-use crate::sandbox::{Sandbox, SandboxLimits};
+use crate::sandbox::SandboxLimits;
 use anyhow::{bail, Context};
 use kube::Client;
 use std::collections::HashMap;
@@ -19,26 +18,12 @@ use std::time::Instant;
 /// `wasmpilot capture` arguments.
 #[derive(clap::Args, Clone, Debug)]
 pub struct CaptureArgs {
-    /// The resource as kind/name, e.g. `autoroute/example` (kind, plural or singular).
-    pub target: String,
-    /// Its namespace (default: the kubeconfig context's namespace).
-    #[arg(short, long)]
-    pub namespace: Option<String>,
-    /// The WasmOperator that manages it (default: the one whose spec.resource is that kind).
-    #[arg(long)]
-    pub operator: Option<String>,
+    /// The live resource, found as `wasmpilot plan` finds it.
+    #[command(flatten)]
+    pub live: PlanArgs,
     /// Write the case here (default: stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// Where `file` modules resolve (only for operators deployed with file modules).
-    #[arg(long, env = "WASMPILOT_MODULE_DIR")]
-    pub module_dir: Option<PathBuf>,
-    /// Prometheus for phases' metric queries, unless the WasmOperator names one.
-    #[arg(long, env = "WASMPILOT_PROMETHEUS_URL")]
-    pub prometheus_url: Option<String>,
-    /// The clock handed to the worker, RFC 3339 (default: now).
-    #[arg(long)]
-    pub now: Option<String>,
 }
 
 /// Captures the case and returns it (the caller writes it).
@@ -47,20 +32,15 @@ pub async fn capture(
     args: &CaptureArgs,
     limits: SandboxLimits,
 ) -> anyhow::Result<DecisionCase> {
-    let live = find_live(
-        &client,
-        &args.target,
-        args.namespace.as_deref(),
-        args.operator.as_deref(),
-    )
-    .await?;
+    let live_args = &args.live;
+    let live = find_live(&client, live_args).await?;
     let def = &live.def;
     let phase_name = offline::current_phase(def, &live.resource);
     let phase = offline::declared_phase(def, &phase_name)?;
     let Some(module_ref) = &phase.module else {
-        bail!("{} is in phase {phase_name}, which is final: no worker runs, so there is no request to capture", args.target);
+        bail!("{} is in phase {phase_name}, which is final: no worker runs, so there is no request to capture", live_args.target);
     };
-    let now = args
+    let now = live_args
         .now
         .clone()
         .unwrap_or_else(crate::reconcile::now_rfc3339);
@@ -68,7 +48,7 @@ pub async fn capture(
         &client,
         &live,
         &phase_name,
-        args.prometheus_url.as_deref(),
+        live_args.prometheus_url.as_deref(),
         &now,
     )
     .await?;
@@ -77,13 +57,7 @@ pub async fn capture(
         let resolved = kinds::resolve(&client, kind, &format!("outputs[{i}]")).await?;
         namespaced.insert(kind.clone(), resolved.namespaced);
     }
-    let modules = ModuleCache::new(
-        Sandbox::new(limits)?,
-        Some(client.clone()),
-        args.module_dir.clone(),
-    )
-    .with_compile_cache(compile_cache_dir(None, false))
-    .with_progress();
+    let modules = live_modules(&client, live_args, limits)?;
     let module = offline::phase_module(&modules, phase, module_ref).await?;
     let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(&live.resource), &source);
     phase_inputs.extend(extra);

@@ -35,5 +35,26 @@ pub fn repo_root() -> PathBuf {
         .expect("host/ has a parent")
         .to_path_buf()
 }
+/// `wasmpilot replay <cases> --operator examples/autoroute/operator.yaml --module-dir <wasm dir>
+/// <extra…>`: whether it passed, and what it printed (stdout, then stderr).
+pub fn replay_autoroute(cases: &std::path::Path, extra: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+        .arg("replay")
+        .arg(cases)
+        .arg("--operator")
+        .arg(repo_root().join("examples/autoroute/operator.yaml"))
+        .arg("--module-dir")
+        .arg(wasm_dir())
+        .args(extra)
+        .output()
+        .expect("running wasmpilot replay");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 pub mod autoroute;
 pub mod cluster;
