@@ -181,6 +181,16 @@ pub struct InputSpec {
     /// Only objects whose labels match all of these.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub match_labels: BTreeMap<String, String>,
+    /// Only objects whose labels meet all of these (`In`, `NotIn`, `Exists`, `DoesNotExist`),
+    /// as in a Kubernetes label selector.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions:
+        Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement>,
+    /// Only objects matched by the label selector at this field path of the resource, e.g.
+    /// `spec.deploymentSelector` (each resource selects its own; an invalid or missing selector
+    /// is a `InvalidSelector` Condition naming the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector_from: Option<String>,
     /// Only objects this resource controls (the outputs the host applied for it), e.g. for a
     /// steady phase that checks its outputs were not changed by hand. A change requeues only
     /// the controlling resource, not the whole namespace.

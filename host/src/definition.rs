@@ -115,6 +115,20 @@ impl OperatorDefinition {
                     ));
                 }
                 check_kind(&KindRef::new(&input.api_version, &input.kind), &f)?;
+                crate::selector::LabelSelector::from_parts(
+                    &input.match_labels,
+                    &input.match_expressions,
+                    &f,
+                )
+                .map_err(|e| invalid(e.field, e.problem))?;
+                if let Some(path) = &input.selector_from {
+                    if path.is_empty() || path.split('.').any(str::is_empty) {
+                        return Err(invalid(
+                            format!("{f}.selectorFrom"),
+                            format!("{path:?} is not a field path like spec.deploymentSelector"),
+                        ));
+                    }
+                }
             }
             for (j, q) in p.queries.iter().enumerate() {
                 let f = format!("{field}.queries[{j}]");

@@ -1,10 +1,11 @@
 //! Gathers a phase's declared inputs: objects of each input kind in the resource's namespace,
-//! filtered by the input's labels, stripped of bookkeeping (managedFields, kubectl's
+//! filtered by the input's label selector (declared, or read from the resource), stripped of bookkeeping (managedFields, kubectl's
 //! last-applied annotation) and serialized as JSON.
 
 use crate::crd::{InputSpec, KindRef};
 use crate::definition::PhaseDefinition;
 use crate::sandbox::NamedObjects;
+use crate::selector::{self, LabelSelector, SelectorError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, PartialObjectMeta, TypeMeta};
 use std::sync::Arc;
@@ -76,12 +77,15 @@ pub fn worker_objects_of(
         .collect()
 }
 
-/// The resource whose inputs are gathered: where it is, and its uid (for `owned` inputs).
+/// The resource whose inputs are gathered: where it is, its uid (for `owned` inputs) and its
+/// fields (for `selectorFrom`).
 #[derive(Clone, Copy, Debug)]
 pub struct Reader<'a> {
     /// Its namespace (`None`: a cluster-scoped resource sees all namespaces).
     pub namespace: Option<&'a str>,
     pub uid: &'a str,
+    /// Its spec, status and other fields besides metadata.
+    pub data: &'a serde_json::Value,
 }
 
 impl<'a> Reader<'a> {
@@ -89,40 +93,65 @@ impl<'a> Reader<'a> {
         Reader {
             namespace: resource.metadata.namespace.as_deref(),
             uid: resource.metadata.uid.as_deref().unwrap_or_default(),
+            data: &resource.data,
         }
     }
 }
 
-/// The inputs of `phase` for the resource `reader`.
+/// The label selector of an input for the resource `reader`: its `matchLabels` and
+/// `matchExpressions`, and the selector at its `selectorFrom` field of the resource.
+fn input_selector(input: &InputSpec, reader: Reader<'_>) -> Result<LabelSelector, SelectorError> {
+    let declared = LabelSelector::from_parts(&input.match_labels, &input.match_expressions, "")?;
+    let Some(path) = &input.selector_from else {
+        return Ok(declared);
+    };
+    let value = selector::field(reader.data, path).ok_or_else(|| SelectorError {
+        field: path.clone(),
+        problem: format!(
+            "is not set: input {} selects by the label selector there",
+            input.name
+        ),
+    })?;
+    Ok(declared.and(LabelSelector::from_json(value, path)?))
+}
+
+/// The inputs of `phase` for the resource `reader`; fails when a selector the resource holds
+/// (`selectorFrom`) is missing or invalid.
 pub fn gather(
     phase: &PhaseDefinition,
     reader: Reader<'_>,
     source: &impl ObjectSource,
-) -> Vec<NamedObjects> {
+) -> Result<Vec<NamedObjects>, SelectorError> {
     let namespace = reader.namespace;
     phase
         .inputs
         .iter()
         .map(|input| {
+            let selector = input_selector(input, reader)?;
             let kind = KindRef::new(&input.api_version, &input.kind);
             let mut selected: Vec<Arc<WorkerObject>> = source
                 .worker_objects(&kind, namespace)
                 .into_iter()
-                .filter(|o| visible(o.metadata(), input, reader))
+                .filter(|o| visible(o.metadata(), input, reader, &selector))
                 .collect();
             selected.sort_by(|a, b| {
                 let (a, b) = (a.metadata(), b.metadata());
                 (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
             });
-            NamedObjects {
+            Ok(NamedObjects {
                 name: input.name.clone(),
                 objects: selected.iter().map(|o| o.json.to_string()).collect(),
-            }
+            })
         })
         .collect()
 }
 
-fn visible(o: &ObjectMeta, input: &InputSpec, reader: Reader<'_>) -> bool {
+fn visible(
+    o: &ObjectMeta,
+    input: &InputSpec,
+    reader: Reader<'_>,
+    selector: &LabelSelector,
+) -> bool {
     if let (Some(ns), Some(ons)) = (reader.namespace, o.namespace.as_deref()) {
         if ns != ons {
             return false;
@@ -131,11 +160,7 @@ fn visible(o: &ObjectMeta, input: &InputSpec, reader: Reader<'_>) -> bool {
     if input.owned && !controlled_by(o, reader.uid) {
         return false;
     }
-    let labels = o.labels.as_ref();
-    input
-        .match_labels
-        .iter()
-        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+    selector.matches(o.labels.as_ref())
 }
 
 /// Whether the object's controller is the resource with `uid`.
@@ -218,6 +243,8 @@ mod tests {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),
                 match_labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
+                match_expressions: Vec::new(),
+                selector_from: None,
                 owned: false,
             }],
             outputs: vec![],
@@ -233,11 +260,13 @@ mod tests {
             deployment("b", "a", &[("tier", "web")]),
             deployment("b", "db", &[("tier", "db")]),
         ]);
+        let data = serde_json::Value::Null;
         let reader = Reader {
             namespace: Some("b"),
             uid: "u-1",
+            data: &data,
         };
-        let got = gather(&phase, reader, &source);
+        let got = gather(&phase, reader, &source).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].name, "deployments");
         let objs: Vec<serde_json::Value> = got[0]
@@ -282,6 +311,8 @@ mod tests {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),
                 match_labels: BTreeMap::new(),
+                match_expressions: Vec::new(),
+                selector_from: None,
                 owned: true,
             }],
             outputs: vec![],
@@ -297,14 +328,17 @@ mod tests {
             owned_by("u-2", true),
             deployment("b", "nobody", &[]),
         ]);
+        let data = serde_json::Value::Null;
         let got = gather(
             &phase,
             Reader {
                 namespace: Some("b"),
                 uid: "u-1",
+                data: &data,
             },
             &source,
-        );
+        )
+        .unwrap();
         assert_eq!(got[0].objects.len(), 1);
         assert!(
             got[0].objects[0].contains("\"u-1-true\""),

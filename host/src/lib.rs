@@ -38,6 +38,7 @@ pub mod rbac;
 pub mod reconcile;
 pub mod sandbox;
 pub mod schedule;
+pub mod selector;
 pub mod status;
 pub mod watch;
 pub mod worker_text;

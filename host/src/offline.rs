@@ -250,7 +250,13 @@ pub async fn decide(
     };
     let sandbox = modules.sandbox();
     let module = phase_module(modules, phase, module_ref).await?;
-    let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(resource), source);
+    let mut phase_inputs =
+        inputs::gather(phase, inputs::Reader::of(resource), source).map_err(|source| {
+            ReconcileError::InvalidSelector {
+                phase: phase_name.to_string(),
+                source,
+            }
+        })?;
     phase_inputs.extend(extra_inputs);
     let request = decision::sync_request(
         def,

@@ -198,6 +198,8 @@ mod tests {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),
             match_labels: Default::default(),
+            match_expressions: Vec::new(),
+            selector_from: None,
             owned: false,
         };
         WasmOperatorSpec {

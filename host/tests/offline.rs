@@ -345,3 +345,107 @@ fn offline_errors_bound_worker_text() {
         assert!(err.contains("more bytes truncated"), "{step}: {err}");
     }
 }
+
+/// Inputs selected by the host: `matchExpressions` declared on the input and a label selector
+/// read from the resource (`selectorFrom`); the worker gets only the matching objects. An
+/// invalid selector in the resource is the host's `InvalidSelector` error naming the field.
+#[test]
+fn the_host_selects_inputs_by_expressions_and_by_the_resources_selector() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("operator.yaml"),
+        "apiVersion: wasmpilot.io/v1alpha1
+kind: WasmOperator
+metadata: {name: scripted}
+spec:
+  resource: {apiVersion: test.wasmpilot.io/v1, kind: Scripted}
+  phases:
+    - name: Start
+      initial: true
+      module: {file: {path: wasmpilot_test_scripted.wasm}}
+      inputs:
+        - name: picked
+          apiVersion: v1
+          kind: ConfigMap
+          matchExpressions: [{key: retired, operator: DoesNotExist}]
+          selectorFrom: spec.pick
+        - name: all
+          apiVersion: v1
+          kind: ConfigMap
+",
+    )
+    .unwrap();
+    let config_map = |name: &str, labels: Value| {
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "labels": labels}})
+    };
+    let objects: Vec<String> = [
+        config_map("web-a", serde_json::json!({"tier": "web"})),
+        config_map(
+            "web-b",
+            serde_json::json!({"tier": "web", "track": "canary"}),
+        ),
+        config_map(
+            "web-old",
+            serde_json::json!({"tier": "web", "retired": "yes"}),
+        ),
+        config_map("db", serde_json::json!({"tier": "db"})),
+    ]
+    .iter()
+    .map(|o| serde_yaml::to_string(o).unwrap())
+    .collect();
+    let objects_path = dir.path().join("objects.yaml");
+    std::fs::write(&objects_path, objects.join("---\n")).unwrap();
+    let run = |pick: Value| {
+        let resource = serde_json::json!({
+            "apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted",
+            "metadata": {"name": "s", "namespace": "default", "uid": "u-1"},
+            "spec": {"pick": pick, "phases": {"Start": {"mode": "ok", "countInputs": true}}}
+        });
+        let path = dir.path().join("resource.yaml");
+        std::fs::write(&path, serde_yaml::to_string(&resource).unwrap()).unwrap();
+        let operator = dir.path().join("operator.yaml");
+        let wasm = common::wasm_dir();
+        wasmpilot(&[
+            "run-phase".as_ref(),
+            "--operator".as_ref(),
+            operator.as_os_str(),
+            "--module-dir".as_ref(),
+            wasm.as_os_str(),
+            "--resource".as_ref(),
+            path.as_os_str(),
+            "--objects".as_ref(),
+            objects_path.as_os_str(),
+        ])
+    };
+    let out = run(serde_json::json!({
+        "matchLabels": {"tier": "web"},
+        "matchExpressions": [{"key": "track", "operator": "NotIn", "values": ["canary"]}]
+    }));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decision: Value = serde_yaml::from_str(&text).unwrap();
+    // web-a only: web-b is canary, web-old retired (the input's own expression), db not web.
+    assert_eq!(decision["statusInfo"]["inputCounts"]["picked"], 1, "{text}");
+    assert_eq!(decision["statusInfo"]["inputCounts"]["all"], 4, "{text}");
+
+    let out = run(serde_json::json!({
+        "matchExpressions": [{"key": "tier", "operator": "Equals", "values": ["web"]}]
+    }));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(r#"an input selector of phase Start is invalid: spec.pick.matchExpressions[0].operator: "Equals" is not In, NotIn, Exists or DoesNotExist"#),
+        "{err}"
+    );
+    let out = run(Value::Null);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.pick: is not set: input picked selects by the label selector there"),
+        "{err}"
+    );
+}

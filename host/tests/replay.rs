@@ -41,7 +41,7 @@ async fn recorded_case(dir: &Path) -> std::path::PathBuf {
         &def,
         phase,
         inputs::to_worker_json(&resource, &def.resource),
-        inputs::gather(phase, inputs::Reader::of(&resource), &objects),
+        inputs::gather(phase, inputs::Reader::of(&resource), &objects).unwrap(),
         "2026-11-24T06:00:00Z".into(),
     );
     let namespaced = offline::output_scopes(&def, &[offline::crds_beside(&manifest)]).unwrap();

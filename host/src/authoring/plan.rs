@@ -264,7 +264,7 @@ pub async fn plan(
         &now,
     )
     .await?;
-    let seen: Vec<String> = inputs::gather(phase, inputs::Reader::of(resource), &source)
+    let seen: Vec<String> = inputs::gather(phase, inputs::Reader::of(resource), &source)?
         .iter()
         .map(|i| format!("{} ({})", i.name, i.objects.len()))
         .collect();

@@ -155,6 +155,12 @@ pub enum ReconcileError {
     },
     #[error("input cache for {0} has not synced yet")]
     InputsNotSynced(String),
+    #[error("an input selector of phase {phase} is invalid: {source}")]
+    InvalidSelector {
+        phase: String,
+        #[source]
+        source: crate::selector::SelectorError,
+    },
     #[error("status of the resource changed while the worker ran; deciding again")]
     StatusConflict,
     #[error("the resource changed after the decision was made from the cache; deciding again")]
@@ -177,7 +183,8 @@ impl ReconcileError {
             ReconcileError::UnknownPhase { .. }
             | ReconcileError::UnknownNextPhase { .. }
             | ReconcileError::TransitionNotAllowed { .. }
-            | ReconcileError::BadStatusInfo { .. } => true,
+            | ReconcileError::BadStatusInfo { .. }
+            | ReconcileError::InvalidSelector { .. } => true,
             ReconcileError::Worker { source, .. }
             | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
             ReconcileError::Outputs { source, .. } => source.is_fatal(),
@@ -208,6 +215,7 @@ impl ReconcileError {
             ReconcileError::Outputs { .. } => "OutputRefused",
             ReconcileError::Query { .. } => "MetricQueryFailed",
             ReconcileError::InputsNotSynced(_) => "InputsNotSynced",
+            ReconcileError::InvalidSelector { .. } => "InvalidSelector",
             ReconcileError::StatusConflict => "StatusConflict",
             ReconcileError::StaleDecision => "StaleDecision",
             ReconcileError::Api { .. } => "ApiError",
@@ -437,7 +445,13 @@ async fn run_phase(
     wait_for_inputs(ctx, phase).await?;
     let now = now_rfc3339();
     let resource = inputs::to_worker_json(&obj, &def.resource);
-    let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(&obj), &ctx.inputs);
+    let mut phase_inputs =
+        inputs::gather(phase, inputs::Reader::of(&obj), &ctx.inputs).map_err(|source| {
+            ReconcileError::InvalidSelector {
+                phase: current.clone(),
+                source,
+            }
+        })?;
     if !phase.queries.is_empty() {
         let (url, timeout) = match &def.prometheus {
             Some((url, timeout)) => (Some(url.as_str()), *timeout),
