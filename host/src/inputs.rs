@@ -100,7 +100,10 @@ impl<'a> Reader<'a> {
 
 /// The label selector of an input for the resource `reader`: its `matchLabels` and
 /// `matchExpressions`, and the selector at its `selectorFrom` field of the resource.
-fn input_selector(input: &InputSpec, reader: Reader<'_>) -> Result<LabelSelector, SelectorError> {
+pub fn input_selector(
+    input: &InputSpec,
+    reader: Reader<'_>,
+) -> Result<LabelSelector, SelectorError> {
     let declared = LabelSelector::from_parts(&input.match_labels, &input.match_expressions, "")?;
     let Some(path) = &input.selector_from else {
         return Ok(declared);
@@ -161,6 +164,13 @@ fn visible(
         return false;
     }
     selector.matches(o.labels.as_ref())
+}
+
+/// Whether an input selects by labels at all (else it takes every object of its kind).
+pub fn selects(input: &InputSpec) -> bool {
+    !input.match_labels.is_empty()
+        || !input.match_expressions.is_empty()
+        || input.selector_from.is_some()
 }
 
 /// Whether the object's controller is the resource with `uid`.

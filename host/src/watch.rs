@@ -1,8 +1,11 @@
 //! Builds and runs one operator's controller: watches the resource kind and subscribes to the
-//! shared informers of its input kinds (a change requeues that namespace's resources, or only
-//! the controlling resource for `owned` inputs) and output kinds (a change requeues the owner).
+//! shared informers of its input kinds (a change requeues the namespace's resources whose
+//! selector matches the object's old or new labels — all of them for inputs without a selector
+//! — or only the controlling resource for `owned` inputs) and output kinds (the owner).
 
-use crate::crd::KindRef;
+use crate::crd::{InputSpec, KindRef};
+use crate::informers::ObjectInformer;
+use crate::inputs;
 use crate::reconcile::{self, OperatorContext};
 use futures::StreamExt;
 use kube::api::{DynamicObject, PartialObjectMeta};
@@ -10,9 +13,9 @@ use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, Controller};
 use kube::{Api, ResourceExt};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Runs the operator's controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(
@@ -34,8 +37,22 @@ pub async fn run(
             let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
             controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
         } else {
-            let mapper = requeue_namespace(owners.clone(), resource.clone());
-            controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
+            let specs: Vec<InputSpec> = ctx
+                .definition
+                .phases
+                .iter()
+                .flat_map(|p| &p.inputs)
+                .filter(|i| i.api_version == kind.api_version && i.kind == kind.kind && !i.owned)
+                .cloned()
+                .collect();
+            if specs.iter().all(inputs::selects) {
+                let mapper =
+                    requeue_selected(owners.clone(), resource.clone(), specs, informer.clone());
+                controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
+            } else {
+                let mapper = requeue_namespace(owners.clone(), resource.clone());
+                controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
+            }
         };
     }
     for informer in ctx.outputs.0.values() {
@@ -93,6 +110,59 @@ fn requeue_namespace(
             .state()
             .iter()
             .filter(|o| ns.is_none() || o.namespace() == ns)
+            .map(|o| ObjectRef::from_obj_with(o.as_ref(), resource.clone()))
+            .collect()
+    }
+}
+
+/// Labels by object, as last seen by a selecting mapper (to match the labels before a change).
+type LastLabels = HashMap<(Option<String>, String), Option<BTreeMap<String, String>>>;
+
+/// An input object changed, of a kind every (non-owned) input of which selects by labels:
+/// requeue only the resources in its namespace whose selector for it (declared, or read from
+/// the resource) matches its labels before or after the change — or cannot be evaluated, so
+/// that resource reports why. The labels last seen are kept per object of the cache.
+fn requeue_selected(
+    owners: Store<DynamicObject>,
+    resource: ApiResource,
+    specs: Vec<InputSpec>,
+    informer: Arc<ObjectInformer>,
+) -> impl Fn(Arc<PartialObjectMeta<DynamicObject>>) -> Vec<ObjectRef<DynamicObject>>
+       + Send
+       + Sync
+       + 'static {
+    let last: Mutex<LastLabels> = Mutex::new(HashMap::new());
+    move |input: Arc<PartialObjectMeta<DynamicObject>>| {
+        let meta = &input.metadata;
+        let ns = meta.namespace.clone();
+        let key = (ns.clone(), meta.name.clone().unwrap_or_default());
+        let new = meta.labels.clone();
+        let old = {
+            let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+            // Deleted objects leave entries behind: drop them once they outnumber the cache.
+            if last.len() > 1024 && last.len() > 2 * informer.cache.len() {
+                last.retain(|(ns, name), _| informer.cache.get(ns.as_deref(), name).is_some());
+            }
+            last.insert(key, new.clone())
+        };
+        owners
+            .state()
+            .iter()
+            .filter(|o| ns.is_none() || o.namespace() == ns)
+            .filter(|o| {
+                let reader = inputs::Reader::of(o.as_ref());
+                specs
+                    .iter()
+                    .any(|spec| match inputs::input_selector(spec, reader) {
+                        Ok(selector) => {
+                            selector.matches(new.as_ref())
+                                || old
+                                    .as_ref()
+                                    .is_some_and(|old| selector.matches(old.as_ref()))
+                        }
+                        Err(_) => true,
+                    })
+            })
             .map(|o| ObjectRef::from_obj_with(o.as_ref(), resource.clone()))
             .collect()
     }
