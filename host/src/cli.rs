@@ -171,6 +171,10 @@ struct RunArgs {
     /// The most the record directory holds, in MiB; the oldest files go first.
     #[arg(long, default_value_t = 256)]
     record_max_mib: u64,
+    /// Also serve `/shadow-cases` on --metrics-addr: the last cases where a shadow module
+    /// differed, with the whole requests (input objects included; off by default).
+    #[arg(long)]
+    serve_shadow_cases: bool,
 }
 
 /// Waits for SIGTERM (what the kubelet sends a pod, and `kill` by default) or SIGINT (Ctrl-C).
@@ -336,8 +340,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..SandboxLimits::default()
     };
     if let Some(addr) = args.metrics_addr {
+        let serve_shadow_cases = args.serve_shadow_cases;
         tokio::spawn(async move {
-            if let Err(e) = wasmpilot::metrics::serve(addr).await {
+            if let Err(e) = wasmpilot::metrics::serve(addr, serve_shadow_cases).await {
                 tracing::error!(%addr, error = %e, "metrics server stopped");
             }
         });

@@ -253,9 +253,10 @@ impl Readiness {
 
 pub static READINESS: LazyLock<Readiness> = LazyLock::new(Readiness::default);
 
-/// Serves `/metrics`, `/healthz`, `/readyz` and `/shadow-cases` until the process ends.
-pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
-    let app = Router::new()
+/// Serves `/metrics`, `/healthz` and `/readyz` (and, with `shadow_cases`, `/shadow-cases`)
+/// until the process ends.
+pub async fn serve(addr: SocketAddr, shadow_cases: bool) -> anyhow::Result<()> {
+    let mut app = Router::new()
         .route(
             "/metrics",
             get(|| async {
@@ -266,9 +267,20 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
             }),
         )
         .route("/healthz", get(|| async { "ok" }))
-        // The last decisions of shadow modules that differed from the live ones, one JSON case
-        // per line (`?operator=NAME` for one operator): input for `wasmpilot replay`.
         .route(
+            "/readyz",
+            get(|| async {
+                match READINESS.check() {
+                    Ok(body) => (StatusCode::OK, body.to_string()),
+                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                }
+            }),
+        );
+    if shadow_cases {
+        // The last decisions of shadow modules that differed from the live ones, one JSON case
+        // per line (`?operator=NAME` for one operator): input for `wasmpilot replay`. They
+        // hold whole input objects, so the endpoint is off unless asked for.
+        app = app.route(
             "/shadow-cases",
             get(
                 |query: axum::extract::Query<std::collections::HashMap<String, String>>| async move {
@@ -280,18 +292,10 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
                     )
                 },
             ),
-        )
-        .route(
-            "/readyz",
-            get(|| async {
-                match READINESS.check() {
-                    Ok(body) => (StatusCode::OK, body.to_string()),
-                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
-                }
-            }),
         );
+    }
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    tracing::info!(%addr, shadow_cases, "serving /metrics, /healthz, /readyz");
     axum::serve(listener, app).await?;
     Ok(())
 }

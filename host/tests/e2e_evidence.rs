@@ -39,6 +39,7 @@ async fn upgrade_evidence_on_a_real_cluster() {
             records.path().to_str().expect("utf-8 path"),
             "--metrics-addr",
             &addr,
+            "--serve-shadow-cases",
         ],
         "wasmpilot-e2e-evidence",
     );
@@ -107,6 +108,27 @@ async fn scenario(
     })
     .await?;
     eprintln!("differing shadow: {counts}");
+    // The kept differing cases replay: the live module decides them as recorded, the candidate
+    // as the shadow did.
+    let kept = http_get(addr, "/shadow-cases?operator=autoroute")?;
+    let shadow_cases = work.path().join("shadow.jsonl");
+    std::fs::write(&shadow_cases, &kept)?;
+    let kept_count = kept.lines().count();
+    ensure!(
+        (1..=10).contains(&kept_count),
+        "{kept_count} shadow cases kept, want 1..=10"
+    );
+    let (ok, text) = common::replay_autoroute(&shadow_cases, &[]);
+    ensure!(
+        ok && text.contains(&format!("{kept_count} cases: {kept_count} same")),
+        "shadow cases against the live module: {text}"
+    );
+    let candidate_module = format!("Syncing={}", candidate.display());
+    let (ok, text) = common::replay_autoroute(&shadow_cases, &["--module", &candidate_module]);
+    ensure!(
+        !ok && text.contains(&format!("{kept_count} different")),
+        "shadow cases against the candidate: {text}"
+    );
 
     // 2. An identical shadow (the live module itself): the reconciles after the swap agree.
     let example_digest = set_shadow(client, "autoroute_syncing.wasm", &example).await?;
