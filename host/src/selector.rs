@@ -89,22 +89,9 @@ impl LabelSelector {
                 "is not a label selector (an object with matchLabels and/or matchExpressions)",
             ));
         }
-        let match_labels: BTreeMap<String, String> =
-            serde_json::from_value(value["matchLabels"].clone()).or_else(|e| {
-                if value["matchLabels"].is_null() {
-                    Ok(BTreeMap::new())
-                } else {
-                    Err(error(format!("{field}.matchLabels"), e.to_string()))
-                }
-            })?;
+        let match_labels: BTreeMap<String, String> = optional(value, "matchLabels", field)?;
         let match_expressions: Vec<LabelSelectorRequirement> =
-            serde_json::from_value(value["matchExpressions"].clone()).or_else(|e| {
-                if value["matchExpressions"].is_null() {
-                    Ok(Vec::new())
-                } else {
-                    Err(error(format!("{field}.matchExpressions"), e.to_string()))
-                }
-            })?;
+            optional(value, "matchExpressions", field)?;
         Self::from_parts(&match_labels, &match_expressions, field)
     }
 
@@ -124,6 +111,19 @@ impl LabelSelector {
                 Operator::DoesNotExist => value.is_none(),
             }
         })
+    }
+}
+
+/// The selector part `key` of `value` (absent: empty), or the field where it is malformed.
+fn optional<T: serde::de::DeserializeOwned + Default>(
+    value: &Value,
+    key: &str,
+    field: &str,
+) -> Result<T, SelectorError> {
+    match value.get(key).filter(|v| !v.is_null()) {
+        None => Ok(T::default()),
+        Some(part) => serde_json::from_value(part.clone())
+            .map_err(|e| error(format!("{field}.{key}"), e.to_string())),
     }
 }
 

@@ -208,9 +208,18 @@ fn wasmpilot(args: &[&std::ffi::OsStr]) -> std::process::Output {
 }
 
 fn run_phase_cli(dir: &std::path::Path, resource: &std::path::Path) -> std::process::Output {
+    run_phase_cli_with(dir, resource, &[])
+}
+
+/// `run-phase` of the operator in `dir` with the test components, plus `extra` arguments.
+fn run_phase_cli_with(
+    dir: &std::path::Path,
+    resource: &std::path::Path,
+    extra: &[&std::ffi::OsStr],
+) -> std::process::Output {
     let operator = dir.join("operator.yaml");
     let wasm = common::wasm_dir();
-    wasmpilot(&[
+    let mut args: Vec<&std::ffi::OsStr> = vec![
         "run-phase".as_ref(),
         "--operator".as_ref(),
         operator.as_os_str(),
@@ -218,7 +227,9 @@ fn run_phase_cli(dir: &std::path::Path, resource: &std::path::Path) -> std::proc
         wasm.as_os_str(),
         "--resource".as_ref(),
         resource.as_os_str(),
-    ])
+    ];
+    args.extend_from_slice(extra);
+    wasmpilot(&args)
 }
 
 const TENANT_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
@@ -404,19 +415,11 @@ spec:
         });
         let path = dir.path().join("resource.yaml");
         std::fs::write(&path, serde_yaml::to_string(&resource).unwrap()).unwrap();
-        let operator = dir.path().join("operator.yaml");
-        let wasm = common::wasm_dir();
-        wasmpilot(&[
-            "run-phase".as_ref(),
-            "--operator".as_ref(),
-            operator.as_os_str(),
-            "--module-dir".as_ref(),
-            wasm.as_os_str(),
-            "--resource".as_ref(),
-            path.as_os_str(),
-            "--objects".as_ref(),
-            objects_path.as_os_str(),
-        ])
+        run_phase_cli_with(
+            dir.path(),
+            &path,
+            &["--objects".as_ref(), objects_path.as_os_str()],
+        )
     };
     let out = run(serde_json::json!({
         "matchLabels": {"tier": "web"},

@@ -148,16 +148,21 @@ pub(crate) async fn find_live(client: &Client, args: &PlanArgs) -> anyhow::Resul
     })
 }
 
-/// What a phase's worker would be handed for a live resource now: its inputs listed from the
-/// cluster, and the samples of its metric queries (against the WasmOperator's Prometheus, else
-/// `prometheus_url`).
+/// What a phase's worker would be handed for a live resource now: the clock (`--now`, else
+/// now), its inputs listed from the cluster, and the samples of its metric queries (against
+/// the WasmOperator's Prometheus, else `--prometheus-url`).
 pub(crate) async fn live_inputs(
     client: &Client,
     live: &LiveResource,
     phase_name: &str,
-    prometheus_url: Option<&str>,
-    now: &str,
-) -> anyhow::Result<(ObjectsByKind, Vec<crate::sandbox::NamedObjects>)> {
+    args: &PlanArgs,
+) -> anyhow::Result<(String, ObjectsByKind, Vec<crate::sandbox::NamedObjects>)> {
+    let now = args
+        .now
+        .clone()
+        .unwrap_or_else(crate::reconcile::now_rfc3339);
+    let prometheus_url = args.prometheus_url.as_deref();
+    let now = now.as_str();
     let def = &live.def;
     let phase = offline::declared_phase(def, phase_name)?;
     let source = read_inputs(client, def, phase_name, live.namespace.as_deref()).await?;
@@ -177,7 +182,7 @@ pub(crate) async fn live_inputs(
             .await
             .with_context(|| format!("metric queries of phase {phase_name} (pass --prometheus-url if the WasmOperator names no Prometheus)"))?;
     }
-    Ok((source, extra))
+    Ok((now.to_string(), source, extra))
 }
 
 /// Modules loaded as the host loads them (ConfigMap, OCI, URL, verified by sha256), with the
@@ -231,18 +236,7 @@ pub async fn plan(
         });
     }
 
-    let now = args
-        .now
-        .clone()
-        .unwrap_or_else(crate::reconcile::now_rfc3339);
-    let (source, extra) = live_inputs(
-        &client,
-        &live,
-        &phase_name,
-        args.prometheus_url.as_deref(),
-        &now,
-    )
-    .await?;
+    let (now, source, extra) = live_inputs(&client, &live, &phase_name, args).await?;
     let mut output_kinds: HashMap<KindRef, ResolvedKind> = HashMap::new();
     for (i, k) in phase.outputs.iter().enumerate() {
         let resolved = kinds::resolve(&client, k, &format!("outputs[{i}]")).await?;

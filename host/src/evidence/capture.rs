@@ -40,18 +40,7 @@ pub async fn capture(
     let Some(module_ref) = &phase.module else {
         bail!("{} is in phase {phase_name}, which is final: no worker runs, so there is no request to capture", live_args.target);
     };
-    let now = live_args
-        .now
-        .clone()
-        .unwrap_or_else(crate::reconcile::now_rfc3339);
-    let (source, extra) = live_inputs(
-        &client,
-        &live,
-        &phase_name,
-        live_args.prometheus_url.as_deref(),
-        &now,
-    )
-    .await?;
+    let (now, source, extra) = live_inputs(&client, &live, &phase_name, live_args).await?;
     let mut namespaced = HashMap::new();
     for (i, kind) in phase.outputs.iter().enumerate() {
         let resolved = kinds::resolve(&client, kind, &format!("outputs[{i}]")).await?;
