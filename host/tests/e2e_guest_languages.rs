@@ -109,12 +109,17 @@ async fn run_example(
         }
         apply_yaml(client, &doc.to_string(), Some(&ns)).await?;
     }
+    // The route is applied before its Deployments: it may be Ready with some of them first.
     let route = wait_for(
-        &format!("{example}: the sample AutoRoute Ready"),
+        &format!("{example}: the sample AutoRoute Ready with both Deployments"),
         T,
         || async {
             let route = get(client, "examples.io/v1", "AutoRoute", Some(&ns), "example").await?;
-            Ok(route.filter(|r| r["status"]["phase"] == "Ready"))
+            Ok(route.filter(|r| {
+                r["status"]["phase"] == "Ready"
+                    && r["status"]["syncedDeployments"]
+                        == serde_json::json!(["backend", "frontend"])
+            }))
         },
     )
     .await?;
