@@ -98,6 +98,30 @@ export declare class Sample {
   static fromJSON(value: unknown): Sample;
 }
 
+/** A label selector Kubernetes would not accept, named by field and worded as the host's
+ * `InvalidSelector`: `"{field}: {problem}"`. */
+export declare class SelectorError extends Error {
+  constructor(field: string, problem: string);
+  /** Where the problem is, e.g. `spec.deploymentSelector.matchExpressions[0].operator`. */
+  readonly field: string;
+  readonly problem: string;
+}
+
+/** A checked label selector (`matchLabels` AND `matchExpressions`), for workers that match
+ * objects themselves; the empty selector matches everything. Inputs declaring `selectorFrom`,
+ * `matchLabels` or `matchExpressions` are already selected by the host. */
+export declare class LabelSelector {
+  /** The empty selector; `fromJSON` parses one. */
+  constructor();
+  /** Parses a selector (`{ matchLabels, matchExpressions }` as JSON) found at `field`
+   * (default `"selector"`; errors name it). Throws a SelectorError as the host would refuse
+   * it: not an object, malformed parts, an empty key, an unknown operator, In/NotIn without
+   * values, Exists/DoesNotExist with values. */
+  static fromJSON(value: unknown, field?: string): LabelSelector;
+  /** Whether an object with `labels` (undefined or null: none) is selected. */
+  matches(labels: Record<string, string> | null | undefined): boolean;
+}
+
 /** What a phase worker decided. */
 export declare class Outcome {
   /** Move to `phase` (which may be the current one) with no status change and no outputs. */

@@ -29,6 +29,9 @@ export declare class SyncTest {
   phase(name: string): SyncTest;
   now(rfc3339: string): SyncTest;
   input(name: string, objects: Iterable<unknown>): SyncTest;
+  /** Adds the objects the host would hand over for an input declared with
+   * `selectorFrom: <selectorField>`; see `selectedBy`. */
+  inputSelected(name: string, selectorField: string, objects: Iterable<unknown>): SyncTest;
   emptyInput(name: string): SyncTest;
   inputJson(name: string, objects: string[]): SyncTest;
   request(): SyncRequest;
@@ -50,6 +53,11 @@ export declare class FinalizeTest {
     logs: LogRecord[];
   };
 }
+
+/** The objects the host hands a worker for an input declared with `selectorFrom:
+ * <selectorField>`: those in the resource's namespace whose labels match the selector at that
+ * field of the resource. Throws a SelectorError where the host would report InvalidSelector. */
+export declare function selectedBy<T>(resource: unknown, selectorField: string, objects: Iterable<T>): T[];
 
 /** Multi-document YAML into objects (`kind: List` items one by one, empty documents skipped). */
 export declare function objectsFromYaml(yaml: string): any[];

@@ -11,4 +11,5 @@ export { exportFinalizer, exportPhase, FinalizerWorker, PhaseWorker } from './ex
 export { Inputs, Sample } from './inputs.js';
 export { compareText, toJson } from './json.js';
 export { Finalized, Outcome } from './outcome.js';
+export { LabelSelector, SelectorError } from './selector.js';
 export { HostStatus, Transition } from './status.js';

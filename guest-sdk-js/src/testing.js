@@ -9,11 +9,15 @@
 //       .input('deployments', objectsFromYaml(readFileSync(path, 'utf8')))
 //       .run(new Syncing());
 //     assert.equal(report.nextPhase, 'Ready');
+//
+// For an input the host selects by a selector the resource holds (`selectorFrom`),
+// `inputSelected` keeps only the objects the host would hand over.
 import { parseAllDocuments } from 'yaml';
 
 import { WorkerError } from './errors.js';
 import { runFinalize, runSync } from './export.js';
 import { toJson } from './json.js';
+import { LabelSelector, SelectorError } from './selector.js';
 
 /** The clock a test request carries unless `SyncTest.now` sets another. */
 export const DEFAULT_NOW = '2025-01-01T00:00:00Z';
@@ -99,6 +103,13 @@ export class SyncTest {
     return this;
   }
 
+  /** Adds to input `name` the objects the host would hand over for an input declared with
+   * `selectorFrom: <selectorField>` (e.g. `spec.deploymentSelector`); see `selectedBy`. The
+   * other objects are left out, as the host leaves them out. */
+  inputSelected(name, selectorField, objects) {
+    return this.input(name, selectedBy(JSON.parse(this.#resource), selectorField, objects));
+  }
+
   /** Declares input `name` with no objects (as when nothing matches in the cluster). */
   emptyInput(name) {
     this.#slot(name);
@@ -181,6 +192,30 @@ export class FinalizeTest {
       logs,
     };
   }
+}
+
+/** The `objects` the host hands a worker for an input declared with
+ * `selectorFrom: <selectorField>`: those in the resource's namespace whose labels match the
+ * label selector at that field of the resource, in the order given.
+ *
+ * Throws a SelectorError where the host would report `InvalidSelector` instead of running the
+ * worker: no selector at `selectorField`, or an invalid one. */
+export function selectedBy(resource, selectorField, objects) {
+  const selectorJson = fieldAt(resource, selectorField);
+  if (selectorJson === undefined || selectorJson === null) throw new SelectorError(selectorField, 'is not set');
+  const selector = LabelSelector.fromJSON(selectorJson, selectorField);
+  const namespace = fieldAt(resource, 'metadata.namespace');
+  const inNamespace = (object) => {
+    const found = fieldAt(object, 'metadata.namespace');
+    return namespace === undefined || found === undefined || found === namespace;
+  };
+  return [...objects].filter((o) => inNamespace(o) && selector.matches(fieldAt(o, 'metadata.labels')));
+}
+
+/** The value at a dotted field path (`spec.deploymentSelector`), undefined where there is none. */
+function fieldAt(value, path) {
+  const has = (found, key) => found !== null && typeof found === 'object' && !Array.isArray(found) && Object.hasOwn(found, key);
+  return path.split('.').reduce((found, key) => (has(found, key) ? (found[key] ?? undefined) : undefined), value);
 }
 
 /** Parses a multi-document YAML string (`---` separated, e.g. a fixture file) into objects.

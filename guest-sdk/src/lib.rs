@@ -40,6 +40,7 @@ mod error;
 mod export;
 mod inputs;
 mod outcome;
+pub mod selector;
 mod status;
 pub mod testing;
 
@@ -54,6 +55,8 @@ pub use status::{HostStatus, Transition};
 pub use k8s_openapi;
 /// The time library of [`k8s_openapi`]; [`Context::now`] returns a [`jiff::Timestamp`].
 pub use k8s_openapi::jiff;
+/// The serialization traits the typed API of `wasmpilot generate` names.
+pub use serde;
 pub use serde_json;
 
 /// The generated WIT bindings (world `wasmpilot:operator/worker`). Not part of the API.

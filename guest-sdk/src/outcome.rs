@@ -77,6 +77,41 @@ impl Outcome {
         Ok(self)
     }
 
+    /// Add one object that must be of kind `api_version` `kind` (what the typed outcome
+    /// builders of `wasmpilot generate` call for kinds k8s-openapi does not know). A missing
+    /// `apiVersion` or `kind` is filled in; a different one is refused.
+    ///
+    /// # Errors
+    /// Fatal if the object is of another kind, or as for [`output`](Self::output).
+    pub fn output_of_kind(
+        self,
+        api_version: &str,
+        kind: &str,
+        object: &impl Serialize,
+    ) -> Result<Self, WorkerError> {
+        let index = self.outputs.len();
+        let mut value = serde_json::to_value(object).map_err(|err| {
+            WorkerError::fatal(format!("output #{index} does not serialize to JSON: {err}"))
+        })?;
+        if let Value::Object(fields) = &mut value {
+            for (field, want) in [("apiVersion", api_version), ("kind", kind)] {
+                match fields.get(field).and_then(Value::as_str) {
+                    None | Some("") => {
+                        fields.insert(field.to_owned(), Value::String(want.to_owned()));
+                    }
+                    Some(have) if have != want => {
+                        return Err(WorkerError::fatal(format!(
+                            "output #{index} has {field} `{}`, but this builder takes {api_version} {kind}",
+                            bounded(have)
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        self.output(&value)
+    }
+
     /// Add several objects; see [`output`](Self::output).
     pub fn outputs<T, I>(mut self, objects: I) -> Result<Self, WorkerError>
     where
@@ -205,6 +240,14 @@ fn output_value(object: &impl Serialize, index: usize) -> Result<Value, WorkerEr
     Ok(value)
 }
 
+/// A worker-supplied value cut to 100 characters for an error message.
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(100) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -222,6 +265,24 @@ mod tests {
     use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::json;
+
+    #[test]
+    fn output_of_kind_fills_and_checks_the_kind() {
+        let outcome = Outcome::next("Ready")
+            .output_of_kind(
+                "example.io/v1",
+                "Gateway",
+                &json!({ "metadata": { "name": "g" } }),
+            )
+            .unwrap();
+        assert_eq!(outcome.outputs[0]["apiVersion"], "example.io/v1");
+        assert_eq!(outcome.outputs[0]["kind"], "Gateway");
+        let wrong = json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "s" } });
+        let err = Outcome::next("Ready")
+            .output_of_kind("example.io/v1", "Gateway", &wrong)
+            .unwrap_err();
+        assert!(err.message().contains("apiVersion `v1`"), "{err:?}");
+    }
 
     #[test]
     fn typed_outputs_carry_api_version_and_kind() {

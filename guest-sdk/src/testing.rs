@@ -51,6 +51,43 @@ pub const DEFAULT_NOW: &str = "2025-01-01T00:00:00Z";
 /// The operator name a test request carries unless [`SyncTest::operator`] sets another.
 pub const DEFAULT_OPERATOR: &str = "test-operator";
 
+/// The `objects` the host hands a worker for an input declared with
+/// `selectorFrom: <selector_field>`: those in `resource`'s namespace whose labels match the
+/// label selector at that field of `resource` (see [`SyncTest::input_selected`]).
+///
+/// # Panics
+/// If `resource` has no valid selector at `selector_field` (the host would report
+/// `InvalidSelector` without running the worker), or an object does not serialize.
+pub fn selected_by<T, I>(resource: &Value, selector_field: &str, objects: I) -> Vec<Value>
+where
+    T: Serialize,
+    I: IntoIterator<Item = T>,
+{
+    let pointer = format!("/{}", selector_field.replace('.', "/"));
+    let selector = resource
+        .pointer(&pointer)
+        .map(crate::selector::Selector::from_json)
+        .unwrap_or_else(|| panic!("the resource has no `{selector_field}`"))
+        .unwrap_or_else(|err| panic!("`{selector_field}` of the resource: {err}"));
+    let namespace = resource.pointer("/metadata/namespace");
+    objects
+        .into_iter()
+        .map(|o| to_json_value(&o, "an input object"))
+        .filter(|o| match (namespace, o.pointer("/metadata/namespace")) {
+            // Cluster-scoped objects (and a cluster-scoped resource's inputs) are all visible.
+            (Some(ns), Some(object_ns)) => ns == object_ns,
+            _ => true,
+        })
+        .filter(|o| {
+            let labels = o
+                .pointer("/metadata/labels")
+                .and_then(|l| serde_json::from_value(l.clone()).ok())
+                .unwrap_or_default();
+            selector.matches(&labels)
+        })
+        .collect()
+}
+
 /// A phase worker run to set up: resource, inputs, phase, clock.
 #[derive(Clone, Debug)]
 pub struct SyncTest {
@@ -116,6 +153,24 @@ impl SyncTest {
             .map(|o| to_json_value(&o, &format!("an object of input `{name}`")).to_string());
         self.input_slot(name).extend(objects);
         self
+    }
+
+    /// Adds to input `name` the objects the host would hand over for an input declared with
+    /// `selectorFrom: <selector_field>` (e.g. `spec.deploymentSelector`): those in the
+    /// resource's namespace whose labels match the label selector at that field of the
+    /// resource. The other objects are left out, as the host leaves them out.
+    ///
+    /// # Panics
+    /// If the resource has no valid selector at `selector_field` (the host would report
+    /// `InvalidSelector` without running the worker), or an object does not serialize.
+    pub fn input_selected<T, I>(self, name: &str, selector_field: &str, objects: I) -> Self
+    where
+        T: Serialize,
+        I: IntoIterator<Item = T>,
+    {
+        let resource: Value = serde_json::from_str(&self.resource).unwrap_or_default();
+        let selected = selected_by(&resource, selector_field, objects);
+        self.input(name, selected)
     }
 
     /// Declares input `name` with no objects (as when nothing matches in the cluster).

@@ -22,6 +22,7 @@ mod fixtures;
 
 use autoroute_initializing::Initializing;
 use autoroute_syncing::Syncing;
+use autoroute_types::phases::{initializing, syncing};
 use futures::executor::block_on;
 use kube::api::DynamicObject;
 use serde_json::Value;
@@ -375,7 +376,9 @@ fn overhead(bench: &Bench, rt: &tokio::runtime::Runtime, env: &Env, n: usize, su
     let full_bytes: usize = objects.iter().map(|o| o.to_string().len()).sum();
 
     // Same logic, same answer: the native report and the component's result agree.
-    let report = native.run(&Syncing).expect("native Syncing succeeds");
+    let report = native
+        .run(&syncing::Export(Syncing))
+        .expect("native Syncing succeeds");
     let result = env.run(rt, &env.syncing, request.clone());
     let expected_outputs = 1 + 2 * fixtures::routable_count(n);
     assert_eq!(report.outputs.len(), expected_outputs);
@@ -398,7 +401,7 @@ fn overhead(bench: &Bench, rt: &tokio::runtime::Runtime, env: &Env, n: usize, su
         1,
         vec![
             Case::new("native (baseline)", || {
-                black_box(native.run(&Syncing).expect("native"));
+                black_box(native.run(&syncing::Export(Syncing)).expect("native"));
             }),
             Case::new("sandbox only", || {
                 let r = env.run(rt, &env.syncing, request.clone());
@@ -464,7 +467,10 @@ fn fixed_cost(
     let request = env.request("Initializing", &route, &Cache::new(vec![], false));
     let native = native_test(&request);
     assert_eq!(
-        native.run(&Initializing).expect("native").next_phase,
+        native
+            .run(&initializing::Export(Initializing))
+            .expect("native")
+            .next_phase,
         "Syncing"
     );
     assert_eq!(
@@ -481,7 +487,7 @@ fn fixed_cost(
         1,
         vec![
             Case::new("native (baseline)", || {
-                black_box(native.run(&Initializing).expect("native"));
+                black_box(native.run(&initializing::Export(Initializing)).expect("native"));
             }),
             Case::batched("Sandbox::run_sync in a runtime task (host)", 10, || {
                 let v = &env.default_variant();
@@ -605,7 +611,7 @@ fn breakdown(
         1,
         vec![
             Case::new("native (baseline)", || {
-                black_box(native.run(&Syncing).expect("native"));
+                black_box(native.run(&syncing::Export(Syncing)).expect("native"));
             }),
             Case::new("Sandbox::run_sync (sandbox only)", || {
                 black_box(parse_result(&env.run(rt, &env.syncing, request.clone())));
@@ -623,7 +629,11 @@ fn breakdown(
                 black_box(parse_result(&warm.call(&request)));
             }),
             Case::new("native, projected inputs", || {
-                black_box(native_projected.run(&Syncing).expect("native"));
+                black_box(
+                    native_projected
+                        .run(&syncing::Export(Syncing))
+                        .expect("native"),
+                );
             }),
             Case::new("Sandbox::run_sync, projected inputs", || {
                 black_box(parse_result(&env.run(rt, &env.syncing, projected.clone())));
@@ -743,7 +753,11 @@ fn parsing_share(
     let natives: Vec<SyncTest> = variants.iter().map(|(_, r)| native_test(r)).collect();
     for ((_, r), native) in variants.iter().zip(&natives) {
         assert_eq!(
-            native.run(&Syncing).expect("native").outputs.len(),
+            native
+                .run(&syncing::Export(Syncing))
+                .expect("native")
+                .outputs
+                .len(),
             expected
         );
         assert_eq!(parse_result(&env.run(rt, &module, r.clone())).0, expected);
@@ -753,7 +767,7 @@ fn parsing_share(
     for ((name, r), native) in variants.iter().zip(&natives) {
         labels.push(format!("{name}, {}/object", kib(request_bytes(r) / n)));
         cases.push(Case::new(format!("native, {name}"), move || {
-            black_box(native.run(&Syncing).expect("native"));
+            black_box(native.run(&syncing::Export(Syncing)).expect("native"));
         }));
         let module = &module;
         cases.push(Case::new(format!("sandbox, {name}"), move || {
@@ -959,11 +973,15 @@ fn languages(
     ] {
         let native: Box<dyn Fn()> = if index == 0 {
             Box::new(|| {
-                black_box(native_init.run(&Initializing).expect("native"));
+                black_box(
+                    native_init
+                        .run(&initializing::Export(Initializing))
+                        .expect("native"),
+                );
             })
         } else {
             Box::new(|| {
-                black_box(native_sync.run(&Syncing).expect("native"));
+                black_box(native_sync.run(&syncing::Export(Syncing)).expect("native"));
             })
         };
         let mut cases = vec![Case::new("native Rust (baseline)", native)];

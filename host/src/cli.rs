@@ -71,6 +71,9 @@ enum Command {
     },
     /// Scaffold an operator project: types crate, one worker crate per phase, operator.yaml.
     Init(wasmpilot::authoring::init::InitArgs),
+    /// Write the typed API of an operator's phases into its types crate (types/src/phases.rs)
+    /// from operator.yaml, and regenerate its CRD from the types crate.
+    Generate(wasmpilot::authoring::generate::GenerateArgs),
     /// Build an operator directory's phase components (release, wasm32-wasip2); print sizes and digests.
     Build {
         /// The operator directory.
@@ -258,6 +261,7 @@ impl Cli {
                 Ok(())
             }
             Command::Init(args) => wasmpilot::authoring::init::init(&args).map(|_| ()),
+            Command::Generate(args) => wasmpilot::authoring::generate::run(&args),
             Command::Build { dir } => {
                 print!("{}", wasmpilot::authoring::build::build_command(&dir)?);
                 Ok(())

@@ -270,7 +270,8 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
         "Service a kept",
     )?;
 
-    // A worker error lands on that resource only; another resource reconciles meanwhile.
+    // An invalid selector in one route (the host reads spec.deploymentSelector: `selectorFrom`)
+    // lands on that resource only, naming the field; another resource reconciles meanwhile.
     apply_yaml(
         client,
         &autoroute_yaml(
@@ -297,7 +298,7 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
         AR,
         Some(ns),
         "r2",
-        ("Synced", "False", "WorkerFatalError"),
+        ("Synced", "False", "InvalidSelector"),
         T,
     )
     .await?;
@@ -306,10 +307,12 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
         "message",
     )?;
     ensure!(
-        msg.contains("Bogus") && msg.contains("Syncing"),
-        "condition message names the problem: {msg}"
+        msg.contains("Bogus")
+            && msg.contains("Syncing")
+            && msg.contains("spec.deploymentSelector.matchExpressions[0].operator"),
+        "condition message names the field and the problem: {msg}"
     );
-    wait_event(client, ns, "r2", "WorkerFatalError", T).await?;
+    wait_event(client, ns, "r2", "InvalidSelector", T).await?;
     wait_synced(client, ns, "r3", &["f"])
         .await
         .context("r3 reconciles while r2 fails")?;

@@ -73,7 +73,8 @@ export class AutoRoute {
   constructor({ name, namespace, deploymentSelector, syncedDeployments = [] }) {
     this.name = name;
     this.namespace = namespace;
-    /** `spec.deploymentSelector`: which Deployments (in the AutoRoute's namespace) to route to. */
+    /** `spec.deploymentSelector`: which Deployments (in the AutoRoute's namespace) to route to.
+     * The host selects by it (`selectorFrom` in operator.yaml); the workers get only those. */
     this.deploymentSelector = deploymentSelector;
     /** `status.syncedDeployments`: every Deployment the selector matched at the last sync. */
     this.syncedDeployments = syncedDeployments;
@@ -103,10 +104,8 @@ const I32_MAX = 2 ** 31 - 1;
 
 /** The fields of an apps/v1 Deployment the workers read. */
 export class Deployment {
-  constructor({ name, namespace, labels, podLabels, containerPorts }) {
+  constructor({ name, podLabels, containerPorts }) {
     this.name = name;
-    this.namespace = namespace;
-    this.labels = labels;
     /** `spec.selector.matchLabels`: the labels of the Deployment's pods. */
     this.podLabels = podLabels;
     /** Per container of the pod template, its `ports[].containerPort` (0 where absent). */
@@ -134,8 +133,6 @@ export class Deployment {
     });
     return new Deployment({
       name: optionalText(metadata, 'name', 'metadata.name'),
-      namespace: optionalText(metadata, 'namespace', 'metadata.namespace'),
-      labels: textMap(metadata, 'labels', 'metadata.labels') ?? {},
       podLabels: textMap(selector, 'matchLabels', 'spec.selector.matchLabels') ?? {},
       containerPorts,
     });

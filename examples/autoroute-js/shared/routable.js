@@ -1,30 +1,28 @@
-// Which Deployments an AutoRoute routes to: the Syncing and Ready workers' shared rule.
+// Which of the selected Deployments an AutoRoute routes to, and the names it records: the
+// Syncing and Ready workers' shared rule.
+//
+// The host selects them (operator.yaml: `selectorFrom: spec.deploymentSelector`): every
+// Deployment in the `deployments` input is in the route's namespace and matches its selector.
 import { compareText } from '@wasmpilot/guest';
 
-import { Selector } from './selector.js';
-
-/** The Deployments in the route's namespace whose labels match `spec.deploymentSelector`, with
- * or without a container port, sorted by name: what `status.syncedDeployments` records.
- * Throws a SelectorError if the route's selector is invalid (checked even without Deployments). */
-export function matchingDeployments(route, deployments) {
-  const selector = new Selector(route.deploymentSelector);
+/** The sorted names of the selected Deployments, with or without a container port:
+ * `status.syncedDeployments`. */
+export function deploymentNames(deployments) {
   return deployments
-    .filter((d) => d.namespace === route.namespace && selector.matches(d.labels) && d.name !== undefined)
+    .map((d) => d.name)
+    .filter((name) => name !== undefined)
+    .sort(compareText);
+}
+
+/** The selected Deployments that have a container port, as `{ name, port, podLabels }`: those
+ * get a Service and a VirtualService. Sorted by name. */
+export function routableDeployments(deployments) {
+  return deployments
+    .flatMap((d) => {
+      const port = firstContainerPort(d);
+      return d.name === undefined || port === undefined ? [] : [{ name: d.name, port, podLabels: d.podLabels }];
+    })
     .sort((a, b) => compareText(a.name, b.name));
-}
-
-/** The names of `matchingDeployments`: `status.syncedDeployments`. */
-export function deploymentNames(matching) {
-  return matching.map((d) => d.name);
-}
-
-/** The matching Deployments that have a container port, as `{ name, port, podLabels }`: those
- * get a Service and a VirtualService. Sorted by name. Throws as `matchingDeployments`. */
-export function routableDeployments(route, deployments) {
-  return matchingDeployments(route, deployments).flatMap((d) => {
-    const port = firstContainerPort(d);
-    return port === undefined ? [] : [{ name: d.name, port, podLabels: d.podLabels }];
-  });
 }
 
 /** The first port of the first container that declares one (port 0 counts as none). */

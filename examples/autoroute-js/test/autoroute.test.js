@@ -1,9 +1,16 @@
-// The shared route logic (as examples/autoroute/types' tests): selectors, routable
-// Deployments, differences between desired and observed routes.
+// The shared route logic (as examples/autoroute/types' tests): which of the selected
+// Deployments are routed and recorded, differences between desired and observed routes.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { debugQuoted, Deployment, desiredRoutes, firstContainerPort, routeDifferences, Selector } from '../shared/index.js';
+import {
+  Deployment,
+  deploymentNames,
+  desiredRoutes,
+  firstContainerPort,
+  routableDeployments,
+  routeDifferences,
+} from '../shared/index.js';
 
 const deployment = (name, containers) =>
   Deployment.fromJSON({
@@ -23,29 +30,13 @@ test('the first port of the first container with ports', () => {
   assert.equal(firstContainerPort(deployment('a', [{ name: 'main', ports: [{ containerPort: 0 }] }])), undefined);
 });
 
-test('selector expressions', () => {
-  const s = new Selector({ matchLabels: { app: 'web' }, matchExpressions: [{ key: 'env', operator: 'NotIn', values: ['dev'] }] });
-  assert.ok(s.matches({ app: 'web' }));
-  assert.ok(!s.matches({ app: 'web', env: 'dev' }));
-  assert.ok(new Selector({ matchExpressions: [{ key: 'canary', operator: 'Exists' }] }).matches({ canary: '' }));
-  assert.ok(new Selector({ matchExpressions: [{ key: 'canary', operator: 'DoesNotExist' }] }).matches({}));
-  assert.ok(new Selector({}).matches({ a: 'b' }));
-});
-
-test('invalid selectors', () => {
-  const cases = [
-    [{ key: 'env', operator: 'Equals', values: ['x'] }, 'matchExpressions key "env": unknown operator "Equals" (expected In, NotIn, Exists or DoesNotExist)'],
-    [{ key: 'env', operator: 'In' }, 'matchExpressions key "env": operator In needs at least one value'],
-    [{ key: 'env', operator: 'Exists', values: ['x'] }, 'matchExpressions key "env": operator Exists takes no values'],
-    [{ key: 'env', operator: 'in', values: ['x'] }, 'matchExpressions key "env": unknown operator "in" (expected In, NotIn, Exists or DoesNotExist)'],
-  ];
-  for (const [expr, message] of cases) {
-    assert.throws(() => new Selector({ matchExpressions: [expr] }), { name: 'SelectorError', message });
-  }
-});
-
-test('keys are quoted as Rust debug-formats them', () => {
-  assert.equal(debugQuoted('a"b\\c\nd\x01é'), '"a\\"b\\\\c\\nd\\u{1}é"');
+test('routes the deployments with a port and names them all, sorted', () => {
+  const port = [{ name: 'c', ports: [{ containerPort: 80 }] }];
+  const selected = [deployment('zeta', port), deployment('alpha', port), deployment('no-port', [{ name: 'c' }])];
+  const routable = routableDeployments(selected);
+  assert.deepEqual(routable.map((r) => r.name), ['alpha', 'zeta']);
+  assert.deepEqual(routable[0], { name: 'alpha', port: 80, podLabels: { pod: 'alpha' } });
+  assert.deepEqual(deploymentNames(selected), ['alpha', 'no-port', 'zeta']);
 });
 
 const webRoutes = () => desiredRoutes('r', 'ns', [{ name: 'web', port: 8080, podLabels: { app: 'web' } }]);

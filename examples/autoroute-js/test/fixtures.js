@@ -5,6 +5,9 @@ import { objectsFromYaml } from '@wasmpilot/guest/testing';
 
 const TESTDATA = new URL('../../autoroute/workers/testdata/', import.meta.url);
 
+/** Where the host reads a route's selector for input `deployments` (`selectorFrom` in operator.yaml). */
+export const SELECTOR = 'spec.deploymentSelector';
+
 export const routes = () => objectsFromYaml(readFileSync(new URL('routes.yaml', TESTDATA), 'utf8'));
 export const deployments = () => objectsFromYaml(readFileSync(new URL('deployments.yaml', TESTDATA), 'utf8'));
 

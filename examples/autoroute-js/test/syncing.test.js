@@ -5,9 +5,11 @@ import { test } from 'node:test';
 import { SyncTest } from '@wasmpilot/guest/testing';
 
 import { Syncing } from '../workers/syncing/worker.js';
-import { deployments, routes } from './fixtures.js';
+import { deployments, routes, SELECTOR } from './fixtures.js';
 
-const run = (route, objects) => new SyncTest(route).phase('Syncing').input('deployments', objects).run(new Syncing());
+/** Syncing `route` given the `objects` the host selects for it. */
+const run = (route, objects) =>
+  new SyncTest(route).phase('Syncing').inputSelected('deployments', SELECTOR, objects).run(new Syncing());
 const names = (objects) => objects.map((o) => o.metadata.name);
 
 test('routes every matching deployment with a port', () => {
@@ -68,19 +70,15 @@ test('logs what it routes', () => {
   assert.equal(report.logs[0].message, 'selected deployments');
   assert.deepEqual(report.logs[0].fields, [
     ['route', 'example'],
-    ['seen', '6'],
-    ['matching', '4'],
+    ['selected', '4'],
     ['routable', '3'],
   ]);
 });
 
-test('an invalid selector is fatal', () => {
-  const failed = new SyncTest(routes()[2]).input('deployments', deployments()).fail(new Syncing());
-  assert.ok(failed.error.isFatal);
-  assert.equal(
-    failed.error.message,
-    'spec.deploymentSelector is invalid: matchExpressions key "track": unknown operator "Equals" (expected In, NotIn, Exists or DoesNotExist)',
-  );
+test('an empty selector routes the whole namespace', () => {
+  const report = run({ ...routes()[0], spec: { deploymentSelector: {} } }, deployments());
+  assert.deepEqual(report.status, { syncedDeployments: ['api', 'canary', 'unrelated', 'web', 'worker'] });
+  assert.deepEqual(names(report.outputsOfKind('Service')), ['api', 'canary', 'unrelated', 'web']);
 });
 
 test('an undeclared input is fatal', () => {

@@ -10,6 +10,9 @@ from wasmpilot_guest.testing import objects_from_yaml
 EXAMPLE = Path(__file__).resolve().parent.parent
 TESTDATA = EXAMPLE.parent / "autoroute" / "workers" / "testdata"
 
+#: Where the host reads a route's selector for input `deployments` (`selectorFrom` in operator.yaml).
+SELECTOR = "spec.deploymentSelector"
+
 
 def routes() -> list[dict]:
     return objects_from_yaml((TESTDATA / "routes.yaml").read_text())

@@ -1,11 +1,8 @@
-"""The shared route logic (as examples/autoroute/types' tests): selectors, routable
-Deployments, differences between desired and observed routes."""
+"""The shared route logic (as examples/autoroute/types' tests): which of the selected
+Deployments are routed and recorded, differences between desired and observed routes."""
 
-import pytest
-
-from autoroute import Deployment, Selector, SelectorError, desired_routes, route_differences
+from autoroute import Deployment, deployment_names, desired_routes, routable_deployments, route_differences
 from autoroute.routable import RoutableDeployment, first_container_port
-from autoroute.selector import debug_quoted
 
 
 def deployment(name, containers):
@@ -32,34 +29,13 @@ def test_first_port_of_first_container_with_ports():
     assert first_container_port(deployment("a", [{"name": "main", "ports": [{"containerPort": 0}]}])) is None
 
 
-def test_selector_expressions():
-    s = Selector({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["dev"]}]})
-    assert s.matches({"app": "web"})
-    assert not s.matches({"app": "web", "env": "dev"})
-    assert Selector({"matchExpressions": [{"key": "canary", "operator": "Exists"}]}).matches({"canary": ""})
-    assert Selector({"matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}).matches({})
-    assert Selector({}).matches({"a": "b"})
-
-
-@pytest.mark.parametrize(
-    "expr, message",
-    [
-        ({"key": "env", "operator": "Equals", "values": ["x"]},
-         'matchExpressions key "env": unknown operator "Equals" (expected In, NotIn, Exists or DoesNotExist)'),
-        ({"key": "env", "operator": "In"}, 'matchExpressions key "env": operator In needs at least one value'),
-        ({"key": "env", "operator": "Exists", "values": ["x"]}, 'matchExpressions key "env": operator Exists takes no values'),
-        ({"key": "env", "operator": "in", "values": ["x"]},
-         'matchExpressions key "env": unknown operator "in" (expected In, NotIn, Exists or DoesNotExist)'),
-    ],
-)
-def test_invalid_selectors(expr, message):
-    with pytest.raises(SelectorError) as raised:
-        Selector({"matchExpressions": [expr]})
-    assert str(raised.value) == message
-
-
-def test_keys_are_quoted_as_rust_debug_does():
-    assert debug_quoted('a"b\\c\nd\x01é') == '"a\\"b\\\\c\\nd\\u{1}é"'
+def test_routes_the_deployments_with_a_port_and_names_them_all_sorted():
+    port = [{"name": "c", "ports": [{"containerPort": 80}]}]
+    selected = [deployment("zeta", port), deployment("alpha", port), deployment("no-port", [{"name": "c"}])]
+    routable = routable_deployments(selected)
+    assert [r.name for r in routable] == ["alpha", "zeta"]
+    assert (routable[0].port, routable[0].pod_labels) == (80, {"pod": "alpha"})
+    assert deployment_names(selected) == ["alpha", "no-port", "zeta"]
 
 
 def web_routes():

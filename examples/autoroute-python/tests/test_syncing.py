@@ -1,13 +1,14 @@
 """The Syncing worker, natively (as examples/autoroute/workers/syncing's tests)."""
 
-from fixtures import deployments, load_app, routes
+from fixtures import SELECTOR, deployments, load_app, routes
 from wasmpilot_guest.testing import SyncTest
 
 Syncing = load_app("syncing").Syncing
 
 
 def run(route, objects):
-    return SyncTest(route).phase("Syncing").input("deployments", objects).run(Syncing())
+    """Syncing `route` given the `objects` the host selects for it."""
+    return SyncTest(route).phase("Syncing").input_selected("deployments", SELECTOR, objects).run(Syncing())
 
 
 def names(objects):
@@ -79,16 +80,14 @@ def test_logs_what_it_routes():
     assert routed == ["api.example", "canary.example", "web.example"]
     selected = report.logs[0]
     assert selected.message == "selected deployments"
-    assert selected.fields == [("route", "example"), ("seen", "6"), ("matching", "4"), ("routable", "3")]
+    assert selected.fields == [("route", "example"), ("selected", "4"), ("routable", "3")]
 
 
-def test_invalid_selector_is_fatal():
-    failed = SyncTest(routes()[2]).input("deployments", deployments()).fail(Syncing())
-    assert failed.error.is_fatal
-    assert failed.error.message == (
-        'spec.deploymentSelector is invalid: matchExpressions key "track": unknown operator "Equals" '
-        "(expected In, NotIn, Exists or DoesNotExist)"
-    )
+def test_an_empty_selector_routes_the_whole_namespace():
+    everything = dict(routes()[0], spec={"deploymentSelector": {}})
+    report = run(everything, deployments())
+    assert report.status == {"syncedDeployments": ["api", "canary", "unrelated", "web", "worker"]}
+    assert names(report.outputs_of_kind("Service")) == ["api", "canary", "unrelated", "web"]
 
 
 def test_undeclared_input_is_fatal():

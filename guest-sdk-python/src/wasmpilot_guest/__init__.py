@@ -26,6 +26,7 @@ from .errors import ErrorKind, WorkerError
 from .export import FinalizerWorker, PhaseWorker, export_finalizer, export_phase
 from .inputs import Inputs, Sample
 from .outcome import Finalized, Outcome
+from .selector import LabelSelector, SelectorError
 from .status import HostStatus, Transition
 
 __all__ = [
@@ -35,11 +36,13 @@ __all__ = [
     "FinalizerWorker",
     "HostStatus",
     "Inputs",
+    "LabelSelector",
     "LogLevel",
     "LogRecord",
     "Outcome",
     "PhaseWorker",
     "Sample",
+    "SelectorError",
     "Transition",
     "WorkerError",
     "export_finalizer",

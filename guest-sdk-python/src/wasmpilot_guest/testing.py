@@ -9,6 +9,9 @@ to assert on. Log lines are kept instead of going to the host.
               .input("deployments", objects_from_yaml(path.read_text()))
               .run(Syncing()))
     assert report.next_phase == "Ready"
+
+For an input the host selects by a selector the resource holds (`selectorFrom`),
+`input_selected` keeps only the objects the host would hand over.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from .context import LogRecord
 from .errors import WorkerError
 from .export import FinalizerWorker, PhaseWorker, run_finalize, run_sync
 from .outcome import to_json
+from .selector import LabelSelector, SelectorError
 
 #: The clock a test request carries unless `SyncTest.now` sets another.
 DEFAULT_NOW = "2025-01-01T00:00:00Z"
@@ -114,6 +118,12 @@ class SyncTest:
         self._slot(name).extend(to_json(o) for o in objects)
         return self
 
+    def input_selected(self, name: str, selector_field: str, objects: Iterable[Any]) -> "SyncTest":
+        """Adds to input `name` the objects the host would hand over for an input declared with
+        `selectorFrom: <selector_field>` (e.g. `spec.deploymentSelector`); see `selected_by`.
+        The other objects are left out, as the host leaves them out."""
+        return self.input(name, selected_by(json.loads(self._resource), selector_field, objects))
+
     def empty_input(self, name: str) -> "SyncTest":
         """Declares input `name` with no objects (as when nothing matches in the cluster)."""
         self._slot(name)
@@ -195,6 +205,33 @@ class FinalizeTest:
             requeue_after=optional_delay(result.requeue_after_ms),
             logs=logs,
         )
+
+
+def selected_by(resource: Any, selector_field: str, objects: Iterable[Any]) -> list[Any]:
+    """The `objects` the host hands a worker for an input declared with
+    `selectorFrom: <selector_field>`: those in the resource's namespace whose labels match the
+    label selector at that field of the resource, in the order given.
+
+    Raises SelectorError where the host would report `InvalidSelector` instead of running the
+    worker: no selector at `selector_field`, or an invalid one."""
+    selector_json = field_at(resource, selector_field)
+    if selector_json is None:
+        raise SelectorError(selector_field, "is not set")
+    selector = LabelSelector.from_json(selector_json, selector_field)
+    namespace = field_at(resource, "metadata.namespace")
+
+    def in_namespace(obj: Any) -> bool:
+        found = field_at(obj, "metadata.namespace")
+        return namespace is None or found is None or found == namespace
+
+    return [o for o in objects if in_namespace(o) and selector.matches(field_at(o, "metadata.labels"))]
+
+
+def field_at(value: Any, path: str) -> Any:
+    """The value at a dotted field path (`spec.deploymentSelector`), None where there is none."""
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 def objects_from_yaml(yaml_text: str) -> list[Any]:

@@ -2,7 +2,7 @@
 //! selection rule from `autoroute-types`, the same Service/VirtualService/Gateway shapes), no
 //! phases and no Wasm: one reconcile applies the outputs and writes `Ready`.
 
-use autoroute_types::{routable_deployments, AutoRoute, RoutableDeployment};
+use autoroute_types::{deployment_names, routable_deployments, AutoRoute, RoutableDeployment};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -14,6 +14,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use wasmpilot_guest::selector::Selector;
 
 const MANAGER: &str = "native-autoroute";
 
@@ -63,15 +64,18 @@ fn outputs(route: &AutoRoute, routable: &[RoutableDeployment<'_>]) -> Vec<(Strin
 
 async fn reconcile(route: Arc<AutoRoute>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let ns = route.namespace().unwrap_or_default();
+    let selector =
+        Selector::new(&route.spec.deployment_selector).map_err(|e| Error(e.to_string()))?;
     let deployments: Vec<Deployment> = ctx
         .deployments
         .state()
         .iter()
         .filter(|d| d.metadata.namespace.as_deref() == Some(ns.as_str()))
+        .filter(|d| selector.selects(&d.metadata))
         .map(|d| (**d).clone())
         .collect();
-    let routable = routable_deployments(&route, &deployments).map_err(|e| Error(e.to_string()))?;
-    let names: Vec<&str> = routable.iter().map(|d| d.name).collect();
+    let routable = routable_deployments(&deployments);
+    let names = deployment_names(&deployments);
     let status = route.status.as_ref();
     if status
         .is_some_and(|s| s.host.phase.as_deref() == Some("Ready") && s.synced_deployments == names)

@@ -1,17 +1,15 @@
 // AutoRoute's Ready phase: stay Ready while `status.syncedDeployments` are the Deployments the
 // route selects and its routes (Services, VirtualServices, Gateway) are as Syncing made them; go
 // back to Syncing when either differs (a new or removed Deployment, or a route edited by hand).
-import { compareText, exportPhase, Outcome, PhaseWorker, WorkerError } from '@wasmpilot/guest';
+import { compareText, exportPhase, Outcome, PhaseWorker } from '@wasmpilot/guest';
 
 import {
   AutoRoute,
   Deployment,
   deploymentNames,
   desiredRoutes,
-  matchingDeployments,
   routableDeployments,
   routeDifferences,
-  SelectorError,
 } from '../../shared/index.js';
 
 /** Compares `status.syncedDeployments` with the Deployments the route selects now, and the
@@ -21,17 +19,10 @@ export class Ready extends PhaseWorker {
   static resourceType = AutoRoute;
 
   sync(ctx, route, inputs) {
+    // Only the Deployments the route selects: the host applies spec.deploymentSelector.
     const deployments = inputs.list('deployments', Deployment);
-    let matching;
-    let routable;
-    try {
-      matching = matchingDeployments(route, deployments);
-      routable = routableDeployments(route, deployments);
-    } catch (err) {
-      if (err instanceof SelectorError) throw WorkerError.fatal(`spec.deploymentSelector is invalid: ${err.message}`);
-      throw err;
-    }
-    const actual = deploymentNames(matching);
+    const routable = routableDeployments(deployments);
+    const actual = deploymentNames(deployments);
     const synced = [...route.syncedDeployments].sort(compareText);
 
     if (synced.length !== actual.length || synced.some((name, i) => name !== actual[i])) {

@@ -8,9 +8,7 @@ import {
   deploymentNames,
   desiredRoutes,
   hostname,
-  matchingDeployments,
   routableDeployments,
-  SelectorError,
 } from '../../shared/index.js';
 
 /** Builds the outputs for the routable Deployments: per Deployment a Service and a
@@ -20,23 +18,11 @@ export class Syncing extends PhaseWorker {
   static resourceType = AutoRoute;
 
   sync(ctx, route, inputs) {
+    // Only the Deployments the route selects: the host applies spec.deploymentSelector.
     const deployments = inputs.list('deployments', Deployment);
     if (route.name === undefined) throw WorkerError.fatal('the AutoRoute has no metadata.name');
-    let matching;
-    let routable;
-    try {
-      matching = matchingDeployments(route, deployments);
-      routable = routableDeployments(route, deployments);
-    } catch (err) {
-      if (err instanceof SelectorError) throw WorkerError.fatal(`spec.deploymentSelector is invalid: ${err.message}`);
-      throw err;
-    }
-    ctx.info('selected deployments', {
-      route: route.name,
-      seen: deployments.length,
-      matching: matching.length,
-      routable: routable.length,
-    });
+    const routable = routableDeployments(deployments);
+    ctx.info('selected deployments', { route: route.name, selected: deployments.length, routable: routable.length });
 
     const routes = desiredRoutes(route.name, route.namespace, routable);
     for (const deployment of routable) {
@@ -54,7 +40,7 @@ export class Syncing extends PhaseWorker {
       services: routable.length,
       virtualServices: routable.length,
     });
-    return outcome.status({ syncedDeployments: deploymentNames(matching) });
+    return outcome.status({ syncedDeployments: deploymentNames(deployments) });
   }
 }
 

@@ -83,6 +83,7 @@ class AutoRoute:
     name: Optional[str]
     namespace: Optional[str]
     #: `spec.deploymentSelector`: which Deployments (in the AutoRoute's namespace) to route to.
+    #: The host selects by it (`selectorFrom` in operator.yaml); the workers get only those.
     deployment_selector: dict[str, Any]
     #: `status.syncedDeployments`: every Deployment the selector matched at the last sync.
     synced_deployments: list[str] = field(default_factory=list)
@@ -113,8 +114,6 @@ class Deployment:
     """The fields of an apps/v1 Deployment the workers read."""
 
     name: Optional[str]
-    namespace: Optional[str]
-    labels: dict[str, str]
     #: `spec.selector.matchLabels`: the labels of the Deployment's pods.
     pod_labels: dict[str, str]
     #: Per container of the pod template, its `ports[].containerPort` (0 where absent).
@@ -143,8 +142,6 @@ class Deployment:
             container_ports.append(ports)
         return cls(
             name=_optional_text(metadata, "name", "metadata.name"),
-            namespace=_optional_text(metadata, "namespace", "metadata.namespace"),
-            labels=_text_map(metadata, "labels", "metadata.labels") or {},
             pod_labels=_text_map(selector, "matchLabels", "spec.selector.matchLabels") or {},
             container_ports=container_ports,
         )

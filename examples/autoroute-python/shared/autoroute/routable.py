@@ -1,12 +1,14 @@
-"""Which Deployments an AutoRoute routes to: the Syncing and Ready workers' shared rule."""
+"""Which Deployments an AutoRoute routes to: the Syncing and Ready workers' shared rule.
+
+The host selects them (operator.yaml: `selectorFrom: spec.deploymentSelector`): every
+Deployment in the `deployments` input is in the route's namespace and matches its selector."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from .resource import AutoRoute, Deployment
-from .selector import Selector
+from .resource import Deployment
 
 
 @dataclass
@@ -20,34 +22,21 @@ class RoutableDeployment:
     pod_labels: dict[str, str]
 
 
-def matching_deployments(route: AutoRoute, deployments: list[Deployment]) -> list[Deployment]:
-    """The Deployments in the route's namespace whose labels match `spec.deploymentSelector`,
-    with or without a container port, sorted by name: what `status.syncedDeployments` records.
-
-    Raises SelectorError if the route's selector is invalid (checked even without Deployments)."""
-    selector = Selector(route.deployment_selector)
-    matching = [
-        d
-        for d in deployments
-        if d.namespace == route.namespace and selector.matches(d.labels) and d.name is not None
-    ]
-    return sorted(matching, key=lambda d: d.name)
+def deployment_names(deployments: list[Deployment]) -> list[str]:
+    """The sorted names of the selected Deployments, with or without a container port:
+    `status.syncedDeployments`."""
+    return sorted(d.name for d in deployments if d.name is not None)
 
 
-def deployment_names(matching: list[Deployment]) -> list[str]:
-    """The names of `matching_deployments`: `status.syncedDeployments`."""
-    return [d.name for d in matching if d.name is not None]
-
-
-def routable_deployments(route: AutoRoute, deployments: list[Deployment]) -> list[RoutableDeployment]:
-    """The matching Deployments that have a container port: those get a Service and a
-    VirtualService. Sorted by name. Raises SelectorError as `matching_deployments`."""
+def routable_deployments(deployments: list[Deployment]) -> list[RoutableDeployment]:
+    """The selected Deployments that have a container port, sorted by name: those get a
+    Service and a VirtualService."""
     routable = []
-    for d in matching_deployments(route, deployments):
+    for d in deployments:
         port = first_container_port(d)
         if d.name is not None and port is not None:
             routable.append(RoutableDeployment(name=d.name, port=port, pod_labels=d.pod_labels))
-    return routable
+    return sorted(routable, key=lambda r: r.name)
 
 
 def first_container_port(deployment: Deployment) -> Optional[int]:

@@ -6,10 +6,8 @@ import wasmpilot_guest as guest
 from autoroute import (
     AutoRoute,
     Deployment,
-    SelectorError,
     deployment_names,
     desired_routes,
-    matching_deployments,
     routable_deployments,
     route_differences,
 )
@@ -23,13 +21,10 @@ class Ready(guest.PhaseWorker):
     resource_type = AutoRoute
 
     def sync(self, ctx: guest.Context, route: AutoRoute, inputs: guest.Inputs) -> guest.Outcome:
+        # Only the Deployments the route selects: the host applies spec.deploymentSelector.
         deployments = inputs.list("deployments", Deployment)
-        try:
-            matching = matching_deployments(route, deployments)
-            routable = routable_deployments(route, deployments)
-        except SelectorError as err:
-            raise guest.WorkerError.fatal(f"spec.deploymentSelector is invalid: {err}") from err
-        actual = deployment_names(matching)
+        routable = routable_deployments(deployments)
+        actual = deployment_names(deployments)
         synced = sorted(route.synced_deployments)
 
         if synced != actual:

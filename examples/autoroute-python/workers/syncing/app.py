@@ -2,16 +2,7 @@
 traffic to every selected Deployment, then `Ready`."""
 
 import wasmpilot_guest as guest
-from autoroute import (
-    AutoRoute,
-    Deployment,
-    SelectorError,
-    deployment_names,
-    desired_routes,
-    hostname,
-    matching_deployments,
-    routable_deployments,
-)
+from autoroute import AutoRoute, Deployment, deployment_names, desired_routes, hostname, routable_deployments
 
 
 class Syncing(guest.PhaseWorker):
@@ -22,19 +13,15 @@ class Syncing(guest.PhaseWorker):
     resource_type = AutoRoute
 
     def sync(self, ctx: guest.Context, route: AutoRoute, inputs: guest.Inputs) -> guest.Outcome:
+        # Only the Deployments the route selects: the host applies spec.deploymentSelector.
         deployments = inputs.list("deployments", Deployment)
         if route.name is None:
             raise guest.WorkerError.fatal("the AutoRoute has no metadata.name")
-        try:
-            matching = matching_deployments(route, deployments)
-            routable = routable_deployments(route, deployments)
-        except SelectorError as err:
-            raise guest.WorkerError.fatal(f"spec.deploymentSelector is invalid: {err}") from err
+        routable = routable_deployments(deployments)
         ctx.info(
             "selected deployments",
             route=route.name,
-            seen=len(deployments),
-            matching=len(matching),
+            selected=len(deployments),
             routable=len(routable),
         )
 
@@ -56,7 +43,7 @@ class Syncing(guest.PhaseWorker):
             services=len(routable),
             virtualServices=len(routable),
         )
-        return outcome.status({"syncedDeployments": deployment_names(matching)})
+        return outcome.status({"syncedDeployments": deployment_names(deployments)})
 
 
 PhaseWorker = guest.export_phase(Syncing)

@@ -1,9 +1,32 @@
-//! The AutoRoute custom resource, and what the Syncing and Ready workers share: the rule for
-//! which deployments get a route, and the routes (Service, VirtualService, Gateway) themselves.
+//! The AutoRoute custom resource, its typed phase API (`phases`, written by `wasmpilot
+//! generate`), and what the Syncing and Ready workers share: which of the selected Deployments
+//! get a route, and the routes (Service, VirtualService, Gateway) themselves.
+//!
+//! The typed API takes only what operator.yaml declares. Syncing may return a Service:
+//!
+//! ```
+//! use autoroute_types::phases::syncing::{Next, Outcome};
+//! let service = k8s_openapi::api::core::v1::Service::default();
+//! let _ = Outcome::next(Next::Ready).service(&service);
+//! ```
+//!
+//! but not a Deployment (not among its outputs), and Ready returns no outputs at all:
+//!
+//! ```compile_fail,E0599
+//! use autoroute_types::phases::syncing::{Next, Outcome};
+//! let deployment = k8s_openapi::api::apps::v1::Deployment::default();
+//! let _ = Outcome::next(Next::Ready).deployment(&deployment);
+//! ```
+//!
+//! ```compile_fail,E0599
+//! use autoroute_types::phases::ready::Outcome;
+//! let service = k8s_openapi::api::core::v1::Service::default();
+//! let _ = Outcome::stay().service(&service);
+//! ```
 
+pub mod phases;
 pub mod routable;
 pub mod routes;
-pub mod selector;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, CustomResourceExt};
@@ -11,11 +34,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use wasmpilot_guest::HostStatus;
 
-pub use routable::{
-    deployment_names, matching_deployments, routable_deployments, RoutableDeployment,
-};
+pub use routable::{deployment_names, routable_deployments, RoutableDeployment};
 pub use routes::{desired_routes, route_differences, Routes};
-pub use selector::{Selector, SelectorError};
 
 /// Routes ingress traffic through an Istio gateway to every Deployment the selector matches.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]

@@ -1,10 +1,9 @@
-//! Which Deployments an AutoRoute routes to: the Syncing and Ready workers' shared rule.
+//! Which of the selected Deployments an AutoRoute routes to, and the names it records: the
+//! Syncing and Ready workers' shared rule.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-
-use crate::{AutoRoute, Selector, SelectorError};
 
 /// A Deployment that gets a Service and a VirtualService.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,48 +16,24 @@ pub struct RoutableDeployment<'a> {
     pub deployment: &'a Deployment,
 }
 
-/// The names of the Deployments in the route's namespace whose labels match
-/// `spec.deploymentSelector`, with or without a container port, sorted: what the seed's
-/// `deploymentNames(inputDeployments)` records in `status.syncedDeployments`.
-///
-/// # Errors
-/// If the route's selector is invalid (checked even when there are no Deployments).
-pub fn matching_deployments<'a>(
-    route: &AutoRoute,
-    deployments: &'a [Deployment],
-) -> Result<Vec<&'a Deployment>, SelectorError> {
-    let selector = Selector::new(&route.spec.deployment_selector)?;
-    let namespace = route.metadata.namespace.as_deref();
-    let empty = BTreeMap::new();
-    let mut matching: Vec<&'a Deployment> = deployments
-        .iter()
-        .filter(|d| d.metadata.namespace.as_deref() == namespace)
-        .filter(|d| selector.matches(d.metadata.labels.as_ref().unwrap_or(&empty)))
-        .filter(|d| d.metadata.name.is_some())
-        .collect();
-    matching.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    Ok(matching)
-}
-
-/// The names of [`matching_deployments`]: `status.syncedDeployments`.
-pub fn deployment_names(matching: &[&Deployment]) -> Vec<String> {
-    matching
+/// The names of the selected Deployments (the `deployments` input: the host hands over only
+/// those in the route's namespace matching `spec.deploymentSelector`), with or without a
+/// container port, sorted: what the seed's `deploymentNames(inputDeployments)` records in
+/// `status.syncedDeployments`.
+pub fn deployment_names(deployments: &[Deployment]) -> Vec<String> {
+    let mut names: Vec<String> = deployments
         .iter()
         .filter_map(|d| d.metadata.name.clone())
-        .collect()
+        .collect();
+    names.sort_unstable();
+    names
 }
 
-/// The matching Deployments (see [`matching_deployments`]) that have a container port: those
-/// get a Service and a VirtualService. Sorted by name.
-///
-/// # Errors
-/// If the route's selector is invalid (checked even when there are no Deployments).
-pub fn routable_deployments<'a>(
-    route: &AutoRoute,
-    deployments: &'a [Deployment],
-) -> Result<Vec<RoutableDeployment<'a>>, SelectorError> {
-    Ok(matching_deployments(route, deployments)?
-        .into_iter()
+/// The selected Deployments that have a container port: those get a Service and a
+/// VirtualService. Sorted by name.
+pub fn routable_deployments(deployments: &[Deployment]) -> Vec<RoutableDeployment<'_>> {
+    let mut routable: Vec<RoutableDeployment<'_>> = deployments
+        .iter()
         .filter_map(|d| {
             Some(RoutableDeployment {
                 name: d.metadata.name.as_deref()?,
@@ -71,7 +46,9 @@ pub fn routable_deployments<'a>(
                 deployment: d,
             })
         })
-        .collect())
+        .collect();
+    routable.sort_by(|a, b| a.name.cmp(b.name));
+    routable
 }
 
 /// The first port of the first container that declares one (port 0 counts as none).
@@ -93,15 +70,6 @@ pub fn first_container_port(deployment: &Deployment) -> Option<i32> {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn route(selector: serde_json::Value) -> AutoRoute {
-        serde_json::from_value(json!({
-            "apiVersion": "examples.io/v1", "kind": "AutoRoute",
-            "metadata": { "name": "r", "namespace": "default" },
-            "spec": { "deploymentSelector": selector },
-        }))
-        .unwrap()
-    }
 
     fn deployment(name: &str, ns: &str, app: &str, containers: serde_json::Value) -> Deployment {
         serde_json::from_value(json!({
@@ -133,17 +101,14 @@ mod tests {
     }
 
     #[test]
-    fn filters_namespace_labels_and_ports_and_sorts() {
+    fn routes_the_deployments_with_a_port_and_names_them_all_sorted() {
         let port = json!([{ "name": "c", "ports": [{ "containerPort": 80 }] }]);
         let deployments = [
             deployment("zeta", "default", "web", port.clone()),
             deployment("alpha", "default", "web", port.clone()),
-            deployment("other-ns", "prod", "web", port.clone()),
-            deployment("other-app", "default", "api", port.clone()),
             deployment("no-port", "default", "web", json!([{ "name": "c" }])),
         ];
-        let route = route(json!({ "matchLabels": { "app": "web" } }));
-        let found = routable_deployments(&route, &deployments).unwrap();
+        let found = routable_deployments(&deployments);
         let names: Vec<&str> = found.iter().map(|r| r.name).collect();
         assert_eq!(names, ["alpha", "zeta"]);
         assert_eq!(found[0].port, 80);
@@ -151,16 +116,6 @@ mod tests {
             found[0].pod_labels.get("pod").map(String::as_str),
             Some("alpha")
         );
-    }
-
-    #[test]
-    fn invalid_selector_fails_even_without_deployments() {
-        let route = route(json!({
-            "matchExpressions": [{ "key": "app", "operator": "Matches", "values": ["x"] }]
-        }));
-        assert!(matches!(
-            routable_deployments(&route, &[]),
-            Err(SelectorError::UnknownOperator { .. })
-        ));
+        assert_eq!(deployment_names(&deployments), ["alpha", "no-port", "zeta"]);
     }
 }

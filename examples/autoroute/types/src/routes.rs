@@ -13,11 +13,11 @@ use crate::RoutableDeployment;
 pub const ISTIO_API_VERSION: &str = "networking.istio.io/v1alpha3";
 
 /// Everything Syncing applies for a route: its Gateway, then per routable Deployment a Service
-/// and a VirtualService, as JSON objects.
+/// and a VirtualService (the Istio kinds as JSON objects).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Routes {
     pub gateway: Value,
-    pub services: Vec<Value>,
+    pub services: Vec<Service>,
     pub virtual_services: Vec<Value>,
 }
 
@@ -43,8 +43,8 @@ pub fn hostname(deployment: &RoutableDeployment<'_>, route_name: &str) -> String
 }
 
 /// A Service named after the Deployment, port `http`, selecting the Deployment's pods.
-pub fn service(deployment: &RoutableDeployment<'_>, namespace: Option<&str>) -> Value {
-    let service = Service {
+pub fn service(deployment: &RoutableDeployment<'_>, namespace: Option<&str>) -> Service {
+    Service {
         metadata: ObjectMeta {
             name: Some(deployment.name.to_owned()),
             namespace: namespace.map(str::to_owned),
@@ -63,11 +63,7 @@ pub fn service(deployment: &RoutableDeployment<'_>, namespace: Option<&str>) -> 
             ..ServiceSpec::default()
         }),
         ..Service::default()
-    };
-    let mut value = serde_json::to_value(service).unwrap_or(Value::Null);
-    value["apiVersion"] = json!("v1");
-    value["kind"] = json!("Service");
-    value
+    }
 }
 
 /// Routes host `<deployment>.<route>` on the route's Gateway to the Deployment's Service.
@@ -119,10 +115,16 @@ pub fn gateway(route_name: &str, namespace: Option<&str>) -> Value {
 /// spec; defaults the API server adds (a port's targetPort, the cluster IP) are not differences.
 pub fn route_differences(
     desired: &Routes,
-    services: &[Value],
+    services: &[Service],
     virtual_services: &[Value],
     gateways: &[Value],
 ) -> Vec<String> {
+    let as_json = |services: &[Service]| -> Vec<Value> {
+        services
+            .iter()
+            .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
+            .collect()
+    };
     let mut differences = Vec::new();
     compare(
         "Gateway",
@@ -133,8 +135,8 @@ pub fn route_differences(
     );
     compare(
         "Service",
-        &desired.services,
-        services,
+        &as_json(&desired.services),
+        &as_json(services),
         &mut differences,
         service_difference,
     );
@@ -251,12 +253,13 @@ mod tests {
     }
 
     /// What the API server returns for the desired objects: defaults added.
-    fn observed() -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+    fn observed() -> (Vec<Service>, Vec<Value>, Vec<Value>) {
         let d = desired();
-        let mut service = d.services[0].clone();
+        let mut service = serde_json::to_value(&d.services[0]).unwrap();
         service["spec"]["ports"][0]["targetPort"] = json!(8080);
         service["spec"]["clusterIP"] = json!("10.0.0.1");
         service["spec"]["type"] = json!("ClusterIP");
+        let service: Service = serde_json::from_value(service).unwrap();
         (
             vec![service],
             d.virtual_services.clone(),
@@ -273,7 +276,7 @@ mod tests {
     #[test]
     fn hand_edits_are_differences() {
         let (mut s, mut v, mut g) = observed();
-        s[0]["spec"]["ports"][0]["port"] = json!(9999);
+        s[0].spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 9999;
         v[0]["spec"]["hosts"] = json!(["evil.r"]);
         g[0]["spec"]["servers"][0]["port"]["number"] = json!(8081);
         let d = route_differences(&desired(), &s, &v, &g);
@@ -286,10 +289,18 @@ mod tests {
     #[test]
     fn an_extra_port_a_missing_and_an_unrouted_object_are_differences() {
         let (mut s, v, _) = observed();
-        s[0]["spec"]["ports"]
-            .as_array_mut()
+        s[0].spec
+            .as_mut()
             .unwrap()
-            .push(json!({"name": "debug", "port": 9000, "protocol": "TCP"}));
+            .ports
+            .as_mut()
+            .unwrap()
+            .push(ServicePort {
+                name: Some("debug".into()),
+                port: 9000,
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            });
         let mut stale = v[0].clone();
         stale["metadata"]["name"] = json!("old.r");
         let d = route_differences(&desired(), &s, &[v[0].clone(), stale], &[]);

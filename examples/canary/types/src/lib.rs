@@ -1,9 +1,25 @@
 //! The CanaryDeployment custom resource, and what its phases share: the analysis settings
 //! parsed from the spec, the revision of a pod template, and the objects a canary rollout
 //! consists of (primary and canary Deployments, three Services, one VirtualService).
+//!
+//! The typed phase API (`phases`, written by `wasmpilot generate`) allows only the moves
+//! operator.yaml declares: Waiting may go to Evaluating,
+//!
+//! ```
+//! use canary_types::phases::waiting::{Next, Outcome};
+//! let _ = Outcome::next(Next::Evaluating);
+//! ```
+//!
+//! but not straight to Promoting:
+//!
+//! ```compile_fail,E0599
+//! use canary_types::phases::waiting::{Next, Outcome};
+//! let _ = Outcome::next(Next::Promoting);
+//! ```
 
 pub mod duration;
 pub mod objects;
+pub mod phases;
 pub mod revision;
 
 use std::time::Duration;

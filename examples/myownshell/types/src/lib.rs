@@ -2,6 +2,7 @@
 //! compared with what is in the cluster by Ready.
 
 pub mod deployment;
+pub mod phases;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, CustomResourceExt};

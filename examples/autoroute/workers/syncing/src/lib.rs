@@ -1,13 +1,12 @@
 //! AutoRoute's Syncing phase: the Service, VirtualService and Gateway that route ingress
 //! traffic to every selected Deployment, then `Ready`.
 
+use autoroute_types::phases::syncing::{Export, Inputs, Next, Outcome, Worker};
 use autoroute_types::routes::hostname;
 use autoroute_types::{
-    deployment_names, desired_routes, matching_deployments, routable_deployments, AutoRoute,
-    AutoRouteStatus,
+    deployment_names, desired_routes, routable_deployments, AutoRoute, AutoRouteStatus,
 };
-use k8s_openapi::api::apps::v1::Deployment;
-use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
+use wasmpilot_guest::{Context, WorkerError};
 
 /// Builds the outputs for the routable Deployments (see [`routable_deployments`]):
 /// per Deployment a Service and a VirtualService `<deployment>.<route>`, plus one
@@ -15,33 +14,29 @@ use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
 #[derive(Default)]
 pub struct Syncing;
 
-impl PhaseWorker for Syncing {
+impl Worker for Syncing {
     type Resource = AutoRoute;
 
     fn sync(
         &self,
         ctx: &Context,
         route: AutoRoute,
-        inputs: &Inputs,
+        inputs: Inputs,
     ) -> Result<Outcome, WorkerError> {
-        let deployments: Vec<Deployment> = inputs.list("deployments")?;
+        // Only the Deployments the route selects: the host applies spec.deploymentSelector.
+        let deployments = inputs.deployments()?;
         let route_name = route
             .metadata
             .name
             .as_deref()
             .ok_or_else(|| WorkerError::fatal("the AutoRoute has no metadata.name"))?;
         let namespace = route.metadata.namespace.as_deref();
-
-        let invalid =
-            |err| WorkerError::fatal(format!("spec.deploymentSelector is invalid: {err}"));
-        let matching = matching_deployments(&route, &deployments).map_err(invalid)?;
-        let routable = routable_deployments(&route, &deployments).map_err(invalid)?;
+        let routable = routable_deployments(&deployments);
         ctx.info(
             "selected deployments",
             &[
                 ("route", &route_name),
-                ("seen", &deployments.len()),
-                ("matching", &matching.len()),
+                ("selected", &deployments.len()),
                 ("routable", &routable.len()),
             ],
         );
@@ -57,13 +52,13 @@ impl PhaseWorker for Syncing {
                 ],
             );
         }
-        let mut outcome = Outcome::next("Ready").output(&routes.gateway)?;
+        let mut outcome = Outcome::next(Next::Ready).gateway(&routes.gateway)?;
         for (service, virtual_service) in routes.services.iter().zip(&routes.virtual_services) {
-            outcome = outcome.output(service)?.output(virtual_service)?;
+            outcome = outcome.service(service)?.virtual_service(virtual_service)?;
         }
 
         let status = AutoRouteStatus {
-            synced_deployments: deployment_names(&matching),
+            synced_deployments: deployment_names(&deployments),
             ..AutoRouteStatus::default()
         };
         ctx.info(
@@ -78,11 +73,12 @@ impl PhaseWorker for Syncing {
     }
 }
 
-wasmpilot_guest::export!(phase = Syncing);
+wasmpilot_guest::export!(phase = Export<Syncing>);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use autoroute_types::phases::Phase;
     use k8s_openapi::api::core::v1::Service;
     use serde_json::{json, Value};
     use wasmpilot_guest::testing::{objects_from_yaml, SyncReport, SyncTest};
@@ -101,9 +97,9 @@ mod tests {
 
     fn run(route: &Value, deployments: &[Value]) -> SyncReport {
         SyncTest::new(route)
-            .phase("Syncing")
-            .input("deployments", deployments)
-            .run(&Syncing)
+            .phase(Phase::Syncing)
+            .input_selected("deployments", "spec.deploymentSelector", deployments)
+            .run(&Export(Syncing))
             .unwrap()
     }
 
@@ -117,7 +113,7 @@ mod tests {
     #[test]
     fn routes_every_matching_deployment_with_a_port() {
         let report = run(&routes()[0], &deployments());
-        assert_eq!(report.next_phase, "Ready");
+        assert_eq!(report.next_phase, Phase::Ready.name());
         assert_eq!(
             report.status,
             Some(json!({ "syncedDeployments": ["api", "canary", "web", "worker"] }))
@@ -223,23 +219,10 @@ mod tests {
     }
 
     #[test]
-    fn invalid_selector_is_fatal() {
-        let failed = SyncTest::new(&routes()[2])
-            .input("deployments", deployments())
-            .run(&Syncing)
-            .unwrap_err();
-        assert!(failed.error.is_fatal());
-        let message = failed.error.message();
-        assert!(
-            message.starts_with("spec.deploymentSelector is invalid"),
-            "{message}"
-        );
-        assert!(message.contains("unknown operator \"Equals\""), "{message}");
-    }
-
-    #[test]
     fn undeclared_input_is_fatal() {
-        let failed = SyncTest::new(&routes()[0]).run(&Syncing).unwrap_err();
+        let failed = SyncTest::new(&routes()[0])
+            .run(&Export(Syncing))
+            .unwrap_err();
         assert!(failed
             .error
             .message()
@@ -253,7 +236,7 @@ mod tests {
                 "deployments",
                 [r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"bad","namespace":"default"},"spec":{"replicas":"many"}}"#.to_owned()],
             )
-            .run(&Syncing)
+            .run(&Export(Syncing))
             .unwrap_err();
         assert!(failed.error.is_fatal());
         assert!(

@@ -3,15 +3,15 @@
 //! Rollback; analysis period over → Promoting; otherwise one more step of traffic to the canary
 //! and back to Waiting until the next measurement.
 
+use canary_types::phases::evaluating::{Export, Inputs, Next, Outcome, Worker};
 use canary_types::{
     deployment, find, replicas_of, revision, status_patch, template_source, virtual_service,
     CanaryDeployment, CanaryDeploymentStatus, InvalidSpec, Measurement, Names, Role, Settings,
     StatusField,
 };
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
-use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, Sample, WorkerError};
+use wasmpilot_guest::{Context, Sample, WorkerError};
 
 /// The metric input (a `queries` entry of the phase in operator.yaml).
 pub const SUCCESS_RATE: &str = "successRate";
@@ -22,20 +22,20 @@ pub const SUCCESS_RATE: &str = "successRate";
 #[derive(Default)]
 pub struct Evaluating;
 
-impl PhaseWorker for Evaluating {
+impl Worker for Evaluating {
     type Resource = CanaryDeployment;
 
     fn sync(
         &self,
         ctx: &Context,
         cd: CanaryDeployment,
-        inputs: &Inputs,
+        inputs: Inputs,
     ) -> Result<Outcome, WorkerError> {
         let settings = Settings::from_spec(&cd.spec).map_err(invalid)?;
         let names = Names::of(&cd).map_err(invalid)?;
         let status = cd.status.clone().unwrap_or_default();
-        let deployments: Vec<Deployment> = inputs.list("deployments")?;
-        let samples = inputs.samples(SUCCESS_RATE)?;
+        let deployments = inputs.deployments()?;
+        let samples = inputs.success_rate()?;
         let target = find(&deployments, &names.target).ok_or_else(|| {
             WorkerError::retryable(format!(
                 "the target Deployment {} does not exist in namespace {}; the analysis goes on when it is back",
@@ -76,9 +76,9 @@ impl PhaseWorker for Evaluating {
                 ..CanaryDeploymentStatus::default()
             };
             let routes = virtual_service(&cd, &names, weight).map_err(invalid)?;
-            return Ok(Outcome::next("Waiting")
-                .output(&canary)?
-                .output(&routes)?
+            return Ok(Outcome::next(Next::Waiting)
+                .deployment(&canary)?
+                .virtual_service(&routes)?
                 .status(status_patch(&patch, &[StatusField::LastMeasurement])?)
                 .requeue_after(settings.measurement_interval));
         };
@@ -93,24 +93,24 @@ impl PhaseWorker for Evaluating {
         let period_text = &cd.spec.analysis_period;
         let (next, new_weight, text) = match rate {
             Some(r) if r < threshold => (
-                "Rollback",
+                Next::Rollback,
                 weight,
                 format!("success rate {r:.4} is below {threshold}: rolling back"),
             ),
             None if period_over => (
-                "Rollback",
+                Next::Rollback,
                 weight,
                 format!("no traffic measured at the end of the analysis period ({period_text}): rolling back"),
             ),
             Some(r) if period_over => (
-                "Promoting",
+                Next::Promoting,
                 weight,
                 format!("success rate {r:.4} held at or above {threshold} for {period_text}: promoting"),
             ),
             Some(r) => {
                 let stepped = settings.step_from(weight);
                 (
-                    "Waiting",
+                    Next::Waiting,
                     stepped,
                     format!(
                         "success rate {r:.4} after {}s of {period_text}: canary weight {stepped}%",
@@ -119,7 +119,7 @@ impl PhaseWorker for Evaluating {
                 )
             }
             None => (
-                "Waiting",
+                Next::Waiting,
                 weight,
                 format!("no traffic measured yet: canary weight stays {weight}%"),
             ),
@@ -149,10 +149,10 @@ impl PhaseWorker for Evaluating {
         };
         let routes = virtual_service(&cd, &names, new_weight).map_err(invalid)?;
         let outcome = Outcome::next(next)
-            .output(&canary)?
-            .output(&routes)?
+            .deployment(&canary)?
+            .virtual_service(&routes)?
             .status(status_patch(&patch, &[])?);
-        Ok(if next == "Waiting" {
+        Ok(if next == Next::Waiting {
             outcome.requeue_after(settings.measurement_interval)
         } else {
             outcome
@@ -175,7 +175,7 @@ fn invalid(err: InvalidSpec) -> WorkerError {
     WorkerError::fatal(format!("invalid CanaryDeployment: {err}"))
 }
 
-wasmpilot_guest::export!(phase = Evaluating);
+wasmpilot_guest::export!(phase = Export<Evaluating>);
 
 #[cfg(test)]
 #[allow(dead_code)]
@@ -202,7 +202,7 @@ mod tests {
             .input("deployments", deployments)
             .input(SUCCESS_RATE, samples)
             .now(now)
-            .run(&Evaluating)
+            .run(&Export(Evaluating))
     }
 
     fn cluster() -> Vec<Value> {
@@ -376,7 +376,7 @@ mod tests {
         let failed = SyncTest::new(analysing(20))
             .input("deployments", cluster())
             .input_json(SUCCESS_RATE, [r#"{"value": "high"}"#.to_owned()])
-            .run(&Evaluating)
+            .run(&Export(Evaluating))
             .unwrap_err();
         assert!(failed.error.is_fatal());
         assert!(
@@ -385,7 +385,7 @@ mod tests {
         );
         let failed = SyncTest::new(analysing(20))
             .input("deployments", cluster())
-            .run(&Evaluating)
+            .run(&Export(Evaluating))
             .unwrap_err();
         assert!(failed
             .error

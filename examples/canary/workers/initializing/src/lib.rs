@@ -1,13 +1,14 @@
 //! CanaryDeployment's Initializing phase: from the target Deployment, the primary and canary
 //! Deployments, the three Services and the VirtualService (100 % primary), then Waiting.
 
+use canary_types::phases::initializing::{Export, Inputs, Next, Outcome, Worker};
 use canary_types::{
     deployment, find, replicas_of, revision, revision_annotation, services, status_patch,
     template_source, virtual_service, CanaryDeployment, CanaryDeploymentStatus, InvalidSpec, Names,
     Role, Settings,
 };
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
+use wasmpilot_guest::{Context, WorkerError};
 
 /// Sets up (or, after a spec change, sets up again) every object of the CanaryDeployment.
 ///
@@ -17,18 +18,18 @@ use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
 #[derive(Default)]
 pub struct Initializing;
 
-impl PhaseWorker for Initializing {
+impl Worker for Initializing {
     type Resource = CanaryDeployment;
 
     fn sync(
         &self,
         ctx: &Context,
         cd: CanaryDeployment,
-        inputs: &Inputs,
+        inputs: Inputs,
     ) -> Result<Outcome, WorkerError> {
         Settings::from_spec(&cd.spec).map_err(invalid)?;
         let names = Names::of(&cd).map_err(invalid)?;
-        let deployments: Vec<Deployment> = inputs.list("deployments")?;
+        let deployments = inputs.deployments()?;
         let target = find(&deployments, &names.target).ok_or_else(|| {
             WorkerError::retryable(format!(
                 "the target Deployment {} does not exist in namespace {} (yet)",
@@ -76,11 +77,11 @@ impl PhaseWorker for Initializing {
             ..CanaryDeploymentStatus::default()
         };
         let patch = status_patch(&status, &[])?;
-        Ok(Outcome::next("Waiting")
-            .output(&primary)?
-            .output(&canary)?
-            .outputs(&services)?
-            .output(&routes)?
+        Ok(Outcome::next(Next::Waiting)
+            .deployment(&primary)?
+            .deployment(&canary)?
+            .services(&services)?
+            .virtual_service(&routes)?
             .status(patch))
     }
 }
@@ -100,7 +101,7 @@ fn invalid(err: InvalidSpec) -> WorkerError {
     WorkerError::fatal(format!("invalid CanaryDeployment: {err}"))
 }
 
-wasmpilot_guest::export!(phase = Initializing);
+wasmpilot_guest::export!(phase = Export<Initializing>);
 
 #[cfg(test)]
 #[allow(dead_code)]
@@ -121,7 +122,7 @@ mod tests {
             .phase("Initializing")
             .input("deployments", deployments)
             .now(NOW)
-            .run(&Initializing)
+            .run(&Export(Initializing))
     }
 
     #[test]

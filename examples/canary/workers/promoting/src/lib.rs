@@ -1,6 +1,7 @@
 //! CanaryDeployment's Promoting phase: the primary takes the analysed canary's spec, the canary
 //! is scaled to zero, all traffic goes back to the primary; then Waiting for the next revision.
 
+use canary_types::phases::promoting::{Export, Inputs, Next, Outcome, Worker};
 use canary_types::{
     deployment, find, replicas_of, revision, revision_annotation, status_patch, template_source,
     virtual_service, CanaryDeployment, CanaryDeploymentStatus, InvalidSpec, Names, Role,
@@ -8,21 +9,21 @@ use canary_types::{
 };
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
+use wasmpilot_guest::{Context, WorkerError};
 
 /// Returns the primary (now the analysed revision), the canary (same spec, zero replicas) and
 /// the VirtualService at 100/0, and records the result.
 #[derive(Default)]
 pub struct Promoting;
 
-impl PhaseWorker for Promoting {
+impl Worker for Promoting {
     type Resource = CanaryDeployment;
 
     fn sync(
         &self,
         ctx: &Context,
         cd: CanaryDeployment,
-        inputs: &Inputs,
+        inputs: Inputs,
     ) -> Result<Outcome, WorkerError> {
         Settings::from_spec(&cd.spec).map_err(invalid)?;
         let names = Names::of(&cd).map_err(invalid)?;
@@ -32,7 +33,7 @@ impl PhaseWorker for Promoting {
                 "status.canaryRevision is not set: there is no analysed revision to promote",
             ));
         };
-        let deployments: Vec<Deployment> = inputs.list("deployments")?;
+        let deployments = inputs.deployments()?;
         let target = find(&deployments, &names.target);
         let source = analysed_spec(&deployments, &names, target, &promoted)?;
         let primary = deployment(
@@ -75,10 +76,10 @@ impl PhaseWorker for Promoting {
             )),
             ..CanaryDeploymentStatus::default()
         };
-        Ok(Outcome::next("Waiting")
-            .output(&primary)?
-            .output(&canary)?
-            .output(&routes)?
+        Ok(Outcome::next(Next::Waiting)
+            .deployment(&primary)?
+            .deployment(&canary)?
+            .virtual_service(&routes)?
             .status(status_patch(&patch, &[StatusField::StartedAt])?))
     }
 }
@@ -112,7 +113,7 @@ fn invalid(err: InvalidSpec) -> WorkerError {
     WorkerError::fatal(format!("invalid CanaryDeployment: {err}"))
 }
 
-wasmpilot_guest::export!(phase = Promoting);
+wasmpilot_guest::export!(phase = Export<Promoting>);
 
 #[cfg(test)]
 #[allow(dead_code)]
@@ -132,7 +133,7 @@ mod tests {
         SyncTest::new(cd)
             .input("deployments", deployments)
             .now(NOW)
-            .run(&Promoting)
+            .run(&Export(Promoting))
     }
 
     fn promoting() -> Value {

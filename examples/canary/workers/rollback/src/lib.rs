@@ -2,33 +2,33 @@
 //! zero, the revision recorded as failed (not analysed again until the target changes); then
 //! Waiting for the next revision.
 
+use canary_types::phases::rollback::{Export, Inputs, Next, Outcome, Worker};
 use canary_types::{
     deployment, find, revision, revision_annotation, status_patch, template_source,
     virtual_service, CanaryDeployment, CanaryDeploymentStatus, InvalidSpec, Names, Role,
     RolloutResult, Settings, StatusField, ROLLED_BACK,
 };
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
+use wasmpilot_guest::{Context, WorkerError};
 
 /// Returns the canary Deployment (its spec kept, zero replicas) and the VirtualService at
 /// 100/0; the primary is left as it is. Records the result and the reason.
 #[derive(Default)]
 pub struct Rollback;
 
-impl PhaseWorker for Rollback {
+impl Worker for Rollback {
     type Resource = CanaryDeployment;
 
     fn sync(
         &self,
         ctx: &Context,
         cd: CanaryDeployment,
-        inputs: &Inputs,
+        inputs: Inputs,
     ) -> Result<Outcome, WorkerError> {
         Settings::from_spec(&cd.spec).map_err(invalid)?;
         let names = Names::of(&cd).map_err(invalid)?;
         let status = cd.status.clone().unwrap_or_default();
-        let deployments: Vec<Deployment> = inputs.list("deployments")?;
+        let deployments = inputs.deployments()?;
 
         // Keep what the canary runs (scaled to zero): after a rollback it shows what failed.
         // Without a canary Deployment, one is made from the target, scaled to zero.
@@ -85,9 +85,9 @@ impl PhaseWorker for Rollback {
             )),
             ..CanaryDeploymentStatus::default()
         };
-        Ok(Outcome::next("Waiting")
-            .output(&canary)?
-            .output(&routes)?
+        Ok(Outcome::next(Next::Waiting)
+            .deployment(&canary)?
+            .virtual_service(&routes)?
             .status(status_patch(&patch, &[StatusField::StartedAt])?))
     }
 }
@@ -96,7 +96,7 @@ fn invalid(err: InvalidSpec) -> WorkerError {
     WorkerError::fatal(format!("invalid CanaryDeployment: {err}"))
 }
 
-wasmpilot_guest::export!(phase = Rollback);
+wasmpilot_guest::export!(phase = Export<Rollback>);
 
 #[cfg(test)]
 #[allow(dead_code)]
@@ -116,7 +116,7 @@ mod tests {
         SyncTest::new(cd)
             .input("deployments", deployments)
             .now(NOW)
-            .run(&Rollback)
+            .run(&Export(Rollback))
     }
 
     fn rolling_back(rate: Value) -> Value {

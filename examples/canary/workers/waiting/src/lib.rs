@@ -4,26 +4,26 @@
 
 use std::time::Duration;
 
+use canary_types::phases::waiting::{Export, Inputs, Next, Outcome, Worker};
 use canary_types::{
     find, revision, status_patch, template_source, CanaryDeployment, CanaryDeploymentStatus,
     InvalidSpec, Names, Settings,
 };
-use k8s_openapi::api::apps::v1::Deployment;
-use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
+use wasmpilot_guest::{Context, WorkerError};
 
 /// Decides from the status and the clock (`ctx.now()`) alone during an analysis, and from the
 /// target's pod template between analyses. Returns no outputs.
 #[derive(Default)]
 pub struct Waiting;
 
-impl PhaseWorker for Waiting {
+impl Worker for Waiting {
     type Resource = CanaryDeployment;
 
     fn sync(
         &self,
         ctx: &Context,
         cd: CanaryDeployment,
-        inputs: &Inputs,
+        inputs: Inputs,
     ) -> Result<Outcome, WorkerError> {
         let settings = Settings::from_spec(&cd.spec).map_err(invalid)?;
         let names = Names::of(&cd).map_err(invalid)?;
@@ -41,14 +41,14 @@ impl PhaseWorker for Waiting {
             let now = ctx.now();
             if now >= due {
                 ctx.debug("measurement due", &[("due", &due)]);
-                return Ok(Outcome::next("Evaluating"));
+                return Ok(Outcome::next(Next::Evaluating));
             }
             let wait = due.duration_since(now).unsigned_abs();
             ctx.debug(
                 "waiting for the next measurement",
                 &[("due", &due), ("in", &format!("{wait:?}"))],
             );
-            return Ok(Outcome::next("Waiting").requeue_after(wait.max(Duration::from_secs(1))));
+            return Ok(Outcome::next(Next::Waiting).requeue_after(wait.max(Duration::from_secs(1))));
         }
 
         // No analysis runs. A changed spec (new ports, another target) means initializing again.
@@ -57,19 +57,19 @@ impl PhaseWorker for Waiting {
                 "the CanaryDeployment changed, initializing again",
                 &[("generation", &cd.metadata.generation.unwrap_or_default())],
             );
-            return Ok(Outcome::next("Initializing").status(message(format!(
+            return Ok(Outcome::next(Next::Initializing).status(message(format!(
                 "generation {} of the spec: initializing again",
                 cd.metadata.generation.unwrap_or_default()
             ))?));
         }
 
-        let deployments: Vec<Deployment> = inputs.list("deployments")?;
+        let deployments = inputs.deployments()?;
         let Some(target) = find(&deployments, &names.target) else {
             ctx.warn(
                 "the target Deployment is missing",
                 &[("target", &names.target)],
             );
-            return Ok(Outcome::next("Waiting").status(message(format!(
+            return Ok(Outcome::next(Next::Waiting).status(message(format!(
                 "the target Deployment {} does not exist; waiting for it",
                 names.target
             ))?));
@@ -77,7 +77,7 @@ impl PhaseWorker for Waiting {
         let target_revision = revision(&template_source(target).map_err(invalid)?.template);
         let (next, text) = if status.primary_revision.as_deref() == Some(&target_revision) {
             (
-                "Waiting",
+                Next::Waiting,
                 format!(
                     "primary {} runs revision {target_revision} of Deployment {}; waiting for a new revision",
                     names.primary, names.target
@@ -85,7 +85,7 @@ impl PhaseWorker for Waiting {
             )
         } else if status.failed_revision.as_deref() == Some(&target_revision) {
             (
-                "Waiting",
+                Next::Waiting,
                 format!(
                     "revision {target_revision} of Deployment {} was rolled back; waiting for a new revision",
                     names.target
@@ -97,7 +97,7 @@ impl PhaseWorker for Waiting {
                 &[("target", &names.target), ("revision", &target_revision)],
             );
             (
-                "Evaluating",
+                Next::Evaluating,
                 format!(
                     "new revision {target_revision} of Deployment {}: starting the analysis",
                     names.target
@@ -121,7 +121,7 @@ fn invalid(err: InvalidSpec) -> WorkerError {
     WorkerError::fatal(format!("invalid CanaryDeployment: {err}"))
 }
 
-wasmpilot_guest::export!(phase = Waiting);
+wasmpilot_guest::export!(phase = Export<Waiting>);
 
 #[cfg(test)]
 #[allow(dead_code)]
@@ -141,7 +141,7 @@ mod tests {
         SyncTest::new(cd)
             .input("deployments", deployments)
             .now(now)
-            .run(&Waiting)
+            .run(&Export(Waiting))
     }
 
     fn idle(extra: Value) -> Value {

@@ -1,17 +1,18 @@
 //! MyOwnShell's Initializing phase: check that the spec can become a Deployment, then Syncing.
 
+use myownshell_types::phases::initializing::{Export, Inputs, Next, Outcome, Worker};
 use myownshell_types::{desired_deployment, MyOwnShell};
-use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
+use wasmpilot_guest::{Context, WorkerError};
 
 /// Moves a new MyOwnShell to `Syncing`; a spec that cannot become a Deployment is a fatal
 /// error (reported as a Condition and an Event, retried when the MyOwnShell changes).
 #[derive(Default)]
 pub struct Initializing;
 
-impl PhaseWorker for Initializing {
+impl Worker for Initializing {
     type Resource = MyOwnShell;
 
-    fn sync(&self, ctx: &Context, shell: MyOwnShell, _: &Inputs) -> Result<Outcome, WorkerError> {
+    fn sync(&self, ctx: &Context, shell: MyOwnShell, _: Inputs) -> Result<Outcome, WorkerError> {
         desired_deployment(&shell)
             .map_err(|err| WorkerError::fatal(format!("invalid MyOwnShell: {err}")))?;
         ctx.info(
@@ -22,11 +23,11 @@ impl PhaseWorker for Initializing {
                 ("image", &shell.spec.image),
             ],
         );
-        Ok(Outcome::next("Syncing"))
+        Ok(Outcome::next(Next::Syncing))
     }
 }
 
-wasmpilot_guest::export!(phase = Initializing);
+wasmpilot_guest::export!(phase = Export<Initializing>);
 
 #[cfg(test)]
 mod tests {
@@ -40,7 +41,7 @@ mod tests {
 
     #[test]
     fn moves_to_syncing() {
-        let report = SyncTest::new(shell(0)).run(&Initializing).unwrap();
+        let report = SyncTest::new(shell(0)).run(&Export(Initializing)).unwrap();
         assert_eq!(report.next_phase, "Syncing");
         assert_eq!(report.status, None);
         assert!(report.outputs.is_empty());
@@ -52,7 +53,9 @@ mod tests {
 
     #[test]
     fn an_invalid_size_is_fatal() {
-        let failed = SyncTest::new(shell(2)).run(&Initializing).unwrap_err();
+        let failed = SyncTest::new(shell(2))
+            .run(&Export(Initializing))
+            .unwrap_err();
         assert!(failed.error.is_fatal());
         assert!(
             failed.error.message().contains("spec.size is 50"),
@@ -64,7 +67,7 @@ mod tests {
     fn a_shell_without_size_is_fatal() {
         let mut shell = shell(0);
         shell["spec"] = serde_json::json!({ "image": "busybox" });
-        let failed = SyncTest::new(shell).run(&Initializing).unwrap_err();
+        let failed = SyncTest::new(shell).run(&Export(Initializing)).unwrap_err();
         assert!(failed.error.is_fatal());
         assert!(
             failed.error.message().contains("missing field `size`"),

@@ -2,34 +2,34 @@
 //! applies for the current spec; go back to Syncing when it is missing or differs (a new
 //! `spec.size` or `spec.image`, or someone scaled or edited the Deployment).
 
-use k8s_openapi::api::apps::v1::Deployment;
+use myownshell_types::phases::ready::{Export, Inputs, Next, Outcome, Worker};
 use myownshell_types::{desired_deployment, differences, find_deployment, MyOwnShell};
 use serde_json::json;
-use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
+use wasmpilot_guest::{Context, WorkerError};
 
 /// Compares the Deployment in the `deployments` input with [`desired_deployment`].
 #[derive(Default)]
 pub struct Ready;
 
-impl PhaseWorker for Ready {
+impl Worker for Ready {
     type Resource = MyOwnShell;
 
     fn sync(
         &self,
         ctx: &Context,
         shell: MyOwnShell,
-        inputs: &Inputs,
+        inputs: Inputs,
     ) -> Result<Outcome, WorkerError> {
         let desired = desired_deployment(&shell)
             .map_err(|err| WorkerError::fatal(format!("invalid MyOwnShell: {err}")))?;
         let name = desired.metadata.name.as_deref().unwrap_or_default();
-        let deployments: Vec<Deployment> = inputs.list("deployments")?;
+        let deployments = inputs.deployments()?;
         let Some(observed) = find_deployment(&desired, &deployments) else {
             ctx.info(
                 "the Deployment is missing, syncing again",
                 &[("deployment", &name)],
             );
-            return Ok(Outcome::next("Syncing"));
+            return Ok(Outcome::next(Next::Syncing));
         };
         let diffs = differences(&desired, observed, shell.metadata.uid.as_deref());
         if !diffs.is_empty() {
@@ -37,7 +37,7 @@ impl PhaseWorker for Ready {
                 "the Deployment differs from the spec, syncing again",
                 &[("deployment", &name), ("differences", &diffs.join("; "))],
             );
-            return Ok(Outcome::next("Syncing"));
+            return Ok(Outcome::next(Next::Syncing));
         }
         let ready = observed
             .status
@@ -53,11 +53,11 @@ impl PhaseWorker for Ready {
             ],
         );
         // Only a changed value makes the host write the status: no churn while nothing moves.
-        Ok(Outcome::next("Ready").status(json!({ "readyReplicas": ready })))
+        Ok(Outcome::next(Next::Ready).status(json!({ "readyReplicas": ready })))
     }
 }
 
-wasmpilot_guest::export!(phase = Ready);
+wasmpilot_guest::export!(phase = Export<Ready>);
 
 #[cfg(test)]
 mod tests {
@@ -76,7 +76,7 @@ mod tests {
     fn run(shell: &Value, deployments: &[Value]) -> Result<SyncReport, FailedRun> {
         SyncTest::new(shell)
             .input("deployments", deployments)
-            .run(&Ready)
+            .run(&Export(Ready))
     }
 
     fn differences_logged(report: &SyncReport) -> String {
@@ -128,7 +128,7 @@ mod tests {
         assert!(report.logged("the Deployment is missing"));
         let report = SyncTest::new(shell(1))
             .empty_input("deployments")
-            .run(&Ready)
+            .run(&Export(Ready))
             .unwrap();
         assert_eq!(report.next_phase, "Syncing");
     }
@@ -162,7 +162,7 @@ mod tests {
 
         let failed = SyncTest::new(shell(1))
             .input_json("deployments", [r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"sample"},"spec":{"replicas":"two"}}"#.to_owned()])
-            .run(&Ready)
+            .run(&Export(Ready))
             .unwrap_err();
         assert!(failed.error.is_fatal());
         assert!(

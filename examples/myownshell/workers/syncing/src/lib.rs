@@ -1,17 +1,18 @@
 //! MyOwnShell's Syncing phase: the Deployment of `spec.size` busybox pods, then `Ready`.
 
+use myownshell_types::phases::syncing::{Export, Inputs, Next, Outcome, Worker};
 use myownshell_types::{desired_deployment, MyOwnShell, MyOwnShellStatus};
-use wasmpilot_guest::{Context, Inputs, Outcome, PhaseWorker, WorkerError};
+use wasmpilot_guest::{Context, WorkerError};
 
 /// Returns the Deployment [`desired_deployment`] builds (the host server-side applies it,
 /// owned by the MyOwnShell) and records its name and size in the status.
 #[derive(Default)]
 pub struct Syncing;
 
-impl PhaseWorker for Syncing {
+impl Worker for Syncing {
     type Resource = MyOwnShell;
 
-    fn sync(&self, ctx: &Context, shell: MyOwnShell, _: &Inputs) -> Result<Outcome, WorkerError> {
+    fn sync(&self, ctx: &Context, shell: MyOwnShell, _: Inputs) -> Result<Outcome, WorkerError> {
         let deployment = desired_deployment(&shell)
             .map_err(|err| WorkerError::fatal(format!("invalid MyOwnShell: {err}")))?;
         let name = deployment.metadata.name.clone().unwrap_or_default();
@@ -28,11 +29,13 @@ impl PhaseWorker for Syncing {
             synced_size: Some(shell.spec.size),
             ..MyOwnShellStatus::default()
         };
-        Ok(Outcome::next("Ready").output(&deployment)?.status(status))
+        Ok(Outcome::next(Next::Ready)
+            .deployment(&deployment)?
+            .status(status))
     }
 }
 
-wasmpilot_guest::export!(phase = Syncing);
+wasmpilot_guest::export!(phase = Export<Syncing>);
 
 #[cfg(test)]
 mod tests {
@@ -49,7 +52,7 @@ mod tests {
     fn outputs_the_deployment_and_moves_to_ready() {
         let report = SyncTest::new(shell(0))
             .phase("Syncing")
-            .run(&Syncing)
+            .run(&Export(Syncing))
             .unwrap();
         assert_eq!(report.next_phase, "Ready");
         assert_eq!(report.outputs.len(), 1);
@@ -85,7 +88,10 @@ mod tests {
     fn follows_a_size_and_image_change() {
         let mut shell = shell(1);
         shell["spec"] = json!({ "size": 5, "image": "busybox:1.37" });
-        let report = SyncTest::new(shell).phase("Syncing").run(&Syncing).unwrap();
+        let report = SyncTest::new(shell)
+            .phase("Syncing")
+            .run(&Export(Syncing))
+            .unwrap();
         let output = report.output("Deployment", "sample").unwrap();
         assert_eq!(output["spec"]["replicas"], 5);
         assert_eq!(
@@ -99,7 +105,10 @@ mod tests {
     fn size_zero_is_a_deployment_of_zero_replicas() {
         let mut shell = shell(0);
         shell["spec"]["size"] = json!(0);
-        let report = SyncTest::new(shell).phase("Syncing").run(&Syncing).unwrap();
+        let report = SyncTest::new(shell)
+            .phase("Syncing")
+            .run(&Export(Syncing))
+            .unwrap();
         assert_eq!(
             report.output("Deployment", "sample").unwrap()["spec"]["replicas"],
             0
@@ -110,7 +119,7 @@ mod tests {
     fn an_invalid_shell_is_fatal_and_outputs_nothing() {
         let failed = SyncTest::new(shell(2))
             .phase("Syncing")
-            .run(&Syncing)
+            .run(&Export(Syncing))
             .unwrap_err();
         assert!(failed.error.is_fatal());
         assert!(

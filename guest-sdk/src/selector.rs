@@ -1,5 +1,7 @@
 //! Kubernetes label-selector matching (`matchLabels` AND `matchExpressions`), as
-//! `metav1.LabelSelectorAsSelector` does it: validated once, then matched many times.
+//! `metav1.LabelSelectorAsSelector` does it, for workers that select among their inputs
+//! themselves (the host already selects by an input's `matchLabels`, `matchExpressions` and
+//! `selectorFrom`): validated once, then matched many times.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,6 +17,8 @@ pub enum SelectorError {
     ValuesRequired { key: String, operator: String },
     /// `Exists`/`DoesNotExist` with values.
     ValuesForbidden { key: String, operator: String },
+    /// Not a `LabelSelector` at all (serde's reason).
+    Malformed(String),
 }
 
 impl fmt::Display for SelectorError {
@@ -32,6 +36,7 @@ impl fmt::Display for SelectorError {
                 f,
                 "matchExpressions key {key:?}: operator {operator} takes no values"
             ),
+            Self::Malformed(reason) => write!(f, "not a label selector: {reason}"),
         }
     }
 }
@@ -60,7 +65,7 @@ impl Requirement {
 /// A validated label selector. An empty selector matches everything.
 ///
 /// ```
-/// use autoroute_types::Selector;
+/// use wasmpilot_guest::selector::Selector;
 /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 ///
 /// let selector = Selector::new(&LabelSelector {
@@ -68,7 +73,7 @@ impl Requirement {
 ///     ..Default::default()
 /// })?;
 /// assert!(selector.matches(&[("app".to_owned(), "web".to_owned())].into()));
-/// # Ok::<(), autoroute_types::SelectorError>(())
+/// # Ok::<(), wasmpilot_guest::selector::SelectorError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selector {
@@ -111,6 +116,28 @@ impl Selector {
             requirements.push(requirement);
         }
         Ok(Self { requirements })
+    }
+
+    /// Validates the selector of `object` (a `LabelSelector` as JSON, e.g. a resource's
+    /// `spec.deploymentSelector`).
+    ///
+    /// # Errors
+    /// As [`Selector::new`]; a value that is not a `LabelSelector` is
+    /// [`SelectorError::Malformed`].
+    pub fn from_json(object: &serde_json::Value) -> Result<Self, SelectorError> {
+        let selector: LabelSelector = serde_json::from_value(object.clone())
+            .map_err(|err| SelectorError::Malformed(err.to_string()))?;
+        Self::new(&selector)
+    }
+
+    /// Whether the labels of a Kubernetes object (its `metadata.labels`; none: no labels)
+    /// satisfy every requirement.
+    pub fn selects(
+        &self,
+        metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> bool {
+        let none = BTreeMap::new();
+        self.matches(metadata.labels.as_ref().unwrap_or(&none))
     }
 
     /// Whether `labels` satisfy every requirement.
@@ -224,5 +251,22 @@ mod tests {
             new(expr("env", "in", &["x"])),
             Err(SelectorError::UnknownOperator { .. })
         ));
+    }
+
+    #[test]
+    fn from_json_reads_a_resources_selector() {
+        let s = Selector::from_json(&serde_json::json!({
+            "matchLabels": { "app": "web" },
+            "matchExpressions": [{ "key": "tier", "operator": "NotIn", "values": ["db"] }],
+        }))
+        .unwrap();
+        assert!(s.matches(&labels(&[("app", "web"), ("tier", "front")])));
+        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "db")])));
+        let err =
+            Selector::from_json(&serde_json::json!({ "matchLabels": "app=web" })).unwrap_err();
+        assert!(
+            err.to_string().starts_with("not a label selector: "),
+            "{err}"
+        );
     }
 }
