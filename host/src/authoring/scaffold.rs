@@ -1,6 +1,7 @@
 //! The project `wasmpilot init` writes, as data: names derived from the kind and phases, and
 //! every file rendered from the templates in `templates/` (included at compile time).
 
+use super::generate;
 use super::workspace::Workspace;
 use anyhow::bail;
 
@@ -223,6 +224,13 @@ impl Project {
     /// The operator.yaml entries of every phase, each naming the module file
     /// `<name>_<phase>.wasm` (the artifact of the Rust crate, the component `wasmpilot build`
     /// makes of `workers/<phase>/` in the other languages).
+    /// `types/src/phases.rs`: what `wasmpilot generate` writes for the scaffolded operator.yaml.
+    fn phase_api(&self) -> anyhow::Result<String> {
+        let op: crate::crd::WasmOperator = serde_yaml::from_str(&self.operator_yaml()?)?;
+        let def = crate::definition::OperatorDefinition::validate(&self.name, &op.spec)?;
+        Ok(generate::render(&op, &def)?)
+    }
+
     fn operator_yaml(&self) -> anyhow::Result<String> {
         let common = self.common_vars();
         let mut entries = Vec::new();
@@ -383,15 +391,7 @@ impl Project {
             ));
             files.push((".gitignore".into(), templates::GITIGNORE.to_string()));
         }
-        let consts: String = self
-            .phases
-            .iter()
-            .map(|p| format!("    pub const {}: &str = {:?};\n", p.constant, p.name))
-            .collect();
-        let types_vars = with(vec![
-            ("sdk_dep", sdk_dep("types")),
-            ("phase_consts", consts),
-        ]);
+        let types_vars = with(vec![("sdk_dep", sdk_dep("types"))]);
         files.push((
             "types/Cargo.toml".into(),
             render(templates::TYPES_CARGO, &types_vars)?,
@@ -404,6 +404,10 @@ impl Project {
             "types/src/crdgen.rs".into(),
             render(templates::TYPES_CRDGEN, &types_vars)?,
         ));
+        files.push((
+            crate::authoring::generate::GENERATED_PATH.into(),
+            self.phase_api()?,
+        ));
         for (i, p) in self.phases.iter().enumerate() {
             let next = self.next_of(i);
             let stays = next.name == p.name;
@@ -414,8 +418,17 @@ impl Project {
                 ("crate", self.worker_crate(p)),
                 ("phase", p.name.clone()),
                 ("phase_ident", p.ident.clone()),
-                ("phase_const", p.constant.clone()),
-                ("next_const", next.constant.clone()),
+                ("phase_module", generate::snake_case(&p.name)),
+                ("phase_variant", generate::pascal_case(&p.name)),
+                ("next_variant", generate::pascal_case(&next.name)),
+                (
+                    "next_call",
+                    if stays {
+                        "stay()".to_owned()
+                    } else {
+                        format!("next(Next::{})", generate::pascal_case(&next.name))
+                    },
+                ),
                 ("summary", summary.clone()),
                 (
                     "test_name",
@@ -722,7 +735,19 @@ mod tests {
             .find(|(p, _)| p == "workers/ready/src/lib.rs")
             .unwrap()
             .1;
-        assert!(worker.contains("Outcome::next(phases::READY)"), "{worker}");
+        assert!(worker.contains("Outcome::stay()"), "{worker}");
+        let syncing = &files
+            .iter()
+            .find(|(p, _)| p == "workers/syncing/src/lib.rs")
+            .unwrap()
+            .1;
+        assert!(syncing.contains("Outcome::next(Next::Ready)"), "{syncing}");
+        let api = &files
+            .iter()
+            .find(|(p, _)| p == "types/src/phases.rs")
+            .unwrap()
+            .1;
+        assert!(api.starts_with(generate::GENERATED_HEADER), "{api}");
         assert!(worker.contains("fn stays_ready()"), "{worker}");
     }
 

@@ -1,6 +1,9 @@
-//! The {{kind}} custom resource: the spec users write and the status the workers record.
-//! Edit the two structs below, then regenerate the CRD (a test fails while it is stale):
-//! `cargo run -q -p {{types_crate}} --bin {{crdgen}} > crds/{{crd_file}}`.
+//! The {{kind}} custom resource: the spec users write and the status the workers record, and
+//! (in `phases`) the typed API of its phases. Edit the two structs below, then regenerate the
+//! CRD and the typed API with `wasmpilot generate .` (a test fails while either is stale).
+
+/// Written by `wasmpilot generate` from operator.yaml: never edit it, generate again.
+pub mod phases;
 
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
@@ -39,10 +42,6 @@ pub struct {{kind}}Status {
     pub host: HostStatus,
 }
 
-/// The phases of {{a_kind}}, as declared in operator.yaml.
-pub mod phases {
-{{phase_consts}}}
-
 /// The {{kind}} CRD as YAML, as committed in `crds/{{crd_file}}`.
 ///
 /// # Errors
@@ -61,8 +60,7 @@ mod tests {
         let committed = include_str!("../../crds/{{crd_file}}");
         assert!(
             generated == committed,
-            "crds/{{crd_file}} is stale; regenerate it with\n  \
-             cargo run -q -p {{types_crate}} --bin {{crdgen}} > crds/{{crd_file}}"
+            "crds/{{crd_file}} is stale; regenerate it with\n  wasmpilot generate ."
         );
     }
 
