@@ -120,7 +120,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Runs an operator's shadow jobs one at a time (so shadows hold at most one sandbox slot),
 /// and writes the counts to the WasmOperator's status when they changed, at most every
-/// [`STATUS_INTERVAL`]. Ends when the operator's controller is gone.
+/// [`STATUS_INTERVAL`]. Ends when the operator's controller is gone, without a last write: the
+/// operator was stopped or replaced, and a replacement's lane (or the manager clearing
+/// `status.shadows`) already owns the field — a late write from here would overwrite it with
+/// the old module's counts, and the new lane, which writes only on change, would never fix it.
 async fn lane(
     client: Client,
     operator: String,
@@ -144,7 +147,6 @@ async fn lane(
             last_write = Instant::now();
         }
     }
-    write_counts(&client, &operator, &stats, &mut written).await;
 }
 
 /// Merge-patches `status.shadows` when the counts differ from what was last written.
