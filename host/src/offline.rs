@@ -250,13 +250,8 @@ pub async fn decide(
     };
     let sandbox = modules.sandbox();
     let module = phase_module(modules, phase, module_ref).await?;
-    let mut phase_inputs =
-        inputs::gather(phase, inputs::Reader::of(resource), source).map_err(|source| {
-            ReconcileError::InvalidSelector {
-                phase: phase_name.to_string(),
-                source,
-            }
-        })?;
+    let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(resource), source)
+        .map_err(ReconcileError::invalid_selector(phase_name))?;
     phase_inputs.extend(extra_inputs);
     let request = decision::sync_request(
         def,

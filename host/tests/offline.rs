@@ -445,6 +445,11 @@ spec:
         err.contains(r#"an input selector of phase Start is invalid: spec.pick.matchExpressions[0].operator: "Equals" is not In, NotIn, Exists or DoesNotExist"#),
         "{err}"
     );
+    assert_eq!(
+        err.matches("is not In, NotIn").count(),
+        1,
+        "the problem is said once: {err}"
+    );
     let out = run(Value::Null);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -219,7 +219,7 @@ pub fn render(op: &WasmOperator, def: &OperatorDefinition) -> Result<String, Gen
     line(w, "    }");
     line(w, "}");
 
-    for (i, (phase, ident, module)) in phases.iter().enumerate() {
+    for (i, (phase, _, module)) in phases.iter().enumerate() {
         if phase.is_final {
             continue;
         }
@@ -232,7 +232,7 @@ pub fn render(op: &WasmOperator, def: &OperatorDefinition) -> Result<String, Gen
         line(w, &format!("pub mod {module} {{"));
         line(w, "    use super::Phase;");
         line(w, "    use wasmpilot_guest::{Context, WorkerError};");
-        render_next(w, phase, ident, &phases);
+        render_next(w, phase, &phases);
         render_inputs(w, i, phase)?;
         render_outcome(w, i, phase)?;
         render_worker(w, phase, module);
@@ -255,7 +255,6 @@ fn phase_doc(phase: &PhaseDefinition, description: Option<String>) -> Vec<String
 fn render_next(
     w: &mut String,
     phase: &PhaseDefinition,
-    ident: &str,
     phases: &[(&PhaseDefinition, String, String)],
 ) {
     let allowed: Vec<&String> = phases
@@ -307,7 +306,6 @@ fn render_next(
     line(w, "            f.write_str(Phase::from(*self).name())");
     line(w, "        }");
     line(w, "    }");
-    let _ = ident;
 }
 
 /// The `Inputs` view: one accessor per declared input and metric query.
@@ -859,12 +857,21 @@ pub fn format_rust(code: &str) -> anyhow::Result<String> {
     String::from_utf8(output.stdout).context("rustfmt wrote something other than UTF-8")
 }
 
-/// Runs the types crate's CRD generator (its `*crdgen` binary) and says where its output
-/// belongs: the file in `crds/` that already holds the resource's CRD, else `crds/<plural>.yaml`.
+/// Runs the types crate's CRD generator and says where its output belongs: the file in
+/// `crds/` that already holds the resource's CRD, else `crds/<kind>.yaml`.
+///
+/// # Errors
+/// As [`run_crdgen`].
+pub fn regenerate_crd(dir: &Path, resource: &KindRef) -> anyhow::Result<(PathBuf, String)> {
+    let crd = run_crdgen(dir)?;
+    Ok((crd_file(dir, &resource.kind)?, crd))
+}
+
+/// The CRD YAML the types crate (`dir/types`) prints with its `*crdgen` binary.
 ///
 /// # Errors
 /// No types crate with a crdgen binary, or the generator failed.
-pub fn regenerate_crd(dir: &Path, resource: &KindRef) -> anyhow::Result<(PathBuf, String)> {
+pub fn run_crdgen(dir: &Path) -> anyhow::Result<String> {
     let manifest = dir.join("types/Cargo.toml");
     let text = std::fs::read_to_string(&manifest).with_context(|| {
         format!(
@@ -889,8 +896,7 @@ pub fn regenerate_crd(dir: &Path, resource: &KindRef) -> anyhow::Result<(PathBuf
     if !output.status.success() {
         bail!("the CRD generator {bin} failed ({})", output.status);
     }
-    let crd = String::from_utf8(output.stdout).context("the CRD generator printed non-UTF-8")?;
-    Ok((crd_file(dir, &resource.kind)?, crd))
+    String::from_utf8(output.stdout).context("the CRD generator printed non-UTF-8")
 }
 
 /// The `name = "…crdgen"` of a `[[bin]]` in a Cargo.toml.
@@ -903,7 +909,8 @@ fn crdgen_binary(cargo_toml: &str) -> Option<String> {
         .find(|name| name.ends_with("crdgen"))
 }
 
-/// The CRD file in `dir/crds/` whose `spec.names.kind` is `kind`; else `crds/<kind>s.yaml`.
+/// The CRD file in `dir/crds/` whose `spec.names.kind` is `kind`; else `crds/<kind>.yaml`
+/// (lowercase, as `init` names it).
 fn crd_file(dir: &Path, kind: &str) -> anyhow::Result<PathBuf> {
     let crds = dir.join("crds");
     let mut files: BTreeSet<PathBuf> = BTreeSet::new();
@@ -924,7 +931,7 @@ fn crd_file(dir: &Path, kind: &str) -> anyhow::Result<PathBuf> {
         }
     }
     std::fs::create_dir_all(&crds).with_context(|| format!("creating {}", crds.display()))?;
-    Ok(crds.join(format!("{}.yaml", plural_of(&kind.to_lowercase()))))
+    Ok(crds.join(format!("{}.yaml", kind.to_lowercase())))
 }
 
 #[cfg(test)]

@@ -320,7 +320,7 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
             "generating {} (cargo builds the types crate) …",
             crd_path.display()
         );
-        generate_crd(&dir, &project, &crd_path).with_context(|| {
+        generate_crd(&dir, &crd_path).with_context(|| {
             format!(
                 "the project is written; generate the CRD yourself with: cd {} && {crdgen_cmd}",
                 dir.display()
@@ -366,18 +366,8 @@ fn seed_lockfile(sdk: &Path, dir: &Path) {
     }
 }
 
-/// Runs the project's CRD generator and writes its output.
-fn generate_crd(dir: &Path, project: &Project, out: &Path) -> anyhow::Result<()> {
-    let output = Command::new("cargo")
-        .args(["run", "-p", &project.types_crate(), "--bin"])
-        .arg(format!("{}-crdgen", project.name))
-        .current_dir(dir)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("running cargo (is it installed and on PATH?)")?;
-    if !output.status.success() {
-        return Err(anyhow!("the CRD generator failed ({})", output.status));
-    }
-    std::fs::write(out, &output.stdout).with_context(|| format!("writing {}", out.display()))?;
-    Ok(())
+/// Runs the project's CRD generator (as `wasmpilot generate` does) and writes its output.
+fn generate_crd(dir: &Path, out: &Path) -> anyhow::Result<()> {
+    let crd = super::generate::run_crdgen(dir)?;
+    std::fs::write(out, crd).with_context(|| format!("writing {}", out.display()))
 }

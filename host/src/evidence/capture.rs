@@ -49,10 +49,9 @@ pub async fn capture(
     let modules = live_modules(&client, live_args, limits)?;
     let module = offline::phase_module(&modules, phase, module_ref).await?;
     let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(&live.resource), &source)
-        .map_err(|source| crate::reconcile::ReconcileError::InvalidSelector {
-            phase: phase_name.clone(),
-            source,
-        })?;
+        .map_err(crate::reconcile::ReconcileError::invalid_selector(
+            &phase_name,
+        ))?;
     phase_inputs.extend(extra);
     let request = decision::sync_request(
         def,

@@ -155,11 +155,12 @@ pub enum ReconcileError {
     },
     #[error("input cache for {0} has not synced yet")]
     InputsNotSynced(String),
-    #[error("an input selector of phase {phase} is invalid: {source}")]
+    // The problem is in the message and deliberately not a `source()`: a chain printed with
+    // `{:#}` would repeat it.
+    #[error("an input selector of phase {phase} is invalid: {problem}")]
     InvalidSelector {
         phase: String,
-        #[source]
-        source: crate::selector::SelectorError,
+        problem: crate::selector::SelectorError,
     },
     #[error("status of the resource changed while the worker ran; deciding again")]
     StatusConflict,
@@ -176,6 +177,12 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// Wraps a selector problem of phase `phase` (for `map_err`).
+    pub fn invalid_selector(phase: &str) -> impl FnOnce(crate::selector::SelectorError) -> Self {
+        let phase = phase.to_owned();
+        move |problem| ReconcileError::InvalidSelector { phase, problem }
+    }
+
     /// Fatal errors are reported and not retried with backoff: the resource runs again on the
     /// next change of it or its inputs, or at the resync interval.
     fn is_fatal(&self) -> bool {
@@ -445,13 +452,8 @@ async fn run_phase(
     wait_for_inputs(ctx, phase).await?;
     let now = now_rfc3339();
     let resource = inputs::to_worker_json(&obj, &def.resource);
-    let mut phase_inputs =
-        inputs::gather(phase, inputs::Reader::of(&obj), &ctx.inputs).map_err(|source| {
-            ReconcileError::InvalidSelector {
-                phase: current.clone(),
-                source,
-            }
-        })?;
+    let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(&obj), &ctx.inputs)
+        .map_err(ReconcileError::invalid_selector(&current))?;
     if !phase.queries.is_empty() {
         let (url, timeout) = match &def.prometheus {
             Some((url, timeout)) => (Some(url.as_str()), *timeout),
