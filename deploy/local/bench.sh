@@ -6,10 +6,11 @@
 #                                         cluster. Optional group filters, e.g. overhead "fixed cost"
 #   deploy/local/bench.sh e2e             on the local cluster (started if needed): AutoRoutes to
 #                                         Ready vs a native kube-rs controller, and host memory with
-#                                         10 WasmOperators and 10,000 cached Deployments
+#                                         10 WasmOperators and 10,000 cached Deployments, and the
+#                                         reconciles one Deployment label change triggers
 # Builds the guest components it needs (release, wasm32-wasip2). WASMPILOT_BENCH_SECONDS sets the
 # time budget per sandbox group (default 5); WASMPILOT_BENCH_E2E_SIZES (default 200,1000),
-# WASMPILOT_BENCH_E2E_PARTS (throughput,startup,memory), WASMPILOT_BENCH_E2E_HOST_ARGS and
+# WASMPILOT_BENCH_E2E_PARTS (throughput,startup,memory,requeue), WASMPILOT_BENCH_E2E_HOST_ARGS and
 # WASMPILOT_BENCH_E2E_BASE_HOST tune the e2e part. See BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

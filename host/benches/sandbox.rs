@@ -33,10 +33,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmpilot::crd::{KindRef, WasmOperator};
 use wasmpilot::definition::{OperatorDefinition, PhaseDefinition};
-use wasmpilot::inputs::{self, ObjectSource, WorkerObject};
 use wasmpilot::modules::compile_cache::CompileCache;
 use wasmpilot::modules::digest_of;
-use wasmpilot::outputs::{self, Owner};
+use wasmpilot::pipeline::inputs::{self, ObjectSource, WorkerObject};
+use wasmpilot::pipeline::outputs::{self, Owner};
 use wasmpilot::sandbox::bindings::phase::wasmpilot::operator::{log, types};
 use wasmpilot::sandbox::bindings::phase::{Phase, PhasePre};
 use wasmpilot::sandbox::{

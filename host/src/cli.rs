@@ -9,9 +9,9 @@ use kube::CustomResourceExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use wasmpilot::controller::leader::{LeaderElection, LeaseTiming};
+use wasmpilot::controller::manager::Manager;
 use wasmpilot::crd::WasmOperator;
-use wasmpilot::leader::{LeaderElection, LeaseTiming};
-use wasmpilot::manager::Manager;
 use wasmpilot::modules::ModuleCache;
 use wasmpilot::sandbox::{InstanceMemory, Sandbox, SandboxLimits};
 
@@ -178,6 +178,10 @@ struct RunArgs {
     /// differed, with the whole requests (input objects included; off by default).
     #[arg(long)]
     serve_shadow_cases: bool,
+    /// Requeue every resource of an input object's namespace on any change of it, as hosts did
+    /// before inputs had selectors (a benchmark baseline: one reconcile per resource per change).
+    #[arg(long)]
+    requeue_whole_namespace: bool,
 }
 
 /// Waits for SIGTERM (what the kubelet sends a pod, and `kill` by default) or SIGINT (Ctrl-C).
@@ -344,9 +348,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..SandboxLimits::default()
     };
     if let Some(addr) = args.metrics_addr {
-        let serve_shadow_cases = args.serve_shadow_cases;
+        let shadow_cases = args.serve_shadow_cases.then_some(
+            wasmpilot::controller::shadow::kept_cases as wasmpilot::metrics::ShadowCases,
+        );
         tokio::spawn(async move {
-            if let Err(e) = wasmpilot::metrics::serve(addr, serve_shadow_cases).await {
+            if let Err(e) = wasmpilot::metrics::serve(addr, shadow_cases).await {
                 tracing::error!(%addr, error = %e, "metrics server stopped");
             }
         });
@@ -357,6 +363,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .context("--record-dir")?,
         ),
         None => None,
+    };
+    let input_requeue = if args.requeue_whole_namespace {
+        wasmpilot::controller::watch::InputRequeue::WholeNamespace
+    } else {
+        wasmpilot::controller::watch::InputRequeue::Selected
     };
     let sandbox = Sandbox::new(limits)?;
     let modules = Arc::new(
@@ -372,6 +383,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         return Manager::new(client, modules)
             .with_prometheus(args.prometheus_url.clone())
             .with_record_sink(record_sink)
+            .with_input_requeue(input_requeue)
             .run(shutdown)
             .await;
     }
@@ -399,7 +411,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     wasmpilot::metrics::READINESS.mark_leader();
     let manager = Manager::new(client, modules)
         .with_prometheus(args.prometheus_url.clone())
-        .with_record_sink(record_sink);
+        .with_record_sink(record_sink)
+        .with_input_requeue(input_requeue);
     tokio::select! {
         result = manager.run(&mut shutdown) => {
             election.release().await;

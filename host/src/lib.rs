@@ -1,46 +1,41 @@
 //! wasmpilot: a Kubernetes operator host whose business logic runs as sandboxed Wasm components.
 //!
-//! The modules follow the data flow of one reconcile, in order:
+//! The layout follows the data flow of one reconcile:
 //!
 //! ```text
-//! WasmOperator ──manager──▶ definition (validated) + modules (fetched, verified, compiled once)
-//!      │
+//! WasmOperator ──controller::manager──▶ definition (validated) + modules (fetched, verified,
+//!      │                                compiled once into sandbox components)
 //!      ▼
-//! watch (resource, inputs, outputs) → schedule (queue, backoff) → reconcile:
-//!     inputs (from the watch caches) → sandbox (the phase component, fresh instance)
-//!     → outputs (validated, server-side applied) → status (phase, status info, Conditions, Events)
+//! controller: watch (resource, inputs, outputs) → schedule (queue, backoff) → reconcile
+//!      │
+//!      ▼  one step, the same for the controller and the offline commands
+//! pipeline: step (phase, final-phase restart, inputs selected, metric samples)
+//!     → decision (the component in the sandbox, its result checked)
+//!     → outputs (server-side applied, pruned) → status (phase, status info, Conditions, Events)
 //! ```
 //!
-//! `decision` is the worker call and its checks, shared by `reconcile` and `offline`, which runs
-//! one phase from files through the same definition, inputs, sandbox and output checks, without
-//! a cluster; `deploy` builds an operator's components and ships them;
-//! `authoring` is the project loop around them (init, build, simulate, graph, plan).
+//! Around it: `offline` runs pipeline steps from files (`run-phase`; `authoring`'s `simulate`
+//! and `plan` build on it), `authoring` is the project loop (init, generate, build, simulate,
+//! graph, plan), `evidence` records, replays and shadows decisions, `deploy` ships an operator's
+//! components, and `cli` (in the binary) wires the commands.
 
 pub mod authoring;
 pub mod component_build;
+pub mod controller;
 pub mod crd;
-pub mod decision;
 pub mod definition;
 pub mod deploy;
 pub mod diff;
 pub mod evidence;
-pub mod informers;
-pub mod inputs;
 pub mod kinds;
-pub mod leader;
-pub mod manager;
 pub mod metrics;
 pub mod modules;
 pub mod offline;
-pub mod outputs;
+pub mod pipeline;
 pub mod promql;
 pub mod rbac;
-pub mod reconcile;
 pub mod sandbox;
-pub mod schedule;
 pub mod selector;
-pub mod status;
-pub mod watch;
 pub mod worker_text;
 
 /// The finalizer the host puts on resources of operators that declare a finalizer worker.

@@ -253,9 +253,13 @@ impl Readiness {
 
 pub static READINESS: LazyLock<Readiness> = LazyLock::new(Readiness::default);
 
-/// Serves `/metrics`, `/healthz` and `/readyz` (and, with `shadow_cases`, `/shadow-cases`)
+/// What `/shadow-cases` serves: the kept cases of one operator (all for `None`), one JSON case
+/// per line (the evidence step's `shadow::kept_cases`).
+pub type ShadowCases = fn(Option<&str>) -> String;
+
+/// Serves `/metrics`, `/healthz` and `/readyz` (and, given `shadow_cases`, `/shadow-cases`)
 /// until the process ends.
-pub async fn serve(addr: SocketAddr, shadow_cases: bool) -> anyhow::Result<()> {
+pub async fn serve(addr: SocketAddr, shadow_cases: Option<ShadowCases>) -> anyhow::Result<()> {
     let mut app = Router::new()
         .route(
             "/metrics",
@@ -276,26 +280,27 @@ pub async fn serve(addr: SocketAddr, shadow_cases: bool) -> anyhow::Result<()> {
                 }
             }),
         );
-    if shadow_cases {
+    if let Some(kept_cases) = shadow_cases {
         // The last decisions of shadow modules that differed from the live ones, one JSON case
         // per line (`?operator=NAME` for one operator): input for `wasmpilot replay`. They
         // hold whole input objects, so the endpoint is off unless asked for.
-        app = app.route(
-            "/shadow-cases",
-            get(
-                |query: axum::extract::Query<std::collections::HashMap<String, String>>| async move {
-                    (
-                        [("content-type", "application/jsonl")],
-                        crate::evidence::shadow::kept_cases(
-                            query.get("operator").map(String::as_str),
-                        ),
-                    )
-                },
-            ),
-        );
+        app =
+            app.route(
+                "/shadow-cases",
+                get(
+                    move |query: axum::extract::Query<
+                        std::collections::HashMap<String, String>,
+                    >| async move {
+                        (
+                            [("content-type", "application/jsonl")],
+                            kept_cases(query.get("operator").map(String::as_str)),
+                        )
+                    },
+                ),
+            );
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, shadow_cases, "serving /metrics, /healthz, /readyz");
+    tracing::info!(%addr, shadow_cases = shadow_cases.is_some(), "serving /metrics, /healthz, /readyz");
     axum::serve(listener, app).await?;
     Ok(())
 }

@@ -1,17 +1,18 @@
 //! Runs one phase of an operator from files, without a cluster: the same definition checks,
 //! input gathering, sandbox and output checks as the controller, printed instead of applied.
 //!
-//! [`decide`] loads the phase's component and gathers its inputs, then runs
-//! [`crate::decision::decide`], the decision step reconciles run too; `wasmpilot run-phase`,
-//! `simulate` and `plan` all go through it.
+//! [`OfflineOperator::call`] runs one pipeline step as the controller does (the request
+//! [`crate::pipeline::step::request`] builds, the phase's component, [`crate::pipeline::decision::decide`]);
+//! `wasmpilot run-phase`, `simulate`, `plan` and `capture` all go through it.
 
 use crate::crd::{KindRef, WasmOperator};
-use crate::decision::{self, phase_names, DecisionInput};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
-use crate::inputs::{self, ObjectSource, WorkerObject};
 use crate::modules::ModuleCache;
-use crate::reconcile::ReconcileError;
-use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits};
+use crate::pipeline::decision::{self, DecisionInput};
+use crate::pipeline::inputs::{self, ObjectSource, WorkerObject};
+use crate::pipeline::step::{self, Samples};
+use crate::pipeline::ReconcileError;
+use crate::sandbox::{Sandbox, SandboxLimits, SyncRequest};
 use anyhow::{anyhow, bail, Context};
 use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// What to run.
 pub struct OfflineRun {
@@ -53,7 +55,7 @@ pub struct OfflineOutcome {
     pub outputs: Vec<Value>,
 }
 
-pub use crate::decision::Decision;
+pub use crate::pipeline::decision::Decision;
 
 /// Objects standing in for the cluster's watch caches, grouped by kind.
 #[derive(Clone, Default)]
@@ -206,69 +208,76 @@ pub fn crds_beside(manifest: &Path) -> PathBuf {
         .join("crds")
 }
 
-/// The phase a resource is in, as the host reads it: `.status.phase`, else the initial phase.
-pub fn current_phase(def: &OperatorDefinition, resource: &DynamicObject) -> String {
-    resource.data["status"]["phase"]
-        .as_str()
-        .filter(|p| !p.is_empty())
-        .unwrap_or(&def.initial_phase)
-        .to_string()
+/// An operator as the offline commands run it: its definition, its components (loaded as the
+/// controller loads them, through `modules`) and whether each output kind is namespaced.
+pub struct OfflineOperator<'a> {
+    pub modules: &'a ModuleCache,
+    pub definition: &'a OperatorDefinition,
+    pub namespaced: &'a HashMap<KindRef, bool>,
 }
 
-/// The phase `name` of `def`, or the host's error for a resource in an undeclared phase.
-pub fn declared_phase<'a>(
-    def: &'a OperatorDefinition,
-    name: &str,
-) -> Result<&'a PhaseDefinition, ReconcileError> {
-    def.phase(name).ok_or_else(|| ReconcileError::UnknownPhase {
-        phase: name.to_string(),
-        operator: def.name.clone(),
-        declared: phase_names(def),
-    })
+/// One worker call of an offline step: exactly what the worker was handed, which component
+/// decided, how long it took, and its checked decision or the host's error for it.
+pub struct OfflineCall {
+    pub request: SyncRequest,
+    pub module: String,
+    pub duration: Duration,
+    pub decided: Result<Decision, ReconcileError>,
 }
 
-/// Runs `phase`'s worker once for `resource`, like a reconcile: the phase's declared inputs
-/// gathered from `source` (plus `extra_inputs`, e.g. metric samples), its component loaded
-/// through `modules` with the phase's limits, then [`crate::decision::decide`] (declared and
-/// allowed next phase, status info an object, outputs declared, named, in the resource's
-/// namespace, not owned by anyone else). Errors are the host's own ([`ReconcileError`]), so
-/// their messages read like the resource's `Synced` condition would.
-#[allow(clippy::too_many_arguments)]
-pub async fn decide(
-    modules: &ModuleCache,
-    def: &OperatorDefinition,
-    resource: &DynamicObject,
-    phase_name: &str,
-    source: &impl ObjectSource,
-    extra_inputs: Vec<NamedObjects>,
-    namespaced: &HashMap<KindRef, bool>,
-    now: &str,
-) -> anyhow::Result<Decision> {
-    let phase = declared_phase(def, phase_name)?;
-    let Some(module_ref) = &phase.module else {
-        bail!("phase {phase_name} is final: it runs no worker")
-    };
-    let sandbox = modules.sandbox();
-    let module = phase_module(modules, phase, module_ref).await?;
-    let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(resource), source)
-        .map_err(ReconcileError::invalid_selector(phase_name))?;
-    phase_inputs.extend(extra_inputs);
-    let request = decision::sync_request(
-        def,
-        phase,
-        inputs::to_worker_json(resource, &def.resource),
-        phase_inputs,
-        now.to_string(),
-    );
-    let input = DecisionInput {
-        definition: def,
-        phase,
-        module: &module,
-        resource,
-        request,
-        namespaced,
-    };
-    Ok(decision::decide(sandbox, input, |_, _| {}).await?)
+impl OfflineOperator<'_> {
+    /// Runs `phase`'s worker once for `resource`, as a reconcile does: the request
+    /// [`step::request`] builds (inputs selected from `source`, metric `samples`, the clock
+    /// `now`), the phase's component with its limits, then [`decision::decide`]. Errors before
+    /// the worker runs (a final phase, a component that does not load, an invalid selector, a
+    /// failed query) are returned; the decision's own error is in the call.
+    pub async fn call(
+        &self,
+        resource: &DynamicObject,
+        phase: &PhaseDefinition,
+        source: &impl ObjectSource,
+        samples: Samples<'_>,
+        now: &str,
+    ) -> anyhow::Result<OfflineCall> {
+        let def = self.definition;
+        let Some(module_ref) = &phase.module else {
+            bail!("phase {} is final: it runs no worker", phase.name)
+        };
+        let module = phase_module(self.modules, phase, module_ref).await?;
+        let request = step::request(def, phase, resource, source, samples, now).await?;
+        let input = DecisionInput {
+            definition: def,
+            phase,
+            module: &module,
+            resource,
+            request: request.clone(),
+            namespaced: self.namespaced,
+        };
+        let started = Instant::now();
+        let decided = decision::decide(self.modules.sandbox(), input, |_, _| {}).await;
+        Ok(OfflineCall {
+            request,
+            module: module.digest.clone(),
+            duration: started.elapsed(),
+            decided,
+        })
+    }
+
+    /// [`Self::call`]'s decision; its errors are the host's own ([`ReconcileError`]), so their
+    /// messages read like the resource's `Synced` condition would.
+    pub async fn decide(
+        &self,
+        resource: &DynamicObject,
+        phase: &PhaseDefinition,
+        source: &impl ObjectSource,
+        samples: Samples<'_>,
+        now: &str,
+    ) -> anyhow::Result<Decision> {
+        Ok(self
+            .call(resource, phase, source, samples, now)
+            .await?
+            .decided?)
+    }
 }
 
 /// Loads `module_ref` as `phase`'s component, with the phase's limits and randomness, as the
@@ -295,10 +304,11 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
         .ok_or_else(|| anyhow!("{} is empty", run.resource.display()))?;
     let resource: DynamicObject =
         serde_json::from_value(resource_doc).context("the resource is not a Kubernetes object")?;
-    let phase = run
-        .phase
-        .clone()
-        .unwrap_or_else(|| current_phase(&def, &resource));
+    let phase_name = match &run.phase {
+        Some(p) => p.as_str(),
+        None => step::current_phase(&def, &resource),
+    };
+    let phase = step::declared_phase(&def, phase_name)?;
     let objects = match &run.objects {
         Some(path) => ObjectsByKind::from_values(read_documents(path)?)
             .with_context(|| format!("in {}", path.display()))?,
@@ -312,24 +322,21 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
     let now = run
         .now
         .clone()
-        .unwrap_or_else(crate::reconcile::now_rfc3339);
+        .unwrap_or_else(crate::pipeline::step::now_rfc3339);
     let crd_dirs = if run.crds.is_empty() {
         vec![crds_beside(&run.operator)]
     } else {
         run.crds.clone()
     };
     let namespaced = output_scopes(&def, &crd_dirs)?;
-    let decision = decide(
-        &modules,
-        &def,
-        &resource,
-        &phase,
-        &objects,
-        Vec::new(),
-        &namespaced,
-        &now,
-    )
-    .await?;
+    let operator = OfflineOperator {
+        modules: &modules,
+        definition: &def,
+        namespaced: &namespaced,
+    };
+    let decision = operator
+        .decide(&resource, phase, &objects, Samples::Given(Vec::new()), &now)
+        .await?;
     Ok(OfflineOutcome {
         phase: decision.phase,
         next_phase: decision.next_phase,

@@ -10,9 +10,9 @@ use kube::api::{DynamicObject, PostParams};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use wasmpilot::controller::informers::{Informers, EVENT_BUFFER};
 use wasmpilot::crd::KindRef;
-use wasmpilot::informers::{Informers, EVENT_BUFFER};
-use wasmpilot::inputs::WorkerObject;
+use wasmpilot::pipeline::inputs::WorkerObject;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn informers_are_shared_and_subscribers_never_miss_a_change() {

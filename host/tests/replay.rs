@@ -6,11 +6,10 @@ mod common;
 
 use kube::api::DynamicObject;
 use std::path::Path;
-use wasmpilot::decision::{self, DecisionInput};
 use wasmpilot::evidence::case::{CaseSource, DecisionCase, RecordedResult};
-use wasmpilot::inputs;
 use wasmpilot::modules::ModuleCache;
 use wasmpilot::offline::{self, ObjectsByKind};
+use wasmpilot::pipeline::step::Samples;
 use wasmpilot::sandbox::{Sandbox, SandboxLimits};
 
 /// A case as the host records it: the Syncing request for the sample AutoRoute, decided by the
@@ -34,30 +33,23 @@ async fn recorded_case(dir: &Path) -> std::path::PathBuf {
         None,
         Some(common::wasm_dir()),
     );
-    let module = offline::phase_module(&modules, phase, phase.module.as_ref().unwrap())
+    let namespaced = offline::output_scopes(&def, &[offline::crds_beside(&manifest)]).unwrap();
+    let operator = offline::OfflineOperator {
+        modules: &modules,
+        definition: &def,
+        namespaced: &namespaced,
+    };
+    let call = operator
+        .call(
+            &resource,
+            phase,
+            &objects,
+            Samples::Given(Vec::new()),
+            "2026-11-24T06:00:00Z",
+        )
         .await
         .unwrap();
-    let request = decision::sync_request(
-        &def,
-        phase,
-        inputs::to_worker_json(&resource, &def.resource),
-        inputs::gather(phase, inputs::Reader::of(&resource), &objects).unwrap(),
-        "2026-11-24T06:00:00Z".into(),
-    );
-    let namespaced = offline::output_scopes(&def, &[offline::crds_beside(&manifest)]).unwrap();
-    let decided = decision::decide(
-        modules.sandbox(),
-        DecisionInput {
-            definition: &def,
-            phase,
-            module: &module,
-            resource: &resource,
-            request: request.clone(),
-            namespaced: &namespaced,
-        },
-        |_, _| {},
-    )
-    .await;
+    let (request, decided) = (call.request, call.decided);
     let result = RecordedResult::of(&decided);
     let RecordedResult::Decided(decision) = &result else {
         panic!("the sample's Syncing decides: {result:?}");
@@ -70,7 +62,7 @@ async fn recorded_case(dir: &Path) -> std::path::PathBuf {
         CaseSource::Recorded,
         "default/example".into(),
         &request,
-        &module.digest,
+        &call.module,
         result,
         None,
     )

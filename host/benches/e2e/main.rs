@@ -6,10 +6,12 @@
 //! Run: `deploy/local/bench.sh` (or, with a cluster up and components built,
 //! `cargo bench -p wasmpilot --bench e2e --profile e2e-bench`). Sizes: `WASMPILOT_BENCH_E2E_SIZES=200,1000`;
 //! host flag sets to compare: `WASMPILOT_BENCH_E2E_HOST_ARGS="--no-instance-pool;"` (`+shadow` in a
-//! set gives Syncing a shadow: its own module).
+//! set gives Syncing a shadow: its own module). Parts (`WASMPILOT_BENCH_E2E_PARTS`): throughput,
+//! startup, memory, requeue (`requeue.rs`; `WASMPILOT_BENCH_REQUEUE_ROUTES`, default 1000).
 
 mod memory;
 mod native_autoroute;
+mod requeue;
 mod startup;
 
 use anyhow::bail;
@@ -50,7 +52,7 @@ fn main() -> anyhow::Result<()> {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let parts = std::env::var("WASMPILOT_BENCH_E2E_PARTS")
-        .unwrap_or_else(|_| "throughput,startup,memory".into());
+        .unwrap_or_else(|_| "throughput,startup,memory,requeue".into());
     rt.block_on(async {
         let client = Client::try_default().await?;
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -68,6 +70,10 @@ fn main() -> anyhow::Result<()> {
         if parts.contains("memory") {
             let objects = std::env::var("WASMPILOT_BENCH_MEMORY_OBJECTS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
             memory::run(&client, &hosts, objects, 10).await?;
+        }
+        if parts.contains("requeue") {
+            let routes = std::env::var("WASMPILOT_BENCH_REQUEUE_ROUTES").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
+            requeue::run(&client, &hosts, routes).await?;
         }
         anyhow::Ok(())
     })

@@ -4,20 +4,22 @@
 //!
 //! It reads the WasmOperator, the resource and the current phase's inputs from the cluster,
 //! loads the phase's module as the host does ([`ModuleCache`]: ConfigMap, OCI, URL, verified by
-//! sha256, compile cache), runs it through [`crate::offline::decide`], then asks the API server:
+//! sha256, compile cache), runs it through [`crate::offline::OfflineOperator`], then asks the API server:
 //! each output is server-side applied with `dryRun=All` (same field manager, labels and
 //! ownerReference as the host), objects the phase would prune are deleted with `dryRun=All`,
 //! and the status patch is sent to the status subresource with `dryRun=All`. The answers are
 //! diffed field by field against the live objects.
 
 use crate::crd::{KindRef, WasmOperator};
-use crate::definition::OperatorDefinition;
+use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::diff::{diff, without_bookkeeping, Change};
-use crate::inputs;
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
-use crate::outputs::{self, drift, ObjectKey, Owned};
+use crate::pipeline::outputs::{self, drift, ObjectKey, Owned};
+use crate::pipeline::step::{self, Samples, Standing};
+use crate::pipeline::ReconcileError;
+use crate::promql::Prometheus;
 use crate::sandbox::{Sandbox, SandboxLimits};
 use anyhow::{anyhow, bail, Context};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
@@ -149,40 +151,35 @@ pub(crate) async fn find_live(client: &Client, args: &PlanArgs) -> anyhow::Resul
 }
 
 /// What a phase's worker would be handed for a live resource now: the clock (`--now`, else
-/// now), its inputs listed from the cluster, and the samples of its metric queries (against
-/// the WasmOperator's Prometheus, else `--prometheus-url`).
-pub(crate) async fn live_inputs(
+/// now), its inputs listed from the cluster, and where its metric samples come from (the
+/// WasmOperator's Prometheus, else `--prometheus-url`).
+pub(crate) async fn live_inputs<'a>(
     client: &Client,
     live: &LiveResource,
-    phase_name: &str,
-    args: &PlanArgs,
-) -> anyhow::Result<(String, ObjectsByKind, Vec<crate::sandbox::NamedObjects>)> {
-    let now = args
-        .now
-        .clone()
-        .unwrap_or_else(crate::reconcile::now_rfc3339);
-    let prometheus_url = args.prometheus_url.as_deref();
-    let now = now.as_str();
-    let def = &live.def;
-    let phase = offline::declared_phase(def, phase_name)?;
-    let source = read_inputs(client, def, phase_name, live.namespace.as_deref()).await?;
-    let mut extra = Vec::new();
-    if !phase.queries.is_empty() {
-        let (url, timeout) = match &def.prometheus {
-            Some((url, timeout)) => (Some(url.clone()), *timeout),
-            None => (
-                prometheus_url.map(str::to_string),
-                crate::promql::DEFAULT_TIMEOUT,
-            ),
-        };
-        let as_value: Value =
-            serde_json::from_str(&inputs::to_worker_json(&live.resource, &def.resource))?;
-        extra = crate::promql::Prometheus::default()
-            .run(&phase.queries, &as_value, url.as_deref(), timeout, now)
-            .await
-            .with_context(|| format!("metric queries of phase {phase_name} (pass --prometheus-url if the WasmOperator names no Prometheus)"))?;
+    phase: &PhaseDefinition,
+    args: &'a PlanArgs,
+    prometheus: &'a Prometheus,
+) -> anyhow::Result<(String, ObjectsByKind, Samples<'a>)> {
+    let now = args.now.clone().unwrap_or_else(step::now_rfc3339);
+    let source = read_inputs(client, phase, live.namespace.as_deref()).await?;
+    let samples = Samples::Query {
+        prometheus,
+        fallback_url: args.prometheus_url.as_deref(),
+    };
+    Ok((now, source, samples))
+}
+
+/// The hint a failed metric query of a live decision gets: where `plan` and `capture` look for
+/// Prometheus.
+pub(crate) fn with_query_hint(e: anyhow::Error) -> anyhow::Error {
+    if matches!(
+        e.downcast_ref::<ReconcileError>(),
+        Some(ReconcileError::Query { .. })
+    ) {
+        e.context("the phase's metric queries failed (pass --prometheus-url if the WasmOperator names no Prometheus)")
+    } else {
+        e
     }
-    Ok((now.to_string(), source, extra))
 }
 
 /// Modules loaded as the host loads them (ConfigMap, OCI, URL, verified by sha256), with the
@@ -216,27 +213,32 @@ pub async fn plan(
     let resource = &live.resource;
     let api = dynamic_api(&client, &live.resource_kind, namespace.as_deref());
     let described = outputs::describe(&(def.resource.clone(), namespace.clone(), name.to_string()));
-    let phase_name = offline::current_phase(def, resource);
-    let phase = offline::declared_phase(def, &phase_name)?;
+    let phase_name = step::current_phase(def, resource).to_string();
     writeln!(out, "plan for {described} (operator {operator})")?;
     let generation = resource.metadata.generation;
-    if phase.is_final {
-        let observed = resource.data["status"]["observedGeneration"].as_i64();
-        if generation.is_some() && observed != generation {
-            writeln!(out, "phase {phase_name} is final, but the spec changed (generation {}): the host will restart it at {}", generation.unwrap_or(0), def.initial_phase)?;
-        } else {
+    let phase = match step::standing(def, resource, &step::now_rfc3339())? {
+        Standing::Runs(phase) => phase,
+        Standing::Final(_) => {
             writeln!(
                 out,
                 "phase {phase_name} is final: the host runs no worker until the spec changes"
             )?;
+            return Ok(PlanSummary {
+                phase: phase_name,
+                ..Default::default()
+            });
         }
-        return Ok(PlanSummary {
-            phase: phase_name,
-            ..Default::default()
-        });
-    }
+        Standing::Restart { .. } => {
+            writeln!(out, "phase {phase_name} is final, but the spec changed (generation {}): the host will restart it at {}", resource.metadata.generation.unwrap_or(0), def.initial_phase)?;
+            return Ok(PlanSummary {
+                phase: phase_name,
+                ..Default::default()
+            });
+        }
+    };
 
-    let (now, source, extra) = live_inputs(&client, &live, &phase_name, args).await?;
+    let prometheus = Prometheus::default();
+    let (now, source, samples) = live_inputs(&client, &live, phase, args, &prometheus).await?;
     let mut output_kinds: HashMap<KindRef, ResolvedKind> = HashMap::new();
     for (i, k) in phase.outputs.iter().enumerate() {
         let resolved = kinds::resolve(&client, k, &format!("outputs[{i}]")).await?;
@@ -247,21 +249,22 @@ pub async fn plan(
         .map(|(k, r)| (k.clone(), r.namespaced))
         .collect();
     let modules = live_modules(&client, args, limits)?;
-    let decision = offline::decide(
-        &modules,
-        def,
-        resource,
-        &phase_name,
-        &source,
-        extra,
-        &namespaced,
-        &now,
-    )
-    .await?;
-    let seen: Vec<String> = inputs::gather(phase, inputs::Reader::of(resource), &source)?
+    let operator_run = offline::OfflineOperator {
+        modules: &modules,
+        definition: def,
+        namespaced: &namespaced,
+    };
+    let call = operator_run
+        .call(resource, phase, &source, samples, &now)
+        .await
+        .map_err(with_query_hint)?;
+    let seen: Vec<String> = call
+        .request
+        .inputs
         .iter()
         .map(|i| format!("{} ({})", i.name, i.objects.len()))
         .collect();
+    let decision = call.decided?;
     writeln!(
         out,
         "phase {phase_name} → {}, decided by {}{}",
@@ -424,7 +427,7 @@ pub async fn plan(
         def.history_limit,
     );
     let current = resource.data.get("status");
-    let status_changed = match crate::status::status_patch(current, &update, &now) {
+    let status_changed = match crate::pipeline::status::status_patch(current, &update, &now) {
         None => {
             writeln!(out, "\n= status of {described} unchanged")?;
             false
@@ -603,14 +606,10 @@ fn dynamic_api(
 /// from its watch caches).
 async fn read_inputs(
     client: &Client,
-    def: &OperatorDefinition,
-    phase: &str,
+    phase: &PhaseDefinition,
     namespace: Option<&str>,
 ) -> anyhow::Result<ObjectsByKind> {
     let mut objects: HashMap<KindRef, Vec<Arc<DynamicObject>>> = HashMap::new();
-    let Some(phase) = def.phase(phase) else {
-        return Ok(ObjectsByKind(objects));
-    };
     for (i, input) in phase.inputs.iter().enumerate() {
         let kind = KindRef::new(&input.api_version, &input.kind);
         if objects.contains_key(&kind) {

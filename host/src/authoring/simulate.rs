@@ -1,13 +1,13 @@
 //! `wasmpilot simulate`: runs an operator's real components offline, reconcile after reconcile,
 //! against objects from a file, and prints every step (phase, outputs, status) as YAML.
 //!
-//! Each step is one host reconcile through [`crate::offline::decide`] (the host's input
+//! Each step is one host reconcile through [`crate::offline::OfflineOperator`] (the host's input
 //! gathering, sandbox, transition and output checks); then, as the host would:
 //! - outputs are applied to the simulated cluster (labelled with operator and phase; an output
 //!   replaces the object of the same kind/namespace/name) and objects this phase applied before
-//!   and no longer returns are pruned ([`crate::outputs::Owned::created`]);
+//!   and no longer returns are pruned ([`crate::pipeline::outputs::Owned::created`]);
 //! - the status info is merged into `.status` with phase, observedGeneration, moduleDigest and
-//!   the `Synced` condition ([`crate::status::status_patch`]);
+//!   the `Synced` condition ([`crate::pipeline::status::status_patch`]);
 //! - the virtual clock moves like the host's schedule: a write (status or objects) triggers the
 //!   next reconcile at once (the host watches both); otherwise it waits for the worker's
 //!   requeue-after, or the resync interval. A step that changes nothing and asks for no requeue
@@ -21,9 +21,10 @@ use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
-use crate::outputs::{self, describe, CheckedOutput, ObjectKey, Owned};
+use crate::pipeline::outputs::{self, describe, CheckedOutput, ObjectKey, Owned};
+use crate::pipeline::status::{self, StatusUpdate};
+use crate::pipeline::step::{self, Standing};
 use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits};
-use crate::status::{self, StatusUpdate};
 use anyhow::{anyhow, bail, Context};
 use kube::api::{DynamicObject, ObjectMeta};
 use serde::Serialize;
@@ -264,15 +265,20 @@ pub async fn simulate(
         def.name
     )?;
     let mut noted_queries = BTreeSet::new();
-    let mut last_phase = offline::current_phase(&def, &world.resource);
-    for step in 1..=args.steps {
+    let operator = offline::OfflineOperator {
+        modules: &modules,
+        definition: &def,
+        namespaced: &namespaced,
+    };
+    let mut last_phase = step::current_phase(&def, &world.resource).to_string();
+    for step_number in 1..=args.steps {
         let time = now.to_string();
-        let phase_name = offline::current_phase(&def, &world.resource);
+        let phase_name = step::current_phase(&def, &world.resource).to_string();
         last_phase = phase_name.clone();
-        let phase =
-            offline::declared_phase(&def, &phase_name).with_context(|| format!("step {step}"))?;
+        let standing = step::standing(&def, &world.resource, &time)
+            .with_context(|| format!("step {step_number}"))?;
         let mut report = StepReport {
-            step,
+            step: step_number,
             time: time.clone(),
             phase: phase_name.clone(),
             module: None,
@@ -283,33 +289,28 @@ pub async fn simulate(
             status: Value::Null,
             then: String::new(),
         };
-        if phase.is_final {
-            let observed = world.resource.data["status"]["observedGeneration"].as_i64();
-            if generation.is_none() || observed == generation {
+        let phase = match standing {
+            Standing::Runs(phase) => phase,
+            Standing::Final(_) => {
                 writeln!(
                     out,
                     "# stop: {phase_name} is final; the host runs no worker until the spec changes"
                 )?;
                 return Ok(End::Final { phase: phase_name });
             }
-            let update = StatusUpdate::restart_after_final(
-                &phase_name,
-                &def.initial_phase,
-                generation,
-                &time,
-                def.history_limit,
-            );
-            let changed = world.write_status(&update, &time);
-            report.next_phase = Some(def.initial_phase.clone());
-            report.status = world.status();
-            report.then = format!(
-                "reconcile again at once: the status ({}) changed",
-                changed.join(", ")
-            );
-            print_step(out, &report)?;
-            continue;
-        }
-        let extra: Vec<NamedObjects> = phase
+            Standing::Restart { update, .. } => {
+                let changed = world.write_status(&update, &time);
+                report.next_phase = Some(def.initial_phase.clone());
+                report.status = world.status();
+                report.then = format!(
+                    "reconcile again at once: the status ({}) changed",
+                    changed.join(", ")
+                );
+                print_step(out, &report)?;
+                continue;
+            }
+        };
+        let given: Vec<NamedObjects> = phase
             .queries
             .iter()
             .map(|q| NamedObjects {
@@ -326,17 +327,15 @@ pub async fn simulate(
             }
         }
         let source = world.source()?;
-        let decision = match offline::decide(
-            &modules,
-            &def,
-            &world.resource,
-            &phase_name,
-            &source,
-            extra,
-            &namespaced,
-            &time,
-        )
-        .await
+        let decision = match operator
+            .decide(
+                &world.resource,
+                phase,
+                &source,
+                step::Samples::Given(given),
+                &time,
+            )
+            .await
         {
             Ok(d) => d,
             Err(e) => {
@@ -345,7 +344,7 @@ pub async fn simulate(
                 report.then = "stop: the host would record this in the Synced condition and retry (with backoff, or on the next change for a fatal error)".into();
                 print_step(out, &report)?;
                 bail!(
-                    "step {step} ({phase_name}) failed: {e:#}\nfix the worker (test it natively with cargo test), then run wasmpilot build again"
+                    "step {step_number} ({phase_name}) failed: {e:#}\nfix the worker (test it natively with cargo test), then run wasmpilot build again"
                 );
             }
         };

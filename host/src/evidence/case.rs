@@ -2,9 +2,9 @@
 //! (or why it could not), as one JSON document. Recordings, captures and shadow differences
 //! are cases; `wasmpilot replay` runs them again and compares.
 
-use crate::decision::Decision;
 use crate::diff::{diff, Change};
-use crate::reconcile::ReconcileError;
+use crate::pipeline::decision::Decision;
+use crate::pipeline::ReconcileError;
 use crate::sandbox::{NamedObjects, RequestDigest, SyncRequest};
 use crate::worker_text::{bounded, MESSAGE_BYTES};
 use serde::{Deserialize, Serialize};
@@ -270,7 +270,7 @@ impl DecisionCase {
         Ok(DecisionCase {
             format: CASE_FORMAT.to_string(),
             source,
-            recorded_at: crate::reconcile::now_rfc3339(),
+            recorded_at: crate::pipeline::step::now_rfc3339(),
             resource,
             input_hash: RequestDigest::of_sync(request).to_prefixed_hex(),
             module: module.to_string(),

@@ -80,7 +80,11 @@ impl PendingRecord {
         out.extend_from_slice(b"{\"format\":");
         serde_json::to_writer(&mut out, CASE_FORMAT)?;
         field(&mut out, "source", &self.source)?;
-        field(&mut out, "recordedAt", &crate::reconcile::now_rfc3339())?;
+        field(
+            &mut out,
+            "recordedAt",
+            &crate::pipeline::step::now_rfc3339(),
+        )?;
         field(&mut out, "resource", &self.resource)?;
         let input_hash = RequestDigest::of_sync(request).to_prefixed_hex();
         field(&mut out, "inputHash", &input_hash)?;

@@ -5,10 +5,11 @@
 use super::case::{compare, summarize, DecisionCase, RecordedResult, Verdict};
 use super::record::read_cases;
 use crate::crd::{FileModule, KindRef, ModuleRef};
-use crate::decision::{self, DecisionInput};
 use crate::definition::OperatorDefinition;
 use crate::modules::ModuleCache;
 use crate::offline;
+use crate::pipeline::decision::{self, DecisionInput};
+use crate::pipeline::step;
 use crate::sandbox::{PhaseModule, Randomness, Sandbox, SandboxLimits};
 use anyhow::{anyhow, bail, Context};
 use kube::api::DynamicObject;
@@ -220,7 +221,7 @@ fn module_overrides(
         if def.phase(phase).is_none_or(|p| p.is_final) {
             bail!(
                 "--module {arg:?}: {phase:?} is not a phase with a worker (phases: {})",
-                decision::phase_names(def)
+                step::phase_names(def)
             );
         }
         let path = std::fs::canonicalize(path).with_context(|| format!("--module {arg:?}"))?;
@@ -250,7 +251,7 @@ async fn candidate_module(
     if let Some(module) = loaded.get(phase_name) {
         return Ok(module.clone());
     }
-    let phase = offline::declared_phase(def, phase_name)?;
+    let phase = step::declared_phase(def, phase_name)?;
     let module_ref = overrides
         .get(phase_name)
         .or(phase.module.as_ref())
@@ -282,7 +283,7 @@ async fn decide(
             }
         }
     };
-    let phase = match offline::declared_phase(def, &request.phase) {
+    let phase = match step::declared_phase(def, &request.phase) {
         Ok(p) => p,
         Err(e) => return RecordedResult::of(&Err(e)),
     };

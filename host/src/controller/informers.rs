@@ -10,8 +10,8 @@
 //! (its queue de-duplicates) instead of missing a change.
 
 use crate::crd::KindRef;
-use crate::inputs::WorkerObject;
 use crate::kinds::ResolvedKind;
+use crate::pipeline::inputs::WorkerObject;
 use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, PartialObjectMeta};
@@ -86,7 +86,7 @@ impl<T: Cached> Informer<T> {
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut events = watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE))
-                .backoff(crate::schedule::watch_backoff())
+                .backoff(crate::controller::schedule::watch_backoff())
                 .boxed();
             // A (re)list is collected apart and replaces the cache when complete, as
             // kube-runtime's reflector does: readers never see a half-listed cache.

@@ -1,7 +1,7 @@
 //! The operator's finalizer on its resources: added before the first phase runs; on deletion the
 //! finalizer worker runs once (until it reports done), then the host removes only its own entry.
 
-use super::ReconcileError;
+use crate::pipeline::ReconcileError;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;

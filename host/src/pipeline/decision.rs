@@ -1,16 +1,15 @@
-//! One worker decision through the host's checks, the step every reconcile shares with the
-//! offline commands (`run-phase`, `simulate`, `plan`): build the phase's request, run its
-//! component in the sandbox, check the next phase (declared, and allowed from this phase), the
-//! status info (a JSON object) and the outputs (declared kinds, named, in the resource's
-//! namespace, owned by nobody else). What to do with the decision — apply, prune, write the
-//! status — is the caller's: `reconcile` does it on the cluster, `simulate` on files.
+//! One worker decision through the host's checks: the phase's component run in the sandbox on
+//! the request [`crate::pipeline::step::request`] built (or a recorded one), then the next phase
+//! (declared, and allowed from this phase), the status info (a JSON object) and the outputs
+//! (declared kinds, named, in the resource's namespace) checked. Applying, pruning and the status
+//! write are the caller's: `reconcile` on the cluster, `simulate` on files, `plan` as a diff.
 
 use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
-use crate::outputs::{self, CheckedOutput, Owner};
-use crate::reconcile::{parse_status_info, ReconcileError};
-use crate::sandbox::{NamedObjects, PhaseModule, RequestDigest, RunError, Sandbox, SyncRequest};
-use crate::status::{StatusUpdate, Transition};
+use crate::pipeline::error::ReconcileError;
+use crate::pipeline::outputs::{self, CheckedOutput, Owner};
+use crate::pipeline::status::{StatusUpdate, Transition};
+use crate::sandbox::{PhaseModule, RequestDigest, RunError, Sandbox, SyncRequest};
 use crate::worker_text::{bounded, NAME_BYTES};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
@@ -77,38 +76,11 @@ pub struct DecisionInput<'a> {
     pub module: &'a PhaseModule,
     /// The resource the request names (its uid and namespace own the outputs).
     pub resource: &'a DynamicObject,
-    /// Exactly what the worker receives ([`sync_request`], or a recorded one when replaying).
+    /// Exactly what the worker receives ([`crate::pipeline::step::request`], or a recorded one
+    /// when replaying).
     pub request: SyncRequest,
     /// Whether each output kind is namespaced (kinds absent are taken as namespaced).
     pub namespaced: &'a HashMap<KindRef, bool>,
-}
-
-/// The request a phase's worker receives: the resource as workers see it
-/// ([`crate::inputs::to_worker_json`]), the phase's gathered inputs (and metric samples, if
-/// any) in declaration order, and the clock (RFC 3339).
-pub fn sync_request(
-    def: &OperatorDefinition,
-    phase: &PhaseDefinition,
-    resource_json: String,
-    inputs: Vec<NamedObjects>,
-    now: String,
-) -> SyncRequest {
-    SyncRequest {
-        operator: def.name.clone(),
-        phase: phase.name.clone(),
-        resource: resource_json,
-        inputs,
-        now,
-    }
-}
-
-/// The declared phases, comma-separated, for messages.
-pub fn phase_names(def: &OperatorDefinition) -> String {
-    def.phases
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Runs the phase's worker once and checks its decision. `on_call` gets the worker call's
@@ -145,7 +117,7 @@ pub async fn decide(
         return Err(ReconcileError::UnknownNextPhase {
             phase: current.clone(),
             next: next_for_message(),
-            declared: phase_names(def),
+            declared: crate::pipeline::step::phase_names(def),
         });
     }
     if !phase.allows(&result.next_phase) {
@@ -179,8 +151,46 @@ pub async fn decide(
         // A worker may not put a resource off for longer than the host allows.
         requeue_after_ms: result
             .requeue_after_ms
-            .map(|ms| crate::reconcile::requeue_after(ms).as_millis() as u64),
+            .map(|ms| requeue_after(ms).as_millis() as u64),
         outputs,
         input_hash,
     })
+}
+
+/// The longest a worker's `requeue_after` may put a resource off (longer asks are cut to it).
+pub const MAX_REQUEUE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// A worker's requeue-after, within [`MAX_REQUEUE_AFTER`].
+pub fn requeue_after(ms: u64) -> Duration {
+    Duration::from_millis(ms).min(MAX_REQUEUE_AFTER)
+}
+
+/// The worker's status info: a JSON object (or nothing), else the host's error naming the phase.
+pub(crate) fn parse_status_info(
+    phase: &str,
+    raw: Option<&str>,
+) -> Result<Option<Map<String, Value>>, ReconcileError> {
+    let Some(raw) = raw else { return Ok(None) };
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(m)) => Ok(Some(m)),
+        Ok(Value::Null) => Ok(None),
+        Ok(other) => Err(ReconcileError::BadStatusInfo {
+            phase: phase.into(),
+            problem: format!("got {}", kind_of(&other)),
+        }),
+        Err(e) => Err(ReconcileError::BadStatusInfo {
+            phase: phase.into(),
+            problem: e.to_string(),
+        }),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        _ => "something else",
+    }
 }

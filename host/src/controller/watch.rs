@@ -3,10 +3,10 @@
 //! selector matches the object's old or new labels — all of them for inputs without a selector
 //! — or only the controlling resource for `owned` inputs) and output kinds (the owner).
 
+use crate::controller::informers::ObjectInformer;
+use crate::controller::reconcile::{self, OperatorContext};
 use crate::crd::{InputSpec, KindRef};
-use crate::informers::ObjectInformer;
-use crate::inputs;
-use crate::reconcile::{self, OperatorContext};
+use crate::pipeline::inputs;
 use futures::StreamExt;
 use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::discovery::ApiResource;
@@ -16,6 +16,18 @@ use kube::{Api, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+
+/// Which resources a change of a (non-owned) input object requeues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InputRequeue {
+    /// Those whose selector for the object matches its labels before or after the change (every
+    /// resource of its namespace for inputs without a selector).
+    #[default]
+    Selected,
+    /// Every resource of its namespace, as hosts did before inputs had selectors: a benchmark
+    /// baseline (`wasmpilot run --requeue-whole-namespace`), one reconcile per resource per change.
+    WholeNamespace,
+}
 
 /// Runs the operator's controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(
@@ -45,7 +57,8 @@ pub async fn run(
                 .filter(|i| i.api_version == kind.api_version && i.kind == kind.kind && !i.owned)
                 .cloned()
                 .collect();
-            if specs.iter().all(inputs::selects) {
+            let selecting = ctx.input_requeue == InputRequeue::Selected;
+            if selecting && specs.iter().all(inputs::selects) {
                 let mapper =
                     requeue_selected(owners.clone(), resource.clone(), specs, informer.clone());
                 controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
@@ -73,7 +86,7 @@ pub async fn run(
     let name = ctx.definition.name.clone();
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(16))
-        .trigger_backoff(crate::schedule::watch_backoff())
+        .trigger_backoff(crate::controller::schedule::watch_backoff())
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|res| async move {

@@ -3,12 +3,12 @@
 //! decision is only compared — counted in metrics and the WasmOperator's status, differences
 //! kept as replay cases and reported as rate-limited `ShadowDiffered` Events — never applied.
 
-use super::case::{compare, summarize, CaseSource, RecordedResult, Verdict};
-use super::record::PendingRecord;
-use super::LiveCall;
+use crate::controller::live_evidence::LiveCall;
+use crate::controller::reconcile::OperatorContext;
 use crate::crd::{ShadowStatus, WasmOperator};
-use crate::decision::{self, DecisionInput};
-use crate::reconcile::OperatorContext;
+use crate::evidence::case::{compare, summarize, CaseSource, RecordedResult, Verdict};
+use crate::evidence::record::PendingRecord;
+use crate::pipeline::decision::{self, DecisionInput};
 use crate::sandbox::PhaseModule;
 use crate::worker_text::{bounded, MESSAGE_BYTES};
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -224,7 +224,7 @@ async fn run(
             Verdict::Error(_) => entry.errors += 1,
         }
         if verdict != Verdict::Same {
-            entry.last_difference = Some(format!("{} {key}", crate::reconcile::now_rfc3339()));
+            entry.last_difference = Some(format!("{} {key}", crate::pipeline::step::now_rfc3339()));
         }
     }
     let what = match &verdict {
@@ -259,7 +259,7 @@ async fn run(
             short(&input_hash),
             bounded(&what, MESSAGE_BYTES)
         );
-        crate::status::publish_event(
+        crate::pipeline::status::publish_event(
             &ctx.recorder,
             &reference,
             false,

@@ -290,20 +290,36 @@ pub fn label(object: &mut Value, operator: &str, phase: &str) {
 pub fn refused_takeovers(
     outputs: &[CheckedOutput],
     owner_uid: &str,
-    caches: &crate::reconcile::OutputCaches,
+    existing: &impl ExistingObjects,
 ) -> Vec<(usize, OutputError)> {
     let mut refused = Vec::new();
     for (index, out) in outputs.iter().enumerate() {
-        let Some(informer) = caches.0.get(&out.kind) else {
-            continue;
-        };
-        if let Some(existing) = informer.cache.get(out.namespace.as_deref(), &out.name) {
-            if let Err(e) = refuse_takeover(out, owner_uid, &existing.metadata) {
+        if let Some(found) = existing.get(&out.kind, out.namespace.as_deref(), &out.name) {
+            if let Err(e) = refuse_takeover(out, owner_uid, &found) {
                 refused.push((index, e));
             }
         }
     }
     refused
+}
+
+/// The objects of the output kinds that exist (the controller's metadata caches): what
+/// takeovers and pruning are checked against.
+pub trait ExistingObjects {
+    /// The metadata of the object `kind` `namespace/name`, if it exists.
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<kube::api::ObjectMeta>;
+    /// Visits the metadata of every object of `kind` in `namespace` (all, for `None`).
+    fn each_in_namespace(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(&kube::api::ObjectMeta),
+    );
 }
 
 /// One output against the object of that name that exists already (`wasmpilot plan` passes
@@ -571,21 +587,17 @@ impl Owned<'_> {
 /// the output watch caches): what [`prune_outputs`] deletes.
 pub fn prunable(
     owned: &Owned<'_>,
-    caches: &crate::reconcile::OutputCaches,
+    existing: &impl ExistingObjects,
     keep: &BTreeSet<ObjectKey>,
 ) -> Vec<(KindRef, kube::api::ObjectMeta)> {
     let mut found = Vec::new();
     for kind in &owned.phase.outputs {
-        let Some(informer) = caches.0.get(kind) else {
-            continue;
-        };
-        for meta in informer.cache.in_namespace(owned.namespace) {
-            let m = &meta.metadata;
+        existing.each_in_namespace(kind, owned.namespace, &mut |m| {
             let name = m.name.clone().unwrap_or_default();
             if owned.created(m) && !keep.contains(&(kind.clone(), m.namespace.clone(), name)) {
                 found.push((kind.clone(), m.clone()));
             }
-        }
+        });
     }
     found
 }

@@ -3,17 +3,17 @@
 //! A swap drains the previous controller first (its in-flight reconciles finish on the old
 //! modules), so two controllers of one operator never reconcile at the same time.
 
+use crate::controller::reconcile::{InputCaches, OperatorContext, OutputCaches};
+use crate::controller::schedule::Backoff;
+use crate::controller::shadow::Shadows;
+use crate::controller::watch;
 use crate::crd::{KindRef, WasmOperator, WasmOperatorSpec};
 use crate::definition::{OperatorDefinition, FINALIZER_ROLE};
 use crate::evidence::record::RecordSink;
-use crate::evidence::shadow::Shadows;
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::{ModuleCache, ModuleError};
-use crate::reconcile::{InputCaches, OperatorContext, OutputCaches};
+use crate::pipeline::status;
 use crate::sandbox::LoadError;
-use crate::schedule::Backoff;
-use crate::status;
-use crate::watch;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
@@ -139,11 +139,13 @@ pub struct Manager {
     failed: HashMap<String, WasmOperatorSpec>,
     /// Operators with a retry timer running, so failures do not stack timers.
     retry_pending: HashSet<String>,
-    metrics_source: crate::reconcile::MetricsSource,
+    metrics_source: crate::controller::reconcile::MetricsSource,
     /// Watches and caches per kind, shared by the operators that use them.
-    informers: crate::informers::Informers,
+    informers: crate::controller::informers::Informers,
     /// Where every operator's decisions are recorded, if anywhere.
     record_sink: Option<RecordSink>,
+    /// Which resources an input object's change requeues (the same for every operator).
+    input_requeue: crate::controller::watch::InputRequeue,
 }
 
 impl Manager {
@@ -154,7 +156,7 @@ impl Manager {
         };
         let recorder = Recorder::new(client.clone(), reporter);
         Manager {
-            informers: crate::informers::Informers::new(client.clone()),
+            informers: crate::controller::informers::Informers::new(client.clone()),
             client,
             modules,
             recorder,
@@ -162,14 +164,21 @@ impl Manager {
             draining: HashMap::new(),
             failed: HashMap::new(),
             retry_pending: HashSet::new(),
-            metrics_source: crate::reconcile::MetricsSource::default(),
+            metrics_source: crate::controller::reconcile::MetricsSource::default(),
             record_sink: None,
+            input_requeue: Default::default(),
         }
     }
 
     /// Records every decision of every operator to `sink`.
     pub fn with_record_sink(mut self, sink: Option<RecordSink>) -> Self {
         self.record_sink = sink;
+        self
+    }
+
+    /// Sets which resources an input object's change requeues (default: the selected ones).
+    pub fn with_input_requeue(mut self, rule: crate::controller::watch::InputRequeue) -> Self {
+        self.input_requeue = rule;
         self
     }
 
@@ -192,7 +201,7 @@ impl Manager {
     ) -> anyhow::Result<()> {
         let api: Api<WasmOperator> = Api::all(self.client.clone());
         let mut events = watcher::watcher(api.clone(), watcher::Config::default())
-            .backoff(crate::schedule::watch_backoff())
+            .backoff(crate::controller::schedule::watch_backoff())
             .boxed();
         let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<String>();
         let mut listed: HashSet<String> = HashSet::new();
@@ -506,6 +515,7 @@ impl Manager {
             finalized: Default::default(),
             record_sink: self.record_sink.clone(),
             shadows,
+            input_requeue: self.input_requeue,
         };
         Ok((Arc::new(ctx), digests))
     }
@@ -546,7 +556,7 @@ impl Manager {
         message: &str,
         digests: BTreeMap<String, String>,
     ) {
-        let now = crate::reconcile::now_rfc3339();
+        let now = crate::pipeline::step::now_rfc3339();
         let current = op
             .status
             .as_ref()

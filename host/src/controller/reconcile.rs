@@ -1,42 +1,35 @@
 //! One reconcile of one resource, top to bottom: current phase → inputs → sandbox → outputs →
 //! status. Errors end as a Condition and an Event on the resource, then backoff or resync.
-//! The worker's decision and its checks are [`crate::decision::decide`] (shared with the offline
+//! The worker's decision and its checks are [`crate::pipeline::decision::decide`] (shared with the offline
 //! commands); applying, pruning and the status write are here.
 
+use crate::controller::finalizer;
+use crate::controller::informers::{MetadataInformer, ObjectInformer};
+use crate::controller::live_evidence::LiveCall;
+use crate::controller::schedule::Backoff;
 use crate::crd::KindRef;
-use crate::decision::{self, phase_names, DecisionInput};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::evidence::case::RecordedResult;
-use crate::evidence::LiveCall;
-use crate::informers::{MetadataInformer, ObjectInformer};
-use crate::inputs::{self, ObjectSource, WorkerObject};
 use crate::kinds::ResolvedKind;
-use crate::outputs::{self, CheckedOutput, ObjectKey, OutputError};
+use crate::pipeline::decision::{self, DecisionInput};
+use crate::pipeline::inputs::{self, ObjectSource, WorkerObject};
+use crate::pipeline::outputs::{self, CheckedOutput, ObjectKey, OutputError};
+use crate::pipeline::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
+use crate::pipeline::step::{self, now_rfc3339, Samples, Standing};
+use crate::pipeline::ReconcileError;
 use crate::sandbox::{FinalizeRequest, FinalizerModule, PhaseModule, RunError, Sandbox};
-use crate::schedule::Backoff;
-use crate::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-pub mod finalizer;
-
 /// How long a reconcile waits for the input caches' first list before retrying.
 const INPUTS_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The longest a worker's `requeue_after` may put a resource off (longer asks are cut to it).
-pub const MAX_REQUEUE_AFTER: Duration = Duration::from_secs(24 * 3600);
-
-/// A worker's requeue-after, within [`MAX_REQUEUE_AFTER`].
-pub fn requeue_after(ms: u64) -> Duration {
-    Duration::from_millis(ms).min(MAX_REQUEUE_AFTER)
-}
 
 /// Everything one operator's reconciles share; built by the manager when the operator loads.
 pub struct OperatorContext {
@@ -60,7 +53,9 @@ pub struct OperatorContext {
     /// Where decisions are recorded (`wasmpilot run --record-dir`), if anywhere.
     pub record_sink: Option<crate::evidence::record::RecordSink>,
     /// The phases' shadow components, if any phase declares one.
-    pub shadows: Option<crate::evidence::shadow::Shadows>,
+    pub shadows: Option<crate::controller::shadow::Shadows>,
+    /// Which resources an input object's change requeues.
+    pub input_requeue: crate::controller::watch::InputRequeue,
 }
 
 /// Where phases' metric queries go unless the WasmOperator names its own Prometheus.
@@ -92,169 +87,29 @@ impl ObjectSource for InputCaches {
 #[derive(Clone, Default)]
 pub struct OutputCaches(pub HashMap<KindRef, Arc<MetadataInformer>>);
 
-/// Why a reconcile did not complete.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    #[error("phase {phase:?} is not declared by operator {operator} (declared: {declared})")]
-    UnknownPhase {
-        phase: String,
-        operator: String,
-        declared: String,
-    },
-    #[error("worker for phase {phase} returned next phase {next:?}, which is not declared (declared: {declared})")]
-    UnknownNextPhase {
-        phase: String,
-        next: String,
-        declared: String,
-    },
-    #[error("worker for phase {phase} returned next phase {next:?}, but {phase} may only move to {allowed}")]
-    TransitionNotAllowed {
-        phase: String,
-        next: String,
-        allowed: String,
-    },
-    #[error("worker for phase {phase} returned status info that is not a JSON object: {problem}")]
-    BadStatusInfo { phase: String, problem: String },
-    #[error("worker for phase {phase} ({digest}): {source}")]
-    Worker {
-        phase: String,
-        digest: String,
-        #[source]
-        source: RunError,
-    },
-    #[error("finalizer worker ({digest}): {source}")]
-    FinalizerWorker {
-        digest: String,
-        #[source]
-        source: RunError,
-    },
-    #[error("finalizer worker not done yet; running again in {0:?}")]
-    FinalizerPending(Duration),
-    #[error("outputs of phase {phase} refused, nothing was applied: {source}")]
-    Outputs {
-        phase: String,
-        #[source]
-        source: Box<OutputError>,
-    },
-    #[error(
-        "outputs of phase {phase} not all applied ({applied} of {total} done, retrying): {}",
-        failure_list(.failures)
-    )]
-    Apply {
-        phase: String,
-        applied: usize,
-        total: usize,
-        /// Each output that could not be applied (or pruned), with why.
-        failures: Vec<OutputError>,
-    },
-    #[error("metric input for phase {phase}: {source}")]
-    Query {
-        phase: String,
-        #[source]
-        source: crate::promql::QueryError,
-    },
-    #[error("input cache for {0} has not synced yet")]
-    InputsNotSynced(String),
-    // The problem is in the message and deliberately not a `source()`: a chain printed with
-    // `{:#}` would repeat it.
-    #[error("an input selector of phase {phase} is invalid: {problem}")]
-    InvalidSelector {
-        phase: String,
-        problem: crate::selector::SelectorError,
-    },
-    #[error("status of the resource changed while the worker ran; deciding again")]
-    StatusConflict,
-    #[error("the resource changed after the decision was made from the cache; deciding again")]
-    StaleDecision,
-    #[error("{action}: {source}")]
-    Api {
-        action: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("finalizer handling: {0}")]
-    Finalizer(String),
-}
-
-impl ReconcileError {
-    /// Wraps a selector problem of phase `phase` (for `map_err`).
-    pub fn invalid_selector(phase: &str) -> impl FnOnce(crate::selector::SelectorError) -> Self {
-        let phase = phase.to_owned();
-        move |problem| ReconcileError::InvalidSelector { phase, problem }
+impl outputs::ExistingObjects for OutputCaches {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<kube::api::ObjectMeta> {
+        let found = self.0.get(kind)?.cache.get(namespace, name)?;
+        Some(found.metadata.clone())
     }
 
-    /// Fatal errors are reported and not retried with backoff: the resource runs again on the
-    /// next change of it or its inputs, or at the resync interval.
-    fn is_fatal(&self) -> bool {
-        match self {
-            ReconcileError::UnknownPhase { .. }
-            | ReconcileError::UnknownNextPhase { .. }
-            | ReconcileError::TransitionNotAllowed { .. }
-            | ReconcileError::BadStatusInfo { .. }
-            | ReconcileError::InvalidSelector { .. } => true,
-            ReconcileError::Worker { source, .. }
-            | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
-            ReconcileError::Outputs { source, .. } => source.is_fatal(),
-            ReconcileError::Apply { failures, .. } => failures.iter().all(OutputError::is_fatal),
-            ReconcileError::Query { source, .. } => source.is_fatal(),
-            _ => false,
-        }
-    }
-
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ReconcileError::UnknownPhase { .. } => "UnknownPhase",
-            ReconcileError::UnknownNextPhase { .. } => "UnknownNextPhase",
-            ReconcileError::TransitionNotAllowed { .. } => "TransitionNotAllowed",
-            ReconcileError::BadStatusInfo { .. } => "BadStatusInfo",
-            ReconcileError::Worker { source, .. }
-            | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
-            ReconcileError::FinalizerPending(_) => "FinalizerPending",
-            // Only refusals to take over someone else's object: the worker's names are taken.
-            ReconcileError::Apply { failures, .. }
-                if failures
-                    .iter()
-                    .all(|f| matches!(f, OutputError::NotOurs { .. })) =>
-            {
-                "OutputRefused"
+    fn each_in_namespace(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(&kube::api::ObjectMeta),
+    ) {
+        if let Some(informer) = self.0.get(kind) {
+            for m in informer.cache.in_namespace(namespace) {
+                visit(&m.metadata);
             }
-            ReconcileError::Apply { .. } => "ApplyFailed",
-            ReconcileError::Outputs { .. } => "OutputRefused",
-            ReconcileError::Query { .. } => "MetricQueryFailed",
-            ReconcileError::InputsNotSynced(_) => "InputsNotSynced",
-            ReconcileError::InvalidSelector { .. } => "InvalidSelector",
-            ReconcileError::StatusConflict => "StatusConflict",
-            ReconcileError::StaleDecision => "StaleDecision",
-            ReconcileError::Api { .. } => "ApiError",
-            ReconcileError::Finalizer(_) => "FinalizerError",
         }
     }
-
-    /// Worth a Condition and an Event (the rest are routine and only logged).
-    fn is_reportable(&self) -> bool {
-        !matches!(
-            self,
-            ReconcileError::StatusConflict
-                | ReconcileError::StaleDecision
-                | ReconcileError::FinalizerPending(_)
-                | ReconcileError::InputsNotSynced(_)
-        )
-    }
-}
-
-/// The first few failures of a result, for one message.
-fn failure_list(failures: &[OutputError]) -> String {
-    const SHOWN: usize = 5;
-    let mut text = failures
-        .iter()
-        .take(SHOWN)
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ");
-    if failures.len() > SHOWN {
-        text.push_str(&format!("; and {} more", failures.len() - SHOWN));
-    }
-    text
 }
 
 impl OperatorContext {
@@ -294,7 +149,7 @@ pub async fn reconcile(
         let mut live = None;
         let mut result = decide(&ctx, &api, obj.clone(), &mut live).await;
         if let Some(call) = live.take() {
-            crate::evidence::after_live_call(&ctx, &obj, call);
+            crate::controller::live_evidence::after_live_call(&ctx, &obj, call);
         }
         if let Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) =
             &result
@@ -308,7 +163,7 @@ pub async fn reconcile(
                     let fresh = Arc::new(fresh);
                     result = decide(&ctx, &api, fresh.clone(), &mut live).await;
                     if let Some(call) = live.take() {
-                        crate::evidence::after_live_call(&ctx, &fresh, call);
+                        crate::controller::live_evidence::after_live_call(&ctx, &fresh, call);
                     }
                 }
                 Ok(None) => result = Ok(Action::await_change()),
@@ -406,76 +261,35 @@ async fn run_phase(
     live: &mut Option<LiveCall>,
 ) -> Result<Action, ReconcileError> {
     let def = &ctx.definition;
-    let status = obj.data.get("status");
-    let current = status
-        .and_then(|s| s.get("phase"))
-        .and_then(Value::as_str)
-        .filter(|p| !p.is_empty())
-        .unwrap_or(&def.initial_phase)
-        .to_string();
+    let now = now_rfc3339();
+    let current = step::current_phase(def, &obj).to_string();
     tracing::Span::current().record("phase", current.as_str());
-    let phase = def
-        .phase(&current)
-        .ok_or_else(|| ReconcileError::UnknownPhase {
-            phase: current.clone(),
-            operator: def.name.clone(),
-            declared: phase_names(def),
-        })?;
     let generation = obj.metadata.generation;
-    let observed = status
-        .and_then(|s| s.get("observedGeneration"))
-        .and_then(Value::as_i64);
-
-    if phase.is_final {
-        if generation.is_some() && observed != generation {
+    let phase = match step::standing(def, &obj, &now)? {
+        Standing::Runs(phase) => phase,
+        Standing::Final(_) => return Ok(Action::await_change()),
+        Standing::Restart { update, .. } => {
             tracing::info!(from = %current, to = %def.initial_phase, "spec changed after a final phase: starting again");
-            let update = StatusUpdate::restart_after_final(
-                &current,
-                &def.initial_phase,
-                generation,
-                &now_rfc3339(),
-                def.history_limit,
-            );
             write_status(api, &obj, &update, true).await?;
+            return Ok(Action::await_change());
         }
-        return Ok(Action::await_change());
-    }
-
+    };
     let module = ctx
         .workers
         .get(&current)
         .ok_or_else(|| ReconcileError::UnknownPhase {
             phase: current.clone(),
             operator: def.name.clone(),
-            declared: phase_names(def),
+            declared: step::phase_names(def),
         })?;
     wait_for_inputs(ctx, phase).await?;
-    let now = now_rfc3339();
-    let resource = inputs::to_worker_json(&obj, &def.resource);
-    let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(&obj), &ctx.inputs)
-        .map_err(ReconcileError::invalid_selector(&current))?;
-    if !phase.queries.is_empty() {
-        let (url, timeout) = match &def.prometheus {
-            Some((url, timeout)) => (Some(url.as_str()), *timeout),
-            None => (
-                ctx.metrics_source.default_url.as_deref(),
-                crate::promql::DEFAULT_TIMEOUT,
-            ),
-        };
-        let as_value: Value = serde_json::from_str(&resource).unwrap_or(Value::Null);
-        let samples = ctx
-            .metrics_source
-            .client
-            .run(&phase.queries, &as_value, url, timeout, &now)
-            .await
-            .map_err(|source| ReconcileError::Query {
-                phase: current.clone(),
-                source,
-            })?;
-        phase_inputs.extend(samples);
-    }
-    let request = decision::sync_request(def, phase, resource, phase_inputs, now);
-    let kept_request = crate::evidence::wanted(ctx, &current).then(|| request.clone());
+    let samples = Samples::Query {
+        prometheus: &ctx.metrics_source.client,
+        fallback_url: ctx.metrics_source.default_url.as_deref(),
+    };
+    let request = step::request(def, phase, &obj, &ctx.inputs, samples, &now).await?;
+    let kept_request =
+        crate::controller::live_evidence::wanted(ctx, &current).then(|| request.clone());
     let input = DecisionInput {
         definition: def,
         phase,
@@ -583,7 +397,7 @@ async fn run_phase(
         tracing::debug!(phase = %current, "status updated");
     }
     Ok(match decision.requeue_after_ms {
-        Some(ms) => Action::requeue(requeue_after(ms)),
+        Some(ms) => Action::requeue(decision::requeue_after(ms)),
         None => Action::requeue(def.resync),
     })
 }
@@ -610,7 +424,7 @@ async fn run_finalizer(
             digest: module.digest.clone(),
             source,
         })?;
-    let status_info = parse_status_info("finalizer", result.status_info.as_deref())?;
+    let status_info = decision::parse_status_info("finalizer", result.status_info.as_deref())?;
     if status_info.is_some() {
         let update = StatusUpdate {
             status_info,
@@ -632,7 +446,7 @@ async fn run_finalizer(
         .await;
         Ok(Action::await_change())
     } else {
-        Err(ReconcileError::FinalizerPending(requeue_after(
+        Err(ReconcileError::FinalizerPending(decision::requeue_after(
             result.requeue_after_ms.unwrap_or(5_000),
         )))
     }
@@ -797,45 +611,9 @@ async fn wait_for_inputs(
     Ok(())
 }
 
-pub(crate) fn parse_status_info(
-    phase: &str,
-    raw: Option<&str>,
-) -> Result<Option<Map<String, Value>>, ReconcileError> {
-    let Some(raw) = raw else { return Ok(None) };
-    match serde_json::from_str::<Value>(raw) {
-        Ok(Value::Object(m)) => Ok(Some(m)),
-        Ok(Value::Null) => Ok(None),
-        Ok(other) => Err(ReconcileError::BadStatusInfo {
-            phase: phase.into(),
-            problem: format!("got {}", kind_of(&other)),
-        }),
-        Err(e) => Err(ReconcileError::BadStatusInfo {
-            phase: phase.into(),
-            problem: e.to_string(),
-        }),
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Array(_) => "an array",
-        Value::String(_) => "a string",
-        Value::Number(_) => "a number",
-        Value::Bool(_) => "a boolean",
-        _ => "something else",
-    }
-}
-
 /// `sha256:0123456789ab` — enough to tell modules apart in messages.
 fn short(digest: &str) -> &str {
     digest.get(..19).unwrap_or(digest)
-}
-
-pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| jiff::Timestamp::now().to_string())
 }
 
 #[cfg(test)]
@@ -844,13 +622,17 @@ mod tests {
 
     #[test]
     fn status_info_must_be_an_object() {
-        assert!(parse_status_info("P", None).unwrap().is_none());
-        assert!(parse_status_info("P", Some("null")).unwrap().is_none());
+        assert!(decision::parse_status_info("P", None).unwrap().is_none());
+        assert!(decision::parse_status_info("P", Some("null"))
+            .unwrap()
+            .is_none());
         assert_eq!(
-            parse_status_info("P", Some(r#"{"a":1}"#)).unwrap().unwrap()["a"],
+            decision::parse_status_info("P", Some(r#"{"a":1}"#))
+                .unwrap()
+                .unwrap()["a"],
             1
         );
-        let e = parse_status_info("P", Some("[1]")).unwrap_err();
+        let e = decision::parse_status_info("P", Some("[1]")).unwrap_err();
         assert!(
             e.to_string().contains("not a JSON object: got an array"),
             "{e}"

@@ -1,0 +1,58 @@
+//! The evidence step of a reconcile: its live worker call, kept when the operator records or
+//! shadows the phase, handed to the record sink and to the phase's shadow lane afterwards.
+
+use crate::controller::reconcile::OperatorContext;
+use crate::evidence::case::{CaseSource, RecordedResult};
+use crate::evidence::record::PendingRecord;
+use crate::sandbox::SyncRequest;
+use kube::api::DynamicObject;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One live worker call of a reconcile, kept when the operator records or shadows its phase.
+pub struct LiveCall {
+    pub request: SyncRequest,
+    /// The live decision after the host's checks, or why there was none.
+    pub result: RecordedResult,
+    /// The digest of the live module.
+    pub module: String,
+    pub duration: Duration,
+}
+
+/// Whether a reconcile of `phase` must keep its call ([`LiveCall`]) for the evidence step.
+pub fn wanted(ctx: &OperatorContext, phase: &str) -> bool {
+    ctx.record_sink.is_some() || ctx.shadows.as_ref().is_some_and(|s| s.has(phase))
+}
+
+/// After a reconcile (its decision applied and its status written, or its failure handled):
+/// hands the call to the record sink and to the phase's shadow, neither of which it waits for.
+pub fn after_live_call(ctx: &Arc<OperatorContext>, resource: &Arc<DynamicObject>, call: LiveCall) {
+    let shadows = ctx.shadows.as_ref().filter(|s| s.has(&call.request.phase));
+    let Some(sink) = &ctx.record_sink else {
+        if let Some(shadows) = shadows {
+            shadows.enqueue(ctx.clone(), resource.clone(), call);
+        }
+        return;
+    };
+    let record = |call: LiveCall| PendingRecord {
+        source: CaseSource::Recorded,
+        resource: OperatorContext::key(resource),
+        request: call.request,
+        module: call.module,
+        result: call.result,
+        duration: Some(call.duration),
+        shadow: None,
+    };
+    match shadows {
+        Some(shadows) => {
+            sink.record(record(LiveCall {
+                request: call.request.clone(),
+                result: call.result.clone(),
+                module: call.module.clone(),
+                duration: call.duration,
+            }));
+            shadows.enqueue(ctx.clone(), resource.clone(), call);
+        }
+        None => sink.record(record(call)),
+    }
+}

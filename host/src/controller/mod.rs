@@ -1,0 +1,14 @@
+//! The cluster side: the `manager` loads WasmOperators, `watch` runs one controller per operator
+//! over shared `informers` (requeueing the resources a change concerns), `schedule` paces retries,
+//! `reconcile` runs one [`crate::pipeline`] step and applies it, `live_evidence` hands its worker call to the
+//! record sink and the `shadow` lane, `leader` elects the active host.
+
+pub mod finalizer;
+pub mod informers;
+pub mod leader;
+pub mod live_evidence;
+pub mod manager;
+pub mod reconcile;
+pub mod schedule;
+pub mod shadow;
+pub mod watch;

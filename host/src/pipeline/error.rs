@@ -1,0 +1,171 @@
+//! Why one phase step did not complete, in the controller or an offline command: the message
+//! a resource's `Synced` Condition and Event carry, its reason, and whether it is retried.
+
+use crate::pipeline::outputs::OutputError;
+use crate::sandbox::RunError;
+use std::time::Duration;
+
+/// Why a reconcile did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("phase {phase:?} is not declared by operator {operator} (declared: {declared})")]
+    UnknownPhase {
+        phase: String,
+        operator: String,
+        declared: String,
+    },
+    #[error("worker for phase {phase} returned next phase {next:?}, which is not declared (declared: {declared})")]
+    UnknownNextPhase {
+        phase: String,
+        next: String,
+        declared: String,
+    },
+    #[error("worker for phase {phase} returned next phase {next:?}, but {phase} may only move to {allowed}")]
+    TransitionNotAllowed {
+        phase: String,
+        next: String,
+        allowed: String,
+    },
+    #[error("worker for phase {phase} returned status info that is not a JSON object: {problem}")]
+    BadStatusInfo { phase: String, problem: String },
+    #[error("worker for phase {phase} ({digest}): {source}")]
+    Worker {
+        phase: String,
+        digest: String,
+        #[source]
+        source: RunError,
+    },
+    #[error("finalizer worker ({digest}): {source}")]
+    FinalizerWorker {
+        digest: String,
+        #[source]
+        source: RunError,
+    },
+    #[error("finalizer worker not done yet; running again in {0:?}")]
+    FinalizerPending(Duration),
+    #[error("outputs of phase {phase} refused, nothing was applied: {source}")]
+    Outputs {
+        phase: String,
+        #[source]
+        source: Box<OutputError>,
+    },
+    #[error(
+        "outputs of phase {phase} not all applied ({applied} of {total} done, retrying): {}",
+        failure_list(.failures)
+    )]
+    Apply {
+        phase: String,
+        applied: usize,
+        total: usize,
+        /// Each output that could not be applied (or pruned), with why.
+        failures: Vec<OutputError>,
+    },
+    #[error("metric input for phase {phase}: {source}")]
+    Query {
+        phase: String,
+        #[source]
+        source: crate::promql::QueryError,
+    },
+    #[error("input cache for {0} has not synced yet")]
+    InputsNotSynced(String),
+    // The problem is in the message and deliberately not a `source()`: a chain printed with
+    // `{:#}` would repeat it.
+    #[error("an input selector of phase {phase} is invalid: {problem}")]
+    InvalidSelector {
+        phase: String,
+        problem: crate::selector::SelectorError,
+    },
+    #[error("status of the resource changed while the worker ran; deciding again")]
+    StatusConflict,
+    #[error("the resource changed after the decision was made from the cache; deciding again")]
+    StaleDecision,
+    #[error("{action}: {source}")]
+    Api {
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("finalizer handling: {0}")]
+    Finalizer(String),
+}
+
+impl ReconcileError {
+    /// Wraps a selector problem of phase `phase` (for `map_err`).
+    pub fn invalid_selector(phase: &str) -> impl FnOnce(crate::selector::SelectorError) -> Self {
+        let phase = phase.to_owned();
+        move |problem| ReconcileError::InvalidSelector { phase, problem }
+    }
+
+    /// Fatal errors are reported and not retried with backoff: the resource runs again on the
+    /// next change of it or its inputs, or at the resync interval.
+    pub(crate) fn is_fatal(&self) -> bool {
+        match self {
+            ReconcileError::UnknownPhase { .. }
+            | ReconcileError::UnknownNextPhase { .. }
+            | ReconcileError::TransitionNotAllowed { .. }
+            | ReconcileError::BadStatusInfo { .. }
+            | ReconcileError::InvalidSelector { .. } => true,
+            ReconcileError::Worker { source, .. }
+            | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
+            ReconcileError::Outputs { source, .. } => source.is_fatal(),
+            ReconcileError::Apply { failures, .. } => failures.iter().all(OutputError::is_fatal),
+            ReconcileError::Query { source, .. } => source.is_fatal(),
+            _ => false,
+        }
+    }
+
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::UnknownPhase { .. } => "UnknownPhase",
+            ReconcileError::UnknownNextPhase { .. } => "UnknownNextPhase",
+            ReconcileError::TransitionNotAllowed { .. } => "TransitionNotAllowed",
+            ReconcileError::BadStatusInfo { .. } => "BadStatusInfo",
+            ReconcileError::Worker { source, .. }
+            | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
+            ReconcileError::FinalizerPending(_) => "FinalizerPending",
+            // Only refusals to take over someone else's object: the worker's names are taken.
+            ReconcileError::Apply { failures, .. }
+                if failures
+                    .iter()
+                    .all(|f| matches!(f, OutputError::NotOurs { .. })) =>
+            {
+                "OutputRefused"
+            }
+            ReconcileError::Apply { .. } => "ApplyFailed",
+            ReconcileError::Outputs { .. } => "OutputRefused",
+            ReconcileError::Query { .. } => "MetricQueryFailed",
+            ReconcileError::InputsNotSynced(_) => "InputsNotSynced",
+            ReconcileError::InvalidSelector { .. } => "InvalidSelector",
+            ReconcileError::StatusConflict => "StatusConflict",
+            ReconcileError::StaleDecision => "StaleDecision",
+            ReconcileError::Api { .. } => "ApiError",
+            ReconcileError::Finalizer(_) => "FinalizerError",
+        }
+    }
+
+    /// Worth a Condition and an Event (the rest are routine and only logged).
+    pub(crate) fn is_reportable(&self) -> bool {
+        !matches!(
+            self,
+            ReconcileError::StatusConflict
+                | ReconcileError::StaleDecision
+                | ReconcileError::FinalizerPending(_)
+                | ReconcileError::InputsNotSynced(_)
+        )
+    }
+}
+
+/// The first few failures of a result, for one message.
+fn failure_list(failures: &[OutputError]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = failures
+        .iter()
+        .take(SHOWN)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if failures.len() > SHOWN {
+        text.push_str(&format!("; and {} more", failures.len() - SHOWN));
+    }
+    text
+}

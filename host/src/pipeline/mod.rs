@@ -1,0 +1,14 @@
+//! One phase step, the same in the controller and the offline commands: where the resource
+//! stands and what its worker is handed (`step`: phase, `inputs` selected by [`crate::selector`],
+//! [`crate::promql`] samples), the worker's checked `decision` (run in [`crate::sandbox`]), its
+//! `outputs` (checked, applied, pruned) and the `status` written; `error` says why a step did
+//! not complete.
+
+pub mod decision;
+pub mod error;
+pub mod inputs;
+pub mod outputs;
+pub mod status;
+pub mod step;
+
+pub use error::ReconcileError;
