@@ -12,3 +12,6 @@ pub mod reconcile;
 pub mod schedule;
 pub mod shadow;
 pub mod watch;
+
+#[cfg(test)]
+mod mock_api_tests;

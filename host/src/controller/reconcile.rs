@@ -549,7 +549,7 @@ async fn report_error(
 }
 
 /// Writes a status update if it changes anything; returns whether it wrote.
-async fn write_status(
+pub(crate) async fn write_status(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     update: &StatusUpdate,

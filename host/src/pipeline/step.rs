@@ -60,7 +60,7 @@ pub enum Standing<'a> {
     /// `observedGeneration`): this status write moves it back to the initial phase.
     Restart {
         phase: &'a PhaseDefinition,
-        update: StatusUpdate,
+        update: Box<StatusUpdate>,
     },
 }
 
@@ -88,7 +88,10 @@ pub fn standing<'a>(
         now,
         def.history_limit,
     );
-    Ok(Standing::Restart { phase, update })
+    Ok(Standing::Restart {
+        phase,
+        update: Box::new(update),
+    })
 }
 
 /// Where a phase's metric samples come from.

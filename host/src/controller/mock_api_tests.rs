@@ -1,0 +1,393 @@
+//! The reconcile's writes against a scripted mock API server (tower-test, as kube-rs tests its
+//! client): server-side apply of outputs, its convergence paths, pruning, the conditional status
+//! write. Each test states the requests, in order, that the host must make and no others.
+
+use crate::controller::reconcile::write_status;
+use crate::crd::KindRef;
+use crate::kinds::ResolvedKind;
+use crate::pipeline::outputs::{self, CheckedOutput, Convergence, OutputError};
+use crate::pipeline::status::StatusUpdate;
+use crate::pipeline::ReconcileError;
+use http::{Method, Request, Response, StatusCode};
+use kube::api::{ApiResource, DynamicObject, ObjectMeta};
+use kube::client::Body;
+use kube::core::GroupVersionKind;
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use tokio::task::JoinHandle;
+
+/// Checks one request's head (query string, headers) and JSON body (`Null` when there is none).
+type RequestCheck = Box<dyn Fn(&http::request::Parts, &Value) + Send>;
+
+/// One request the host must make, and the API server's answer.
+struct Exchange {
+    method: Method,
+    path: String,
+    check: RequestCheck,
+    status: StatusCode,
+    answer: Value,
+}
+
+impl Exchange {
+    fn new(method: Method, path: &str, status: StatusCode, answer: Value) -> Self {
+        Exchange {
+            method,
+            path: path.to_string(),
+            check: Box::new(|_, _| {}),
+            status,
+            answer,
+        }
+    }
+
+    fn checking(mut self, check: impl Fn(&http::request::Parts, &Value) + Send + 'static) -> Self {
+        self.check = Box::new(check);
+        self
+    }
+}
+
+/// A `Status` failure as the API server sends it.
+fn failure(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+/// A client whose API server answers `script` in order; the task ends once the client is
+/// dropped, and fails if the client made more or fewer requests than scripted.
+fn scripted(script: Vec<Exchange>) -> (Client, JoinHandle<()>) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(async move {
+        let mut handle = std::pin::pin!(handle);
+        let expected = script.len();
+        for (i, exchange) in script.into_iter().enumerate() {
+            let Some((request, send)) = handle.next_request().await else {
+                panic!("the host made {i} requests; {expected} were scripted");
+            };
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.expect("the request body");
+            let body: Value = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).expect("a JSON request body")
+            };
+            assert_eq!(
+                (&parts.method, parts.uri.path()),
+                (&exchange.method, exchange.path.as_str()),
+                "request {i}"
+            );
+            (exchange.check)(&parts, &body);
+            let answer = Response::builder()
+                .status(exchange.status)
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    serde_json::to_vec(&exchange.answer).expect("JSON"),
+                ))
+                .expect("a response");
+            send.send_response(answer);
+        }
+        if let Some((request, _)) = handle.next_request().await {
+            panic!(
+                "an unscripted request: {} {}",
+                request.method(),
+                request.uri()
+            );
+        }
+    });
+    (Client::new(service, "default"), server)
+}
+
+fn query(parts: &http::request::Parts) -> String {
+    parts.uri.query().unwrap_or_default().to_string()
+}
+
+fn header<'a>(parts: &'a http::request::Parts, name: &str) -> &'a str {
+    parts
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
+fn services() -> HashMap<KindRef, ResolvedKind> {
+    let kind = KindRef::new("v1", "Service");
+    let resolved = ResolvedKind {
+        kind: kind.clone(),
+        api: ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "Service"),
+            "services",
+        ),
+        namespaced: true,
+    };
+    HashMap::from([(kind, resolved)])
+}
+
+fn service(name: &str) -> CheckedOutput {
+    CheckedOutput {
+        kind: KindRef::new("v1", "Service"),
+        name: name.into(),
+        namespace: Some("team-a".into()),
+        object: json!({"apiVersion": "v1", "kind": "Service",
+                       "metadata": {"name": name, "namespace": "team-a",
+                                    "ownerReferences": [{"apiVersion": "examples.io/v1", "kind": "AutoRoute",
+                                                         "name": "r1", "uid": "route-uid", "controller": true}]},
+                       "spec": {"ports": [{"port": 80}]}}),
+    }
+}
+
+/// The Service as the API server returns it, controlled by `controller_uid`.
+fn live_service(name: &str, controller_uid: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": name, "namespace": "team-a", "uid": format!("{name}-uid"), "resourceVersion": "7",
+                        "ownerReferences": [{"apiVersion": "examples.io/v1", "kind": "AutoRoute",
+                                             "name": "someone", "uid": controller_uid, "controller": true}],
+                        "managedFields": []},
+           "spec": {"ports": [{"port": 80}]}})
+}
+
+#[tokio::test]
+async fn outputs_are_force_applied_by_the_operators_field_manager_and_one_failure_stops_no_other() {
+    let apply = |name: &str, status, answer| {
+        Exchange::new(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/team-a/services/{name}"),
+            status,
+            answer,
+        )
+        .checking(|parts, body| {
+            let q = query(parts);
+            assert!(q.contains("fieldManager=wasmpilot-shop"), "{q}");
+            assert!(q.contains("force=true"), "{q}");
+            assert_eq!(
+                header(parts, "content-type"),
+                "application/apply-patch+yaml"
+            );
+            let labels = &body["metadata"]["labels"];
+            assert_eq!(labels[crate::OPERATOR_LABEL], "shop", "{body}");
+            assert_eq!(labels[crate::PHASE_LABEL], "Syncing", "{body}");
+            assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "route-uid");
+        })
+    };
+    let (client, server) = scripted(vec![
+        apply(
+            "db",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            failure(500, "InternalError", "etcdserver: request timed out"),
+        ),
+        apply("web", StatusCode::OK, live_service("web", "route-uid")),
+    ]);
+    let report = outputs::apply_outputs(
+        &client,
+        "shop",
+        "Syncing",
+        "route-uid",
+        &services(),
+        vec![service("db"), service("web")],
+    )
+    .await;
+    drop(client);
+    server.await.expect("the API server's script");
+    assert_eq!(report.applied, 1);
+    assert!(report.converged.is_empty());
+    let [failed] = report.failed.as_slice() else {
+        panic!("one failure: {:?}", report.failed);
+    };
+    let text = failed.to_string();
+    assert!(matches!(failed, OutputError::ApplyFailed { .. }), "{text}");
+    assert!(
+        text.contains("team-a/db") && text.contains("etcdserver: request timed out"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_apply_to_an_object_another_controls_is_refused_and_not_converged() {
+    let path = "/api/v1/namespaces/team-a/services/web";
+    let (client, server) = scripted(vec![
+        Exchange::new(
+            Method::PATCH,
+            path,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            failure(422, "Invalid", "Service \"web\" is invalid: spec.clusterIP: Invalid value: \"None\": field is immutable"),
+        ),
+        // The host reads the object to see whose it is; it is not this resource's: no delete.
+        Exchange::new(Method::GET, path, StatusCode::OK, live_service("web", "other-uid")),
+    ]);
+    let report = outputs::apply_outputs(
+        &client,
+        "shop",
+        "Syncing",
+        "route-uid",
+        &services(),
+        vec![service("web")],
+    )
+    .await;
+    drop(client);
+    server.await.expect("the API server's script");
+    assert_eq!(report.applied, 0);
+    let text = report
+        .failed
+        .first()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(text.contains("field is immutable"), "{text}");
+}
+
+#[tokio::test]
+async fn an_immutable_field_of_its_own_output_is_converged_by_recreating_it() {
+    let path = "/api/v1/namespaces/team-a/services/web";
+    let (client, server) = scripted(vec![
+        Exchange::new(
+            Method::PATCH,
+            path,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            failure(422, "Invalid", "Service \"web\" is invalid: spec.clusterIP: Invalid value: \"None\": field is immutable"),
+        ),
+        Exchange::new(Method::GET, path, StatusCode::OK, live_service("web", "route-uid")),
+        // Deleted only if it is still the object read (its uid), then applied again.
+        Exchange::new(
+            Method::DELETE,
+            path,
+            StatusCode::OK,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+        )
+        .checking(|_, body| assert_eq!(body["preconditions"]["uid"], "web-uid", "{body}")),
+        Exchange::new(Method::PATCH, path, StatusCode::OK, live_service("web", "route-uid")),
+    ]);
+    let report = outputs::apply_outputs(
+        &client,
+        "shop",
+        "Syncing",
+        "route-uid",
+        &services(),
+        vec![service("web")],
+    )
+    .await;
+    drop(client);
+    server.await.expect("the API server's script");
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(report.applied, 1);
+    let [(object, Convergence::Recreated { reason })] = report.converged.as_slice() else {
+        panic!("recreated: {:?}", report.converged);
+    };
+    assert!(object.contains("team-a/web"), "{object}");
+    assert!(reason.contains("field is immutable"), "{reason}");
+}
+
+#[tokio::test]
+async fn pruning_deletes_by_uid_counts_what_is_gone_and_stops_at_a_refusal() {
+    let meta = |name: &str| ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some("team-a".into()),
+        uid: Some(format!("{name}-uid")),
+        ..Default::default()
+    };
+    let kind = KindRef::new("v1", "Service");
+    let delete = |name: &str, status, answer| {
+        let uid = format!("{name}-uid");
+        Exchange::new(
+            Method::DELETE,
+            &format!("/api/v1/namespaces/team-a/services/{name}"),
+            status,
+            answer,
+        )
+        .checking(move |_, body| assert_eq!(body["preconditions"]["uid"], uid.as_str(), "{body}"))
+    };
+    let success =
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
+    let (client, server) = scripted(vec![
+        delete("old-a", StatusCode::OK, success.clone()),
+        // Already gone, or replaced by an object of the same name (another uid): nothing to do.
+        delete(
+            "old-b",
+            StatusCode::NOT_FOUND,
+            failure(404, "NotFound", "services \"old-b\" not found"),
+        ),
+        delete(
+            "old-c",
+            StatusCode::CONFLICT,
+            failure(
+                409,
+                "Conflict",
+                "Precondition failed: UID in precondition: old-c-uid, UID in object meta: new",
+            ),
+        ),
+        delete(
+            "old-d",
+            StatusCode::FORBIDDEN,
+            failure(
+                403,
+                "Forbidden",
+                "services \"old-d\" is forbidden: User \"wasmpilot\" cannot delete resource",
+            ),
+        ),
+    ]);
+    let prunable = ["old-a", "old-b", "old-c", "old-d", "old-e"]
+        .map(|n| (kind.clone(), meta(n)))
+        .to_vec();
+    let result = outputs::prune_outputs(&client, &services(), prunable).await;
+    drop(client);
+    server.await.expect("the API server's script");
+    let Err((deleted, e)) = result else {
+        panic!("a refused delete fails the prune: {result:?}");
+    };
+    assert_eq!(deleted, 1);
+    let text = e.to_string();
+    assert!(
+        text.contains("team-a/old-d") && text.contains("forbidden"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn the_status_write_is_conditional_and_a_conflict_means_deciding_again() {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("examples.io", "v1", "AutoRoute"),
+        "autoroutes",
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "examples.io/v1", "kind": "AutoRoute",
+        "metadata": {"name": "r1", "namespace": "team-a", "uid": "route-uid", "resourceVersion": "41", "generation": 2},
+        "spec": {}, "status": {"phase": "Syncing"}
+    }))
+    .expect("an object");
+    let update = StatusUpdate::phase_completed("Ready", None, Some(2), "sha256:abc");
+    let path = "/apis/examples.io/v1/namespaces/team-a/autoroutes/r1/status";
+    let patch = |status, answer, conditional: bool| {
+        Exchange::new(Method::PATCH, path, status, answer).checking(move |parts, body| {
+            assert_eq!(
+                header(parts, "content-type"),
+                "application/merge-patch+json"
+            );
+            assert_eq!(body["status"]["phase"], "Ready", "{body}");
+            let rv = &body["metadata"]["resourceVersion"];
+            match conditional {
+                true => assert_eq!(rv, "41", "{body}"),
+                false => assert!(rv.is_null(), "{body}"),
+            }
+        })
+    };
+    let mut written = obj.clone();
+    written.data["status"]["phase"] = json!("Ready");
+    let (client, server) = scripted(vec![
+        patch(
+            StatusCode::CONFLICT,
+            failure(409, "Conflict", "the object has been modified; please apply your changes to the latest version and try again"),
+            true,
+        ),
+        patch(StatusCode::OK, serde_json::to_value(&written).expect("JSON"), false),
+    ]);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "team-a", &resource);
+    let conflict = write_status(&api, &obj, &update, true).await;
+    assert!(
+        matches!(conflict, Err(ReconcileError::StatusConflict)),
+        "{conflict:?}"
+    );
+    assert_eq!(
+        conflict.map_err(|e| e.reason()).err(),
+        Some("StatusConflict")
+    );
+    let wrote = write_status(&api, &obj, &update, false).await;
+    assert!(matches!(wrote, Ok(true)), "{wrote:?}");
+    drop((api, client));
+    server.await.expect("the API server's script");
+}
