@@ -96,6 +96,20 @@ fn scripted(script: Vec<Exchange>) -> (Client, JoinHandle<()>) {
     (Client::new(service, "default"), server)
 }
 
+/// The API server refusing an apply that changes an immutable field of the Service at `path`.
+fn immutable_refusal(path: &str) -> Exchange {
+    Exchange::new(
+        Method::PATCH,
+        path,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        failure(
+            422,
+            "Invalid",
+            "Service \"web\" is invalid: spec.clusterIP: Invalid value: \"None\": field is immutable",
+        ),
+    )
+}
+
 fn query(parts: &http::request::Parts) -> String {
     parts.uri.query().unwrap_or_default().to_string()
 }
@@ -203,14 +217,14 @@ async fn outputs_are_force_applied_by_the_operators_field_manager_and_one_failur
 async fn an_invalid_apply_to_an_object_another_controls_is_refused_and_not_converged() {
     let path = "/api/v1/namespaces/team-a/services/web";
     let (client, server) = scripted(vec![
-        Exchange::new(
-            Method::PATCH,
-            path,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            failure(422, "Invalid", "Service \"web\" is invalid: spec.clusterIP: Invalid value: \"None\": field is immutable"),
-        ),
+        immutable_refusal(path),
         // The host reads the object to see whose it is; it is not this resource's: no delete.
-        Exchange::new(Method::GET, path, StatusCode::OK, live_service("web", "other-uid")),
+        Exchange::new(
+            Method::GET,
+            path,
+            StatusCode::OK,
+            live_service("web", "other-uid"),
+        ),
     ]);
     let report = outputs::apply_outputs(
         &client,
@@ -236,13 +250,13 @@ async fn an_invalid_apply_to_an_object_another_controls_is_refused_and_not_conve
 async fn an_immutable_field_of_its_own_output_is_converged_by_recreating_it() {
     let path = "/api/v1/namespaces/team-a/services/web";
     let (client, server) = scripted(vec![
+        immutable_refusal(path),
         Exchange::new(
-            Method::PATCH,
+            Method::GET,
             path,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            failure(422, "Invalid", "Service \"web\" is invalid: spec.clusterIP: Invalid value: \"None\": field is immutable"),
+            StatusCode::OK,
+            live_service("web", "route-uid"),
         ),
-        Exchange::new(Method::GET, path, StatusCode::OK, live_service("web", "route-uid")),
         // Deleted only if it is still the object read (its uid), then applied again.
         Exchange::new(
             Method::DELETE,
@@ -251,7 +265,12 @@ async fn an_immutable_field_of_its_own_output_is_converged_by_recreating_it() {
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
         )
         .checking(|_, body| assert_eq!(body["preconditions"]["uid"], "web-uid", "{body}")),
-        Exchange::new(Method::PATCH, path, StatusCode::OK, live_service("web", "route-uid")),
+        Exchange::new(
+            Method::PATCH,
+            path,
+            StatusCode::OK,
+            live_service("web", "route-uid"),
+        ),
     ]);
     let report = outputs::apply_outputs(
         &client,
