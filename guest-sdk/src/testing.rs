@@ -95,6 +95,8 @@ pub struct SyncTest {
     phase: String,
     resource: String,
     inputs: Vec<(String, Vec<String>)>,
+    /// Inputs declaring `fields`: their objects are cut down as the host cuts them.
+    projections: Vec<(String, wasmpilot_selection::Projection)>,
     now: String,
 }
 
@@ -116,8 +118,24 @@ impl SyncTest {
             phase,
             resource: value.to_string(),
             inputs: Vec::new(),
+            projections: Vec::new(),
             now: DEFAULT_NOW.to_owned(),
         }
+    }
+
+    /// Input `name` declares `fields` in operator.yaml (generated code has them as
+    /// `<INPUT>_FIELDS`): its objects reach the worker cut down to those field paths (and
+    /// `apiVersion`, `kind`, `metadata.name`, `metadata.namespace`), as the host sends them, so
+    /// a worker reading a field it did not declare fails here, not on the cluster.
+    ///
+    /// # Panics
+    /// If a path is malformed (the host refuses such a definition).
+    pub fn fields(mut self, name: &str, fields: &[&str]) -> Self {
+        let projection = wasmpilot_selection::Projection::new(fields)
+            .unwrap_or_else(|err| panic!("fields of input `{name}`: {err}"));
+        self.projections.retain(|(n, _)| n != name);
+        self.projections.push((name.to_owned(), projection));
+        self
     }
 
     pub fn operator(mut self, name: impl Into<String>) -> Self {
@@ -197,6 +215,21 @@ impl SyncTest {
         &mut self.inputs[index].1
     }
 
+    /// Input `name`'s objects as the host would send them: cut to its declared fields (objects
+    /// that are not JSON, from [`SyncTest::input_json`], pass unchanged).
+    fn as_sent(&self, name: &str, objects: &[String]) -> Vec<String> {
+        let Some((_, projection)) = self.projections.iter().find(|(n, _)| n == name) else {
+            return objects.to_vec();
+        };
+        objects
+            .iter()
+            .map(|o| match serde_json::from_str::<Value>(o) {
+                Ok(value) => projection.apply(&value).to_string(),
+                Err(_) => o.clone(),
+            })
+            .collect()
+    }
+
     /// Runs `worker` through the component export's code path.
     ///
     /// # Errors
@@ -211,7 +244,7 @@ impl SyncTest {
                 .iter()
                 .map(|(name, objects)| wire::NamedObjects {
                     name: name.clone(),
-                    objects: objects.clone(),
+                    objects: self.as_sent(name, objects),
                 })
                 .collect(),
             now: self.now.clone(),
@@ -474,6 +507,44 @@ items:
         assert_eq!(report.logs[0].field("phase"), Some("Working"));
         assert_eq!(report.logs[0].field("count"), Some("2"));
         assert!(report.logged("echo"));
+    }
+
+    #[test]
+    fn declared_fields_cut_the_objects_as_the_host_does() {
+        #[derive(Default)]
+        struct Reads;
+        impl PhaseWorker for Reads {
+            type Resource = Value;
+            fn sync(&self, _: &Context, _: Value, inputs: &Inputs) -> Result<Outcome, WorkerError> {
+                let deployments: Vec<Deployment> = inputs.list("deployments")?;
+                let replicas: Vec<Option<i32>> = deployments
+                    .iter()
+                    .map(|d| d.spec.as_ref().and_then(|s| s.replicas))
+                    .collect();
+                Ok(Outcome::next("x").status(json!({ "replicas": replicas })))
+            }
+        }
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": "a", "namespace": "default", "labels": { "app": "a" } },
+            "spec": { "replicas": 2, "selector": {}, "template": {} },
+        });
+        let whole = SyncTest::new(json!({})).input("deployments", [&deployment]);
+        let report = whole.clone().run(&Reads).unwrap();
+        assert_eq!(report.status, Some(json!({ "replicas": [2] })));
+
+        // spec.replicas not declared: the worker sees none, as on the cluster.
+        let report = whole
+            .clone()
+            .fields("deployments", &["spec.selector", "spec.template"])
+            .run(&Reads)
+            .unwrap();
+        assert_eq!(report.status, Some(json!({ "replicas": [null] })));
+        let report = whole
+            .fields("deployments", &["spec.replicas"])
+            .run(&Reads)
+            .unwrap();
+        assert_eq!(report.status, Some(json!({ "replicas": [2] })));
     }
 
     #[test]

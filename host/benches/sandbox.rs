@@ -31,7 +31,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasmpilot::crd::{KindRef, WasmOperator};
+use wasmpilot::crd::{InputSpec, KindRef, WasmOperator};
 use wasmpilot::definition::{OperatorDefinition, PhaseDefinition};
 use wasmpilot::modules::compile_cache::CompileCache;
 use wasmpilot::modules::digest_of;
@@ -291,26 +291,28 @@ impl Env {
     }
 }
 
-/// The watch caches: with `cached_json`, objects as the informers keep them (serialized once,
-/// on arrival); else serialized on every call from the parsed objects.
+/// The watch caches: with `cached_json`, objects as the informers keep them (serialized — and
+/// cut to the input's declared `fields` — once, on arrival); else serialized on every call from
+/// the parsed objects.
 struct Cache {
     objects: Vec<Arc<DynamicObject>>,
-    kept: Option<Vec<Arc<WorkerObject>>>,
+    kept: Option<std::sync::OnceLock<Vec<Arc<WorkerObject>>>>,
 }
 
 impl Cache {
     fn new(objects: Vec<Arc<DynamicObject>>, cached_json: bool) -> Self {
-        let kind = KindRef::new("apps/v1", "Deployment");
-        let kept = cached_json.then(|| inputs::worker_objects_of(&objects, &kind, None));
+        let kept = cached_json.then(std::sync::OnceLock::new);
         Cache { objects, kept }
     }
 }
 
 impl ObjectSource for Cache {
-    fn worker_objects(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
         match &self.kept {
-            Some(kept) => kept.clone(),
-            None => inputs::worker_objects_of(&self.objects, kind, namespace),
+            Some(kept) => kept
+                .get_or_init(|| inputs::worker_objects_of(&self.objects, input, None))
+                .clone(),
+            None => inputs::worker_objects_of(&self.objects, input, namespace),
         }
     }
 }

@@ -196,6 +196,13 @@ pub struct InputSpec {
     /// the controlling resource, not the whole namespace.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub owned: bool,
+    /// Only these field paths of each object reach the worker, and the host's cache keeps only
+    /// them, besides `apiVersion`, `kind`, `metadata.name` and `metadata.namespace`: e.g.
+    /// `spec.selector`, `spec.template.spec.containers.ports` (a path through a list applies to
+    /// each element). A change to other fields reconciles nothing. Left out: whole objects
+    /// (without managedFields and kubectl's last-applied annotation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
 }
 
 /// The finalizer worker.

@@ -121,6 +121,10 @@ impl OperatorDefinition {
                     &f,
                 )
                 .map_err(|e| invalid(e.field, e.problem))?;
+                if !input.fields.is_empty() {
+                    wasmpilot_selection::Projection::new(&input.fields)
+                        .map_err(|e| invalid(format!("{f}.fields[{}]", e.index), e.problem))?;
+                }
                 if let Some(path) = &input.selector_from {
                     if path.is_empty() || path.split('.').any(str::is_empty) {
                         return Err(invalid(
@@ -498,6 +502,17 @@ mod tests {
         p.outputs.push(KindRef::new("", "Service"));
         let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
         assert_eq!(e.field, "spec.phases[0].outputs[0].apiVersion");
+
+        let mut p = phase("A", true, false);
+        let input: crate::crd::InputSpec = serde_json::from_value(serde_json::json!({
+            "name": "deployments", "apiVersion": "apps/v1", "kind": "Deployment",
+            "fields": ["spec.selector", "spec.template.spec.containers[0].ports"],
+        }))
+        .unwrap();
+        p.inputs.push(input);
+        let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
+        assert_eq!(e.field, "spec.phases[0].inputs[0].fields[1]");
+        assert!(e.problem.contains("'['"), "{e}");
     }
 
     #[test]

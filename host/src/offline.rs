@@ -5,7 +5,7 @@
 //! [`crate::pipeline::step::request`] builds, the phase's component, [`crate::pipeline::decision::decide`]);
 //! `wasmpilot run-phase`, `simulate`, `plan` and `capture` all go through it.
 
-use crate::crd::{KindRef, WasmOperator};
+use crate::crd::{InputSpec, KindRef, WasmOperator};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::modules::ModuleCache;
 use crate::pipeline::decision::{self, DecisionInput};
@@ -62,10 +62,10 @@ pub use crate::pipeline::decision::Decision;
 pub struct ObjectsByKind(pub HashMap<KindRef, Vec<Arc<DynamicObject>>>);
 
 impl ObjectSource for ObjectsByKind {
-    fn worker_objects(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
         self.0
-            .get(kind)
-            .map(|objects| inputs::worker_objects_of(objects, kind, namespace))
+            .get(&KindRef::new(&input.api_version, &input.kind))
+            .map(|objects| inputs::worker_objects_of(objects, input, namespace))
             .unwrap_or_default()
     }
 }

@@ -201,6 +201,7 @@ mod tests {
             match_expressions: Vec::new(),
             selector_from: None,
             owned: false,
+            fields: Vec::new(),
         };
         WasmOperatorSpec {
             resource: KindRef::new("examples.io/v1", "AutoRoute"),

@@ -31,8 +31,8 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let kind = wasmpilot::kinds::resolve(client, &KindRef::new("v1", "ConfigMap"), "test").await?;
     let informers = Informers::new(client.clone());
 
-    let first = informers.objects(&kind);
-    let second = informers.objects(&kind);
+    let first = informers.objects(&kind, None);
+    let second = informers.objects(&kind, None);
     assert!(Arc::ptr_eq(&first, &second), "one informer per kind");
     let metadata = informers.metadata(&kind);
     assert_eq!(informers.watched(), (1, 1));
@@ -130,7 +130,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     assert_eq!(informers.watched(), (0, 1));
     drop(metadata);
     assert_eq!(informers.watched(), (0, 0));
-    let again = informers.objects(&kind);
+    let again = informers.objects(&kind, None);
     // Several tasks waiting for the same first list all get it (kube-runtime's own
     // Store::wait_until_ready wakes only the last waiter).
     let waiters: Vec<_> = (0..3)
@@ -147,5 +147,113 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     }
     let relisted = again.cache.all().iter().filter(|o| in_ns(o)).count();
     assert_eq!(relisted, count, "a new informer lists the objects again");
+    Ok(())
+}
+
+/// An input declaring `fields`: its informer is its own (another projection of the kind keeps
+/// whole objects), caches only those fields, and passes on only the changes a worker could see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projected_informers_keep_only_the_fields_and_pass_on_only_visible_changes() {
+    let client = client().await;
+    let ns = create_namespace(&client, "e2e-projected")
+        .await
+        .expect("namespace");
+    let result = projected_scenario(&client, &ns).await;
+    let _ = delete(&client, "v1", "Namespace", None, &ns).await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+async fn projected_scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
+    use wasmpilot_selection::Projection;
+    let kind = wasmpilot::kinds::resolve(client, &KindRef::new("v1", "ConfigMap"), "test").await?;
+    let informers = Informers::new(client.clone());
+    let whole = informers.objects(&kind, None);
+    let projected = informers.objects(&kind, Some(Projection::new(&["data.read"])?));
+    let same = informers.objects(&kind, Some(Projection::new(&["data.read", "data.read"])?));
+    assert!(
+        !Arc::ptr_eq(&whole, &projected),
+        "another projection, another cache"
+    );
+    assert!(
+        Arc::ptr_eq(&projected, &same),
+        "an equal projection shares the watch"
+    );
+    assert_eq!(informers.watched(), (2, 0));
+    for informer in [&whole, &projected] {
+        assert!(tokio::time::timeout(Duration::from_secs(30), informer.wait_until_ready()).await?);
+    }
+    let mine = {
+        let ns = ns.to_string();
+        move |o: &Arc<WorkerObject>| o.metadata().namespace.as_deref() == Some(ns.as_str())
+    };
+    let changes = |informer: &Arc<wasmpilot::controller::informers::ObjectInformer>| {
+        let mine = mine.clone();
+        let stream = informer
+            .subscribe()
+            .filter(move |o| futures::future::ready(mine(o)));
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(stream.for_each(move |o| {
+            let _ = tx.send(o);
+            futures::future::ready(())
+        }));
+        rx
+    };
+    let (mut whole_changes, mut projected_changes) = (changes(&whole), changes(&projected));
+    let api = kube::Api::<DynamicObject>::namespaced_with(client.clone(), ns, &kind.api);
+    let put = |read: &str, other: &str| -> anyhow::Result<DynamicObject> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "labels": {"app": "x"}},
+            "data": {"read": read, "other": other}
+        }))?)
+    };
+    let ssa = kube::api::PatchParams::apply("e2e-projected").force();
+    let next = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<Arc<WorkerObject>>| {
+        let got = rx.try_recv().ok();
+        got.map(|o| serde_json::from_str::<serde_json::Value>(&o.json))
+            .transpose()
+    };
+    let settle = || tokio::time::sleep(Duration::from_secs(2));
+
+    api.patch("cm", &ssa, &kube::api::Patch::Apply(put("1", "a")?))
+        .await?;
+    settle().await;
+    let created =
+        next(&mut projected_changes)?.ok_or_else(|| anyhow::anyhow!("creation not seen"))?;
+    assert_eq!(
+        created,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "cm", "namespace": ns}, "data": {"read": "1"}}),
+        "the projected cache keeps only data.read and the name"
+    );
+    assert!(next(&mut whole_changes)?.is_some());
+    let cached = projected
+        .cache
+        .get(Some(ns), "cm")
+        .ok_or_else(|| anyhow::anyhow!("not cached"))?;
+    assert!(!cached.json.contains("other"), "{}", cached.json);
+
+    // A field outside the projection changes: the whole-object subscriber hears of it (the
+    // premise: the API server did send the update), the projected one does not.
+    api.patch("cm", &ssa, &kube::api::Patch::Apply(put("1", "b")?))
+        .await?;
+    settle().await;
+    let heard = next(&mut whole_changes)?.ok_or_else(|| anyhow::anyhow!("update not sent"))?;
+    assert_eq!(heard["data"]["other"], "b");
+    assert!(
+        next(&mut projected_changes)?.is_none(),
+        "a change no worker could see is not passed on"
+    );
+
+    // The projected field changes: both hear of it.
+    api.patch("cm", &ssa, &kube::api::Patch::Apply(put("2", "b")?))
+        .await?;
+    settle().await;
+    assert!(next(&mut whole_changes)?.is_some());
+    let seen =
+        next(&mut projected_changes)?.ok_or_else(|| anyhow::anyhow!("read field change missed"))?;
+    assert_eq!(seen["data"]["read"], "2");
     Ok(())
 }

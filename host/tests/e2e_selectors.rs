@@ -2,7 +2,9 @@
 //! ConfigMaps by the label selector in its own `spec.pick` (`selectorFrom`) plus the input's
 //! `matchExpressions`; the worker gets only those, a ConfigMap change requeues only the
 //! Pickers whose selector matches its old or new labels, and an invalid selector is an
-//! `InvalidSelector` Condition naming the field while the other Pickers carry on.
+//! `InvalidSelector` Condition naming the field while the other Pickers carry on. The input
+//! declares `fields`: the worker gets each ConfigMap cut to `data.v` (and its name), and a
+//! change to another field reconciles nobody.
 
 mod common;
 
@@ -49,6 +51,7 @@ spec:
           kind: ConfigMap
           selectorFrom: spec.pick
           matchExpressions: [{key: retired, operator: DoesNotExist}]
+          fields: [data.v]
 ";
 
 #[tokio::test]
@@ -97,7 +100,7 @@ fn config_map(name: &str, labels: Value) -> String {
 
 fn picker(name: &str, pick: Value) -> String {
     json!({"apiVersion": PICKER.0, "kind": PICKER.1, "metadata": {"name": name},
-           "spec": {"pick": pick, "phases": {"Watch": {"mode": "ok", "countInputs": true}}}})
+           "spec": {"pick": pick, "phases": {"Watch": {"mode": "ok", "countInputs": true, "echoInputs": true}}}})
     .to_string()
 }
 
@@ -167,6 +170,51 @@ async fn scenario(client: &Client, ns: &str, host: &Host) -> anyhow::Result<()> 
     // The worker gets only what the selectors pick (a-retired: the input's own expression).
     picked(client, ns, "pa", 1).await?;
     picked(client, ns, "pb", 1).await?;
+    // ...cut to the declared fields: no labels, no other data, no bookkeeping.
+    let pa = must(get(client, PICKER.0, PICKER.1, Some(ns), "pa").await?, "pa")?;
+    ensure!(
+        pa["status"]["inputs"]["picked"]
+            == json!([{"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "a1", "namespace": ns}, "data": {"v": "1"}}]),
+        "pa's worker got {}",
+        pa["status"]["inputs"]
+    );
+
+    // A change to a field no worker reads (a1's data.w) reconciles nobody; a later change to
+    // b1 proves the host's watch has passed it.
+    let from = host.log_text().len();
+    apply_yaml(
+        client,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "a1", "labels": {"team": "a"}},
+                "data": {"v": "1", "w": "unread"}})
+        .to_string(),
+        Some(ns),
+    )
+    .await?;
+    let a1 = must(get(client, "v1", "ConfigMap", Some(ns), "a1").await?, "a1")?;
+    ensure!(
+        a1["data"]["w"] == "unread",
+        "the premise: a1 changed on the cluster"
+    );
+    apply_yaml(
+        client,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "b1", "labels": {"team": "b", "tier": "web"}},
+                "data": {"v": "1b"}})
+        .to_string(),
+        Some(ns),
+    )
+    .await?;
+    wait_for("pb reconciled for b1's data.v", T, || async {
+        Ok((reconciles_caused(host, from, ns, "pb", "b1") > 0).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        reconciles_caused(host, from, ns, "pa", "a1") == 0,
+        "pa was reconciled for a change to a1's data.w, which no input declares"
+    );
 
     // A change to b1 (labels unchanged) requeues pb only.
     let from = host.log_text().len();

@@ -394,6 +394,32 @@ fn render_inputs(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<()
         line(w, "        }");
     }
     line(w, "    }");
+    for input in phase.inputs.iter().filter(|i| !i.fields.is_empty()) {
+        line(w, "");
+        doc(
+            w,
+            "    ",
+            &[
+                format!(
+                    "The fields of `{}` the host sends (`fields` in operator.yaml), for",
+                    input.name
+                ),
+                format!(
+                    "`SyncTest::fields({:?}, …)` to hand a test the objects as the host cuts them.",
+                    input.name
+                ),
+            ],
+        );
+        let constant = format!("{}_FIELDS", snake_case(&input.name).to_uppercase());
+        let paths: Vec<String> = input.fields.iter().map(|f| format!("{f:?}")).collect();
+        line(
+            w,
+            &format!(
+                "    pub const {constant}: &[&str] = &[{}];",
+                paths.join(", ")
+            ),
+        );
+    }
     Ok(())
 }
 
@@ -424,6 +450,13 @@ fn selection(input: &InputSpec) -> String {
     }
     if input.owned {
         parts.push("that this resource controls".into());
+    }
+    if !input.fields.is_empty() {
+        let fields: Vec<String> = input.fields.iter().map(|f| format!("`{f}`")).collect();
+        parts.push(format!(
+            "cut to their names and {} (the host sends only those)",
+            fields.join(", ")
+        ));
     }
     match parts.len() {
         1 => parts.remove(0),

@@ -1,8 +1,12 @@
 //! One watch and cache per kind, shared by every operator that reads or writes it: input kinds
 //! as the JSON workers see, output kinds as metadata; stopped with its last user.
 //!
-//! An input object is serialized for workers once, as it arrives, and only that JSON and a few
-//! metadata fields are kept (not the parsed object: ~10× its JSON in memory).
+//! An input object is serialized for workers once, as it arrives — cut to the input's declared
+//! `fields`, if any — and only that JSON and a few metadata fields are kept (not the parsed
+//! object: ~10× its JSON in memory). A change no worker could see (the projected JSON, labels
+//! and controller unchanged, as for a Deployment's status under a projection without status)
+//! updates the cache but requeues nothing. Inputs of one kind with different projections have
+//! a watch each; those with the same projection (or none) share one.
 //! Ten operators reading Deployments cost one list+watch and one copy of each Deployment, as with
 //! controller-runtime's shared informers; the cache is indexed by namespace, so a reconcile
 //! reads its namespace's objects only. Each operator's controller subscribes to the changes;
@@ -23,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use tokio::sync::broadcast::{self, error::RecvError};
+use wasmpilot_selection::Projection;
 
 /// Objects per list page: a page is parsed whole before its objects are reduced to what the
 /// cache keeps, so the page size bounds the transient memory of a (re)list (kube's default: 500).
@@ -39,17 +44,30 @@ pub type MetadataInformer = Informer<PartialObjectMeta<DynamicObject>>;
 /// What an informer keeps per object: anything that knows its metadata.
 pub trait Cached: Send + Sync + 'static {
     fn meta(&self) -> &ObjectMeta;
+
+    /// Whether an update from `previous` to `self` concerns no subscriber (then it is cached
+    /// but not broadcast).
+    fn unchanged_from(&self, previous: &Self) -> bool;
 }
 
 impl Cached for WorkerObject {
     fn meta(&self) -> &ObjectMeta {
         self.metadata()
     }
+
+    fn unchanged_from(&self, previous: &Self) -> bool {
+        self.same_for_workers(previous)
+    }
 }
 
 impl Cached for PartialObjectMeta<DynamicObject> {
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
+    }
+
+    /// Output metadata: every update is news (pruning and owner requeues read it).
+    fn unchanged_from(&self, _previous: &Self) -> bool {
+        false
     }
 }
 
@@ -95,7 +113,10 @@ impl<T: Cached> Informer<T> {
                 let obj = match event {
                     Ok(watcher::Event::Apply(obj)) => {
                         let obj = Arc::new(keep(obj));
-                        writer.insert(obj.clone());
+                        let previous = writer.insert(obj.clone());
+                        if previous.is_some_and(|p| obj.unchanged_from(&p)) {
+                            continue;
+                        }
                         obj
                     }
                     Ok(watcher::Event::Delete(obj)) => {
@@ -111,6 +132,16 @@ impl<T: Cached> Informer<T> {
                         let obj = Arc::new(keep(obj));
                         if let Some(listed) = relist.as_mut() {
                             insert_into(listed, obj.clone());
+                        }
+                        // A relist after a watch restart re-delivers every object: only
+                        // those that changed meanwhile are news.
+                        let meta = obj.meta();
+                        let cached = writer.get(
+                            meta.namespace.as_deref(),
+                            meta.name.as_deref().unwrap_or_default(),
+                        );
+                        if cached.is_some_and(|c| obj.unchanged_from(&c)) {
+                            continue;
                         }
                         obj
                     }
@@ -177,13 +208,14 @@ impl<T: Cached> Informer<T> {
 /// Objects by namespace (`""`: cluster-scoped) and name.
 type ByNamespace<T> = HashMap<String, BTreeMap<String, Arc<T>>>;
 
-fn insert_into<T: Cached>(map: &mut ByNamespace<T>, obj: Arc<T>) {
+/// Caches `obj`, returning the object it replaces.
+fn insert_into<T: Cached>(map: &mut ByNamespace<T>, obj: Arc<T>) -> Option<Arc<T>> {
     let meta = obj.meta();
     let (ns, name) = (
         meta.namespace.clone().unwrap_or_default(),
         meta.name.clone().unwrap_or_default(),
     );
-    map.entry(ns).or_default().insert(name, obj);
+    map.entry(ns).or_default().insert(name, obj)
 }
 
 /// An informer's objects, indexed by namespace: a reconcile reads its own namespace's objects,
@@ -236,11 +268,11 @@ impl<T: Cached> Cache<T> {
         self.len() == 0
     }
 
-    fn insert(&self, obj: Arc<T>) {
+    fn insert(&self, obj: Arc<T>) -> Option<Arc<T>> {
         insert_into(
             &mut self.objects.write().unwrap_or_else(|p| p.into_inner()),
             obj,
-        );
+        )
     }
 
     fn remove(&self, meta: &ObjectMeta) {
@@ -259,10 +291,14 @@ impl<T: Cached> Cache<T> {
     }
 }
 
-/// The host's informers, by kind; operators share them while any of them runs.
+/// What tells input watches apart: the kind, and the projection its objects are cut to.
+type InputWatch = (KindRef, Option<Projection>);
+
+/// The host's informers, by kind (and projection, for inputs); operators share them while any
+/// of them runs.
 pub struct Informers {
     client: Client,
-    objects: Mutex<HashMap<KindRef, Weak<ObjectInformer>>>,
+    objects: Mutex<HashMap<InputWatch, Weak<ObjectInformer>>>,
     metadata: Mutex<HashMap<KindRef, Weak<MetadataInformer>>>,
 }
 
@@ -275,20 +311,25 @@ impl Informers {
         }
     }
 
-    /// The informer of an input kind (objects as workers see them), started if no operator
-    /// holds it yet.
-    pub fn objects(&self, kind: &ResolvedKind) -> Arc<ObjectInformer> {
+    /// The informer of an input kind cut to `projection` (objects as workers see them),
+    /// started if no operator holds one yet.
+    pub fn objects(
+        &self,
+        kind: &ResolvedKind,
+        projection: Option<Projection>,
+    ) -> Arc<ObjectInformer> {
         let kind_ref = kind.kind.clone();
-        shared(&self.objects, kind, || {
+        let key = (kind.kind.clone(), projection.clone());
+        shared(&self.objects, key, kind, || {
             Informer::start(&self.client, kind, move |o: DynamicObject| {
-                WorkerObject::new(&o, &kind_ref)
+                WorkerObject::new(&o, &kind_ref, projection.as_ref())
             })
         })
     }
 
     /// The metadata informer of an output kind, started if no operator holds it yet.
     pub fn metadata(&self, kind: &ResolvedKind) -> Arc<MetadataInformer> {
-        shared(&self.metadata, kind, || {
+        shared(&self.metadata, kind.kind.clone(), kind, || {
             Informer::start(
                 &self.client,
                 kind,
@@ -306,7 +347,7 @@ impl Informers {
     }
 }
 
-fn live_count<T>(map: &Mutex<HashMap<KindRef, Weak<T>>>) -> usize {
+fn live_count<K, T>(map: &Mutex<HashMap<K, Weak<T>>>) -> usize {
     map.lock()
         .unwrap_or_else(|p| p.into_inner())
         .values()
@@ -314,13 +355,14 @@ fn live_count<T>(map: &Mutex<HashMap<KindRef, Weak<T>>>) -> usize {
         .count()
 }
 
-fn shared<T: Cached>(
-    map: &Mutex<HashMap<KindRef, Weak<Informer<T>>>>,
+fn shared<K: std::hash::Hash + Eq, T: Cached>(
+    map: &Mutex<HashMap<K, Weak<Informer<T>>>>,
+    key: K,
     kind: &ResolvedKind,
     start: impl FnOnce() -> Informer<T>,
 ) -> Arc<Informer<T>> {
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(informer) = map.get(&kind.kind).and_then(Weak::upgrade) {
+    if let Some(informer) = map.get(&key).and_then(Weak::upgrade) {
         if informer.api == kind.api {
             tracing::debug!(kind = %kind.kind, "sharing the running watch");
             return informer;
@@ -329,7 +371,7 @@ fn shared<T: Cached>(
     tracing::debug!(kind = %kind.kind, "starting a shared watch");
     let informer = Arc::new(start());
     map.retain(|_, w| w.strong_count() > 0);
-    map.insert(kind.kind.clone(), Arc::downgrade(&informer));
+    map.insert(key, Arc::downgrade(&informer));
     informer
 }
 

@@ -477,14 +477,16 @@ impl Manager {
             }
             None => None,
         };
-        let input_caches = InputCaches(
-            definition
-                .input_kinds()
-                .iter()
-                .filter_map(|k| resolved.get(k))
-                .map(|k| (k.kind.clone(), self.informers.objects(k)))
-                .collect(),
-        );
+        let mut input_caches = InputCaches::default();
+        for input in definition.phases.iter().flat_map(|p| &p.inputs) {
+            let kind = KindRef::new(&input.api_version, &input.kind);
+            if let Some(resolved) = resolved.get(&kind) {
+                input_caches.add(kind, &input.fields, || {
+                    self.informers
+                        .objects(resolved, crate::pipeline::inputs::projection(input))
+                });
+            }
+        }
         let output_caches = OutputCaches(
             definition
                 .output_kinds()
@@ -680,7 +682,7 @@ async fn drain(name: &str, task: JoinHandle<()>, grace: Duration) {
 
 /// Marks an operator synced for `/readyz` once all its caches have their first list.
 async fn report_synced(name: String, ctx: Arc<OperatorContext>) {
-    for informer in ctx.inputs.0.values() {
+    for (_, informer) in ctx.inputs.all() {
         if !informer.wait_until_ready().await {
             return;
         }

@@ -7,7 +7,7 @@ use crate::controller::finalizer;
 use crate::controller::informers::{MetadataInformer, ObjectInformer};
 use crate::controller::live_evidence::LiveCall;
 use crate::controller::schedule::Backoff;
-use crate::crd::KindRef;
+use crate::crd::{InputSpec, KindRef};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::evidence::case::RecordedResult;
 use crate::kinds::ResolvedKind;
@@ -65,13 +65,59 @@ pub struct MetricsSource {
     pub default_url: Option<String>,
 }
 
-/// The shared informers of every input kind (their objects as workers see them).
+/// The shared informers of the operator's inputs: per kind, one per projection declared (the
+/// `fields` as written; inputs declaring the same fields, or none, share one).
 #[derive(Clone, Default)]
-pub struct InputCaches(pub HashMap<KindRef, Arc<ObjectInformer>>);
+pub struct InputCaches(HashMap<KindRef, Vec<ProjectedInformer>>);
+
+/// An informer and the `fields` (as declared) of the inputs reading it.
+type ProjectedInformer = (Vec<String>, Arc<ObjectInformer>);
+
+impl InputCaches {
+    /// Adds the informer of inputs of `kind` declaring `fields`, unless there is one.
+    pub fn add(
+        &mut self,
+        kind: KindRef,
+        fields: &[String],
+        informer: impl FnOnce() -> Arc<ObjectInformer>,
+    ) {
+        let slot = self.0.entry(kind).or_default();
+        if !slot.iter().any(|(f, _)| f == fields) {
+            slot.push((fields.to_vec(), informer()));
+        }
+    }
+
+    /// The informer `input` reads.
+    pub fn informer(&self, input: &InputSpec) -> Option<&Arc<ObjectInformer>> {
+        let kind = KindRef::new(&input.api_version, &input.kind);
+        let slot = self.0.get(&kind)?;
+        slot.iter()
+            .find(|(f, _)| *f == input.fields)
+            .map(|(_, i)| i)
+    }
+
+    /// Every distinct informer, with its kind (two projections of a kind may share one).
+    pub fn all(&self) -> Vec<(&KindRef, &Arc<ObjectInformer>)> {
+        let mut all: Vec<(&KindRef, &Arc<ObjectInformer>)> = Vec::new();
+        for (kind, slot) in &self.0 {
+            for (_, informer) in slot {
+                if !all.iter().any(|(_, i)| Arc::ptr_eq(i, informer)) {
+                    all.push((kind, informer));
+                }
+            }
+        }
+        all
+    }
+
+    /// The kinds read.
+    pub fn kinds(&self) -> impl Iterator<Item = &KindRef> {
+        self.0.keys()
+    }
+}
 
 impl ObjectSource for InputCaches {
-    fn worker_objects(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
-        let Some(informer) = self.0.get(kind) else {
+    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+        let Some(informer) = self.informer(input) else {
             return Vec::new();
         };
         let mut objects = informer.cache.in_namespace(namespace);
@@ -600,11 +646,10 @@ async fn wait_for_inputs(
     phase: &PhaseDefinition,
 ) -> Result<(), ReconcileError> {
     for input in &phase.inputs {
-        let kind = KindRef::new(&input.api_version, &input.kind);
-        if let Some(informer) = ctx.inputs.0.get(&kind) {
+        if let Some(informer) = ctx.inputs.informer(input) {
             match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.wait_until_ready()).await {
                 Ok(true) => {}
-                _ => return Err(ReconcileError::InputsNotSynced(kind.to_string())),
+                _ => return Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),
             }
         }
     }

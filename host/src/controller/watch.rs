@@ -41,8 +41,10 @@ pub async fn run(
         Controller::new_with(main_api, watcher::Config::default(), resource.clone());
     let owners = controller.store();
 
-    let input_kinds: BTreeSet<KindRef> = ctx.inputs.0.keys().cloned().collect();
-    for (kind, informer) in &ctx.inputs.0 {
+    let input_kinds: BTreeSet<KindRef> = ctx.inputs.kinds().cloned().collect();
+    // Every informer of a kind (one per projection): a change one projection hides, another
+    // may show; the controller's queue merges the requeues.
+    for (kind, informer) in ctx.inputs.all() {
         let changes = informer.subscribe().map(|o| o.meta.clone());
         // A kind read only as `owned` inputs concerns only the resource controlling the object.
         controller = if only_owned(&ctx.definition, kind) {

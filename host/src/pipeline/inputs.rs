@@ -1,6 +1,7 @@
 //! Gathers a phase's declared inputs: objects of each input kind in the resource's namespace,
-//! filtered by the input's label selector (declared, or read from the resource), stripped of bookkeeping (managedFields, kubectl's
-//! last-applied annotation) and serialized as JSON.
+//! filtered by the input's label selector (declared, or read from the resource), stripped of
+//! bookkeeping (managedFields, kubectl's last-applied annotation), cut to the input's declared
+//! `fields` if any, and serialized as JSON.
 
 use crate::crd::{InputSpec, KindRef};
 use crate::definition::PhaseDefinition;
@@ -9,11 +10,13 @@ use crate::selector::{self, LabelSelector, SelectorError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, PartialObjectMeta, TypeMeta};
 use std::sync::Arc;
+use wasmpilot_selection::Projection;
 
 /// Where input objects come from: the watch caches on a cluster, files offline.
 pub trait ObjectSource {
-    /// The objects of a kind in `namespace` (`None`: in any), as workers see them.
-    fn worker_objects(&self, kind: &KindRef, namespace: Option<&str>) -> Vec<Arc<WorkerObject>>;
+    /// The objects of `input`'s kind in `namespace` (`None`: in any), as its worker sees them
+    /// (cut to its `fields`, if it declares any); not yet selected by labels.
+    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>>;
 }
 
 /// An object as workers see it — serialized once, when it enters the cache — with the metadata
@@ -28,7 +31,7 @@ pub struct WorkerObject {
 }
 
 impl WorkerObject {
-    pub fn new(o: &DynamicObject, kind: &KindRef) -> Self {
+    pub fn new(o: &DynamicObject, kind: &KindRef, projection: Option<&Projection>) -> Self {
         let m = &o.metadata;
         // The controller reference only (for `owned` inputs), not the whole list.
         let controller = m
@@ -52,28 +55,47 @@ impl WorkerObject {
                 metadata,
                 _phantom: std::marker::PhantomData,
             }),
-            json: Arc::from(to_worker_json(o, kind)),
+            json: Arc::from(projected_json(o, kind, projection)),
         }
     }
 
     pub fn metadata(&self) -> &ObjectMeta {
         &self.meta.metadata
     }
+
+    /// Whether a worker could tell `self` from `other`: the same JSON (as projected), labels
+    /// and controller. (Without a projection the JSON holds the resourceVersion, so any change
+    /// of the object differs.)
+    pub fn same_for_workers(&self, other: &WorkerObject) -> bool {
+        let (a, b) = (self.metadata(), other.metadata());
+        self.json == other.json && a.labels == b.labels && a.owner_references == b.owner_references
+    }
+}
+
+/// The projection an input declares (`fields`), if any. Definitions are validated before they
+/// run (`OperatorDefinition::validate` refuses malformed paths naming the field).
+pub fn projection(input: &InputSpec) -> Option<Projection> {
+    if input.fields.is_empty() {
+        return None;
+    }
+    Projection::new(&input.fields).ok()
 }
 
 /// Objects of one kind held in memory (offline runs, tests): filtered and serialized per call.
 pub fn worker_objects_of(
     objects: &[Arc<DynamicObject>],
-    kind: &KindRef,
+    input: &InputSpec,
     namespace: Option<&str>,
 ) -> Vec<Arc<WorkerObject>> {
+    let kind = KindRef::new(&input.api_version, &input.kind);
+    let projection = projection(input);
     objects
         .iter()
         .filter(|o| match (namespace, o.metadata.namespace.as_deref()) {
             (Some(ns), Some(ons)) => ns == ons,
             _ => true,
         })
-        .map(|o| Arc::new(WorkerObject::new(o, kind)))
+        .map(|o| Arc::new(WorkerObject::new(o, &kind, projection.as_ref())))
         .collect()
 }
 
@@ -131,9 +153,8 @@ pub fn gather(
         .iter()
         .map(|input| {
             let selector = input_selector(input, reader)?;
-            let kind = KindRef::new(&input.api_version, &input.kind);
             let mut selected: Vec<Arc<WorkerObject>> = source
-                .worker_objects(&kind, namespace)
+                .worker_objects(input, namespace)
                 .into_iter()
                 .filter(|o| visible(o.metadata(), input, reader, &selector))
                 .collect();
@@ -201,6 +222,15 @@ pub fn strip_bookkeeping(o: &mut DynamicObject) {
 /// Serializes an object the way workers see it: apiVersion and kind set (list items lack them),
 /// bookkeeping removed ([`strip_bookkeeping`]).
 pub fn to_worker_json(o: &DynamicObject, kind: &KindRef) -> String {
+    projected_json(o, kind, None)
+}
+
+/// An input object as its worker sees it: [`to_worker_json`], cut to the input's projection.
+pub fn projected_json(
+    o: &DynamicObject,
+    kind: &KindRef,
+    projection: Option<&Projection>,
+) -> String {
     let mut o = o.clone();
     strip_bookkeeping(&mut o);
     if o.types.is_none() {
@@ -210,7 +240,13 @@ pub fn to_worker_json(o: &DynamicObject, kind: &KindRef) -> String {
         });
     }
     // Serializing a DynamicObject (a map of JSON values) cannot fail.
-    serde_json::to_string(&o).unwrap_or_else(|_| "{}".to_string())
+    match projection {
+        None => serde_json::to_string(&o).unwrap_or_else(|_| "{}".to_string()),
+        Some(projection) => {
+            let whole = serde_json::to_value(&o).unwrap_or_default();
+            projection.apply(&whole).to_string()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -220,9 +256,9 @@ mod tests {
 
     struct Fixed(Vec<Arc<DynamicObject>>);
     impl ObjectSource for Fixed {
-        fn worker_objects(&self, kind: &KindRef, _ns: Option<&str>) -> Vec<Arc<WorkerObject>> {
+        fn worker_objects(&self, input: &InputSpec, _ns: Option<&str>) -> Vec<Arc<WorkerObject>> {
             // All namespaces on purpose: gather itself must scope them.
-            worker_objects_of(&self.0, kind, None)
+            worker_objects_of(&self.0, input, None)
         }
     }
 
@@ -256,6 +292,7 @@ mod tests {
                 match_expressions: Vec::new(),
                 selector_from: None,
                 owned: false,
+                fields: Vec::new(),
             }],
             outputs: vec![],
             next: vec![],
@@ -300,6 +337,76 @@ mod tests {
     }
 
     #[test]
+    fn declared_fields_cut_objects_and_hide_changes_to_other_fields() {
+        let input = InputSpec {
+            name: "deployments".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            match_labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
+            match_expressions: Vec::new(),
+            selector_from: None,
+            owned: false,
+            fields: vec!["spec.replicas".into()],
+        };
+        let mut o = (*deployment("b", "web", &[("tier", "web")])).clone();
+        o.data["status"] = serde_json::json!({"readyReplicas": 1});
+        let objects = worker_objects_of(&[Arc::new(o.clone())], &input, None);
+        let seen: serde_json::Value = serde_json::from_str(&objects[0].json).unwrap();
+        assert_eq!(
+            seen,
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "b"}, "spec": {"replicas": 1}})
+        );
+        assert_eq!(
+            objects[0]
+                .metadata()
+                .labels
+                .as_ref()
+                .map(|l| l["tier"].as_str()),
+            Some("web"),
+            "the host still selects by the labels the worker does not get"
+        );
+
+        let mut status_changed = o.clone();
+        status_changed.data["status"]["readyReplicas"] = 2.into();
+        status_changed.metadata.resource_version = Some("2".into());
+        let again = worker_objects_of(&[Arc::new(status_changed.clone())], &input, None);
+        assert!(
+            again[0].same_for_workers(&objects[0]),
+            "status is not projected"
+        );
+
+        let mut relabelled = o.clone();
+        relabelled.metadata.labels = Some(BTreeMap::from([("tier".into(), "db".into())]));
+        let relabelled = worker_objects_of(&[Arc::new(relabelled)], &input, None);
+        assert!(
+            !relabelled[0].same_for_workers(&objects[0]),
+            "labels select"
+        );
+
+        let mut scaled = o.clone();
+        scaled.data["spec"]["replicas"] = 3.into();
+        let scaled = worker_objects_of(&[Arc::new(scaled)], &input, None);
+        assert!(
+            !scaled[0].same_for_workers(&objects[0]),
+            "spec.replicas is read"
+        );
+
+        let whole = InputSpec {
+            fields: Vec::new(),
+            ..input
+        };
+        let (before, after) = (
+            worker_objects_of(&[Arc::new(o)], &whole, None),
+            worker_objects_of(&[Arc::new(status_changed)], &whole, None),
+        );
+        assert!(
+            !after[0].same_for_workers(&before[0]),
+            "whole objects: every change counts"
+        );
+    }
+
+    #[test]
     fn owned_inputs_are_the_objects_the_resource_controls() {
         let owned_by = |uid: &str, controller: bool| {
             let mut o = (*deployment("b", &format!("{uid}-{controller}"), &[])).clone();
@@ -324,6 +431,7 @@ mod tests {
                 match_expressions: Vec::new(),
                 selector_from: None,
                 owned: true,
+                fields: Vec::new(),
             }],
             outputs: vec![],
             next: vec![],

@@ -226,8 +226,10 @@ pub mod syncing {
         }
 
         /// `deployments`: the apps/v1 Deployment objects visible to the resource (its
-        /// namespace, for namespaced kinds) and matching the label selector at the resource's
-        /// `spec.deploymentSelector`.
+        /// namespace, for namespaced kinds), matching the label selector at the resource's
+        /// `spec.deploymentSelector` and cut to their names and `spec.selector`,
+        /// `spec.template.spec.containers.name`, `spec.template.spec.containers.ports` (the
+        /// host sends only those).
         ///
         /// # Errors
         /// Fatal if an object does not parse as the type asked for.
@@ -238,6 +240,14 @@ pub mod syncing {
             self.0.list("deployments")
         }
     }
+
+    /// The fields of `deployments` the host sends (`fields` in operator.yaml), for
+    /// `SyncTest::fields("deployments", …)` to hand a test the objects as the host cuts them.
+    pub const DEPLOYMENTS_FIELDS: &[&str] = &[
+        "spec.selector",
+        "spec.template.spec.containers.name",
+        "spec.template.spec.containers.ports",
+    ];
 
     /// What `Syncing` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
     #[must_use]
@@ -446,8 +456,10 @@ pub mod ready {
         }
 
         /// `deployments`: the apps/v1 Deployment objects visible to the resource (its
-        /// namespace, for namespaced kinds) and matching the label selector at the resource's
-        /// `spec.deploymentSelector`.
+        /// namespace, for namespaced kinds), matching the label selector at the resource's
+        /// `spec.deploymentSelector` and cut to their names and `spec.selector`,
+        /// `spec.template.spec.containers.name`, `spec.template.spec.containers.ports` (the
+        /// host sends only those).
         ///
         /// # Errors
         /// Fatal if an object does not parse as the type asked for.
@@ -493,6 +505,14 @@ pub mod ready {
             self.0.list("gateways")
         }
     }
+
+    /// The fields of `deployments` the host sends (`fields` in operator.yaml), for
+    /// `SyncTest::fields("deployments", …)` to hand a test the objects as the host cuts them.
+    pub const DEPLOYMENTS_FIELDS: &[&str] = &[
+        "spec.selector",
+        "spec.template.spec.containers.name",
+        "spec.template.spec.containers.ports",
+    ];
 
     /// What `Ready` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
     #[must_use]

@@ -133,6 +133,10 @@ mod tests {
     ) -> Result<SyncReport, FailedRun> {
         SyncTest::new(route)
             .input_selected("deployments", SELECTOR, deployments)
+            .fields(
+                "deployments",
+                autoroute_types::phases::ready::DEPLOYMENTS_FIELDS,
+            )
             .input("services", services)
             .input("virtualservices", virtual_services)
             .input("gateways", gateways)

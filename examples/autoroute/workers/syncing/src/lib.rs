@@ -99,6 +99,11 @@ mod tests {
         SyncTest::new(route)
             .phase(Phase::Syncing)
             .input_selected("deployments", "spec.deploymentSelector", deployments)
+            // As the host sends them: only the fields operator.yaml declares.
+            .fields(
+                "deployments",
+                autoroute_types::phases::syncing::DEPLOYMENTS_FIELDS,
+            )
             .run(&Export(Syncing))
             .unwrap()
     }

@@ -39,6 +39,9 @@ pub struct Step {
     /// For `ok`: also report how many objects each input held, as status info `inputCounts`.
     #[serde(default)]
     count_inputs: bool,
+    /// For `ok`: also report the objects of each input as received, as status info `inputs`.
+    #[serde(default)]
+    echo_inputs: bool,
     /// For `chatty`: log lines to send; for `bloat`: bytes of data in the ConfigMap returned;
     /// for `sleep`: milliseconds to sleep (in a WASI poll, where no guest code runs); for
     /// `bignext`, `bigfatal`, `bigstatus`: bytes of the next phase, the fatal error's message,
@@ -190,6 +193,22 @@ impl PhaseWorker for Scripted {
             }
             info["inputCounts"] =
                 serde_json::to_value(counts).map_err(|e| WorkerError::fatal(e.to_string()))?;
+        }
+        if step.echo_inputs {
+            let mut echoed = serde_json::Map::new();
+            for name in inputs.names() {
+                let objects: Vec<Value> = inputs
+                    .get_raw(name)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|o| serde_json::from_str(o).unwrap_or(Value::Null))
+                    .collect();
+                echoed.insert(name.to_string(), Value::Array(objects));
+            }
+            if !info.is_object() {
+                info = Value::Object(Default::default());
+            }
+            info["inputs"] = Value::Object(echoed);
         }
         if !info.is_null() {
             outcome = outcome.status(info);

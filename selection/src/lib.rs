@@ -1,0 +1,7 @@
+//! What of the cluster reaches a wasmpilot worker, written once for the host (which selects
+//! and projects the inputs it caches and sends) and the guest SDK (whose native test harness
+//! hands a worker the same objects the host would).
+
+pub mod projection;
+
+pub use projection::{Projection, ProjectionError, ALWAYS_KEPT};
