@@ -186,7 +186,11 @@ async fn projected_scenario(client: &kube::Client, ns: &str) -> anyhow::Result<(
     }
     let mine = {
         let ns = ns.to_string();
-        move |o: &Arc<WorkerObject>| o.metadata().namespace.as_deref() == Some(ns.as_str())
+        // (Not the namespace's kube-root-ca.crt, which the controller manager adds.)
+        move |o: &Arc<WorkerObject>| {
+            let m = o.metadata();
+            m.namespace.as_deref() == Some(ns.as_str()) && m.name.as_deref() == Some("cm")
+        }
     };
     let changes = |informer: &Arc<wasmpilot::controller::informers::ObjectInformer>| {
         let mine = mine.clone();
