@@ -57,7 +57,7 @@ pub trait PhaseWorker {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use wasmpilot_guest::{Context, Finalized, FinalizerWorker, WorkerError};
+/// use wasmpilot_guest::{Context, Finalized, FinalizerWorker, Inputs, WorkerError};
 ///
 /// #[derive(Default)]
 /// struct Cleanup;
@@ -65,7 +65,7 @@ pub trait PhaseWorker {
 /// impl FinalizerWorker for Cleanup {
 ///     type Resource = serde_json::Value;
 ///
-///     fn finalize(&self, ctx: &Context, resource: serde_json::Value) -> Result<Finalized, WorkerError> {
+///     fn finalize(&self, ctx: &Context, resource: serde_json::Value, _inputs: &Inputs) -> Result<Finalized, WorkerError> {
 ///         if resource.pointer("/status/leases").is_some() {
 ///             return Ok(Finalized::pending(Duration::from_secs(10)));
 ///         }
@@ -84,11 +84,18 @@ pub trait FinalizerWorker {
     /// The custom resource type.
     type Resource: DeserializeOwned;
 
-    /// Cleans up; [`Finalized::done`] lets the deletion proceed.
+    /// Cleans up; [`Finalized::done`] lets the deletion proceed. `inputs` holds the objects of
+    /// the inputs the WasmOperator declares for the finalizer (`spec.finalizer.inputs`),
+    /// selected as for a phase; none declared: no inputs.
     ///
     /// # Errors
     /// As for [`PhaseWorker::sync`].
-    fn finalize(&self, ctx: &Context, resource: Self::Resource) -> Result<Finalized, WorkerError>;
+    fn finalize(
+        &self,
+        ctx: &Context,
+        resource: Self::Resource,
+        inputs: &Inputs,
+    ) -> Result<Finalized, WorkerError>;
 }
 
 /// Exports a component's workers: `export!(phase = A)`, `export!(finalizer = B)` or
@@ -205,7 +212,12 @@ pub struct NoFinalizer;
 impl FinalizerWorker for NoFinalizer {
     type Resource = serde_json::Value;
 
-    fn finalize(&self, _: &Context, _: serde_json::Value) -> Result<Finalized, WorkerError> {
+    fn finalize(
+        &self,
+        _: &Context,
+        _: serde_json::Value,
+        _: &Inputs,
+    ) -> Result<Finalized, WorkerError> {
         Err(WorkerError::fatal("this component has no finalizer worker"))
     }
 }
@@ -217,11 +229,16 @@ pub fn sync_export<W: PhaseWorker + Default>(
     run_sync(&W::default(), request).0
 }
 
-/// The `finalizer-worker.finalize` export.
+/// The `finalizer-worker.finalize` export: its inputs come from the host's
+/// `finalizer-inputs` import.
 pub fn finalize_export<W: FinalizerWorker + Default>(
     request: wire::FinalizeRequest,
 ) -> Result<wire::FinalizeResult, wire::WorkerError> {
-    run_finalize(&W::default(), request).0
+    #[cfg(target_arch = "wasm32")]
+    let inputs = crate::wit::wasmpilot::operator::finalizer_inputs::inputs();
+    #[cfg(not(target_arch = "wasm32"))]
+    let inputs = Vec::new();
+    run_finalize(&W::default(), request, inputs).0
 }
 
 /// The phase name a finalizer worker's [`Context::phase`] reports.
@@ -268,10 +285,11 @@ pub fn run_sync<W: PhaseWorker>(
     (result.map_err(|e: WorkerError| e.into()), ctx.take_logs())
 }
 
-/// Runs a finalizer worker on a request; see [`run_sync`].
+/// Runs a finalizer worker on a request and its inputs; see [`run_sync`].
 pub fn run_finalize<W: FinalizerWorker>(
     worker: &W,
     request: wire::FinalizeRequest,
+    inputs: Vec<wire::NamedObjects>,
 ) -> (
     Result<wire::FinalizeResult, wire::WorkerError>,
     Vec<LogRecord>,
@@ -288,11 +306,12 @@ pub fn run_finalize<W: FinalizerWorker>(
     let ctx = Context::new(operator, FINALIZER_PHASE.to_owned(), now);
     let result = (|| {
         let resource = parse_resource::<W::Resource>(&resource)?;
+        let inputs = Inputs::new(inputs.into_iter().map(|i| (i.name, i.objects)).collect());
         let Finalized {
             done,
             status,
             requeue_after,
-        } = worker.finalize(&ctx, resource)?;
+        } = worker.finalize(&ctx, resource, &inputs)?;
         Ok(wire::FinalizeResult {
             done,
             status_info: status_json(status?)?,

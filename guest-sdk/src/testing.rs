@@ -215,6 +215,17 @@ impl SyncTest {
         &mut self.inputs[index].1
     }
 
+    /// The inputs as the host would send them.
+    fn wire_inputs(&self) -> Vec<wire::NamedObjects> {
+        self.inputs
+            .iter()
+            .map(|(name, objects)| wire::NamedObjects {
+                name: name.clone(),
+                objects: self.as_sent(name, objects),
+            })
+            .collect()
+    }
+
     /// Input `name`'s objects as the host would send them: cut to its declared fields (objects
     /// that are not JSON, from [`SyncTest::input_json`], pass unchanged).
     fn as_sent(&self, name: &str, objects: &[String]) -> Vec<String> {
@@ -239,14 +250,7 @@ impl SyncTest {
             operator: self.operator.clone(),
             phase: self.phase.clone(),
             resource: self.resource.clone(),
-            inputs: self
-                .inputs
-                .iter()
-                .map(|(name, objects)| wire::NamedObjects {
-                    name: name.clone(),
-                    objects: self.as_sent(name, objects),
-                })
-                .collect(),
+            inputs: self.wire_inputs(),
             now: self.now.clone(),
         };
         let (result, logs) = run_sync(worker, request);
@@ -319,6 +323,7 @@ impl SyncReport {
 pub struct FinalizeTest {
     operator: String,
     resource: String,
+    inputs: SyncTest,
     now: String,
 }
 
@@ -326,11 +331,55 @@ impl FinalizeTest {
     /// # Panics
     /// If `resource` does not serialize to JSON.
     pub fn new(resource: impl Serialize) -> Self {
+        let value = to_json_value(&resource, "the resource");
         Self {
             operator: DEFAULT_OPERATOR.to_owned(),
-            resource: to_json_value(&resource, "the resource").to_string(),
+            resource: value.to_string(),
+            inputs: SyncTest::new(value),
             now: DEFAULT_NOW.to_owned(),
         }
+    }
+
+    /// Adds objects to the finalizer's input `name` (see [`SyncTest::input`]).
+    ///
+    /// # Panics
+    /// If an object does not serialize to JSON.
+    pub fn input<T, I>(mut self, name: &str, objects: I) -> Self
+    where
+        T: Serialize,
+        I: IntoIterator<Item = T>,
+    {
+        self.inputs = self.inputs.input(name, objects);
+        self
+    }
+
+    /// Adds to input `name` the objects the host would select by the label selector at the
+    /// resource's `selector_field` (see [`SyncTest::input_selected`]).
+    ///
+    /// # Panics
+    /// As [`SyncTest::input_selected`].
+    pub fn input_selected<T, I>(mut self, name: &str, selector_field: &str, objects: I) -> Self
+    where
+        T: Serialize,
+        I: IntoIterator<Item = T>,
+    {
+        self.inputs = self.inputs.input_selected(name, selector_field, objects);
+        self
+    }
+
+    /// Declares the finalizer's input `name` with no objects.
+    pub fn empty_input(mut self, name: &str) -> Self {
+        self.inputs = self.inputs.empty_input(name);
+        self
+    }
+
+    /// Input `name` declares `fields` (see [`SyncTest::fields`]).
+    ///
+    /// # Panics
+    /// If a path is malformed.
+    pub fn fields(mut self, name: &str, fields: &[&str]) -> Self {
+        self.inputs = self.inputs.fields(name, fields);
+        self
     }
 
     pub fn operator(mut self, name: impl Into<String>) -> Self {
@@ -353,7 +402,7 @@ impl FinalizeTest {
             resource: self.resource.clone(),
             now: self.now.clone(),
         };
-        let (result, logs) = run_finalize(worker, request);
+        let (result, logs) = run_finalize(worker, request, self.inputs.wire_inputs());
         match result {
             Ok(result) => Ok(FinalizeReport {
                 done: result.done,
@@ -619,16 +668,30 @@ items:
         struct Cleanup;
         impl FinalizerWorker for Cleanup {
             type Resource = Value;
-            fn finalize(&self, ctx: &Context, _: Value) -> Result<Finalized, WorkerError> {
+            fn finalize(
+                &self,
+                ctx: &Context,
+                _: Value,
+                inputs: &Inputs,
+            ) -> Result<Finalized, WorkerError> {
                 ctx.warn("cleaning", &[("phase", &ctx.phase())]);
-                Ok(Finalized::pending(Duration::from_millis(1500)).status(json!({ "step": 1 })))
+                let leases = inputs.get_raw("leases").map_or(0, <[String]>::len);
+                Ok(Finalized::pending(Duration::from_millis(1500))
+                    .status(json!({ "step": 1, "leases": leases })))
             }
         }
         let report = FinalizeTest::new(json!({})).run(&Cleanup).unwrap();
         assert!(!report.done);
         assert_eq!(report.requeue_after, Some(Duration::from_millis(1500)));
-        assert_eq!(report.status, Some(json!({ "step": 1 })));
+        assert_eq!(report.status, Some(json!({ "step": 1, "leases": 0 })));
         assert_eq!(report.logs[0].field("phase"), Some("finalizer"));
+
+        let lease = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "l"}});
+        let report = FinalizeTest::new(json!({}))
+            .input("leases", [&lease, &lease])
+            .run(&Cleanup)
+            .unwrap();
+        assert_eq!(report.status, Some(json!({ "step": 1, "leases": 2 })));
     }
 
     #[test]

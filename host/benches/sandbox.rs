@@ -234,7 +234,7 @@ impl Env {
             operator: self.definition.name.clone(),
             phase: phase.into(),
             resource: inputs::to_worker_json(route, &self.definition.resource),
-            inputs: inputs::gather(self.phase(phase), inputs::Reader::of(route), cache)
+            inputs: inputs::gather(&self.phase(phase).inputs, inputs::Reader::of(route), cache)
                 .expect("valid selectors"),
             now: NOW.into(),
         }

@@ -210,6 +210,11 @@ pub struct InputSpec {
 #[serde(rename_all = "camelCase")]
 pub struct FinalizerSpec {
     pub module: ModuleRef,
+    /// Objects the finalizer reads, declared and selected as a phase's inputs are (its
+    /// `finalizer-inputs` import returns them), e.g. the leases to release before the resource
+    /// goes. A change to one requeues a resource still being deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<InputSpec>,
     /// Per-call limits for the finalizer worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<WorkerLimits>,

@@ -58,6 +58,8 @@ pub struct OperatorDefinition {
     pub phases: Vec<PhaseDefinition>,
     pub initial_phase: String,
     pub finalizer: Option<ModuleRef>,
+    /// The finalizer's declared inputs.
+    pub finalizer_inputs: Vec<InputSpec>,
     pub finalizer_limits: LimitOverride,
     pub finalizer_randomness: Randomness,
     /// Transitions kept in each resource's `.status.history`.
@@ -102,38 +104,7 @@ impl OperatorDefinition {
                 (Some(m), _) => check_module(m, &format!("{field}.module"))?,
                 (None, true) => {}
             }
-            let mut input_names = BTreeSet::new();
-            for (j, input) in p.inputs.iter().enumerate() {
-                let f = format!("{field}.inputs[{j}]");
-                if input.name.trim().is_empty() {
-                    return Err(invalid(format!("{f}.name"), "must not be empty"));
-                }
-                if !input_names.insert(input.name.as_str()) {
-                    return Err(invalid(
-                        format!("{f}.name"),
-                        format!("duplicate input name {:?}", input.name),
-                    ));
-                }
-                check_kind(&KindRef::new(&input.api_version, &input.kind), &f)?;
-                crate::selector::LabelSelector::from_parts(
-                    &input.match_labels,
-                    &input.match_expressions,
-                    &f,
-                )
-                .map_err(|e| invalid(e.field, e.problem))?;
-                if !input.fields.is_empty() {
-                    wasmpilot_selection::Projection::new(&input.fields)
-                        .map_err(|e| invalid(format!("{f}.fields[{}]", e.index), e.problem))?;
-                }
-                if let Some(path) = &input.selector_from {
-                    if path.is_empty() || path.split('.').any(str::is_empty) {
-                        return Err(invalid(
-                            format!("{f}.selectorFrom"),
-                            format!("{path:?} is not a field path like spec.deploymentSelector"),
-                        ));
-                    }
-                }
-            }
+            let mut input_names = check_inputs(&p.inputs, &field)?;
             for (j, q) in p.queries.iter().enumerate() {
                 let f = format!("{field}.queries[{j}]");
                 if !input_names.insert(q.name.as_str()) {
@@ -220,6 +191,7 @@ impl OperatorDefinition {
         };
         if let Some(f) = &spec.finalizer {
             check_module(&f.module, "spec.finalizer.module")?;
+            check_inputs(&f.inputs, "spec.finalizer")?;
         }
         let resync = match &spec.resync_interval {
             None => DEFAULT_RESYNC,
@@ -231,6 +203,11 @@ impl OperatorDefinition {
             phases,
             initial_phase,
             finalizer: spec.finalizer.as_ref().map(|f| f.module.clone()),
+            finalizer_inputs: spec
+                .finalizer
+                .as_ref()
+                .map(|f| f.inputs.clone())
+                .unwrap_or_default(),
             finalizer_limits: limit_override(
                 spec.finalizer.as_ref().and_then(|f| f.limits.as_ref()),
                 "spec.finalizer.limits",
@@ -264,15 +241,18 @@ impl OperatorDefinition {
         self.phases.iter().find(|p| p.name == name)
     }
 
-    /// Every kind the operator reads, keyed for watching: inputs of all phases.
-    pub fn input_kinds(&self) -> BTreeSet<KindRef> {
+    /// Every input declared: the phases', then the finalizer's.
+    pub fn all_inputs(&self) -> impl Iterator<Item = &InputSpec> {
         self.phases
             .iter()
-            .flat_map(|p| {
-                p.inputs
-                    .iter()
-                    .map(|i| KindRef::new(&i.api_version, &i.kind))
-            })
+            .flat_map(|p| &p.inputs)
+            .chain(&self.finalizer_inputs)
+    }
+
+    /// Every kind the operator reads, keyed for watching: inputs of all phases and the finalizer.
+    pub fn input_kinds(&self) -> BTreeSet<KindRef> {
+        self.all_inputs()
+            .map(|i| KindRef::new(&i.api_version, &i.kind))
             .collect()
     }
 
@@ -353,6 +333,47 @@ fn randomness(spec: Option<crate::crd::RandomnessSpec>) -> Randomness {
         Some(crate::crd::RandomnessSpec::Host) => Randomness::Host,
         Some(crate::crd::RandomnessSpec::Seeded) | None => Randomness::Seeded,
     }
+}
+
+/// Checks declared inputs (names, kinds, selectors, fields) at `field` (`spec.phases[0]`,
+/// `spec.finalizer`); returns their names.
+fn check_inputs<'a>(
+    inputs: &'a [InputSpec],
+    field: &str,
+) -> Result<BTreeSet<&'a str>, DefinitionError> {
+    let mut input_names = BTreeSet::new();
+    for (j, input) in inputs.iter().enumerate() {
+        let f = format!("{field}.inputs[{j}]");
+        if input.name.trim().is_empty() {
+            return Err(invalid(format!("{f}.name"), "must not be empty"));
+        }
+        if !input_names.insert(input.name.as_str()) {
+            return Err(invalid(
+                format!("{f}.name"),
+                format!("duplicate input name {:?}", input.name),
+            ));
+        }
+        check_kind(&KindRef::new(&input.api_version, &input.kind), &f)?;
+        crate::selector::LabelSelector::from_parts(
+            &input.match_labels,
+            &input.match_expressions,
+            &f,
+        )
+        .map_err(|e| invalid(e.field, e.problem))?;
+        if !input.fields.is_empty() {
+            wasmpilot_selection::Projection::new(&input.fields)
+                .map_err(|e| invalid(format!("{f}.fields[{}]", e.index), e.problem))?;
+        }
+        if let Some(path) = &input.selector_from {
+            if path.is_empty() || path.split('.').any(str::is_empty) {
+                return Err(invalid(
+                    format!("{f}.selectorFrom"),
+                    format!("{path:?} is not a field path like spec.deploymentSelector"),
+                ));
+            }
+        }
+    }
+    Ok(input_names)
 }
 
 /// The role name the finalizer module is reported under.

@@ -70,6 +70,10 @@ pub fn rules_for(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, ApiResource>
             add(g, r, &WRITE);
         }
     }
+    for input in spec.finalizer.iter().flat_map(|f| &f.inputs) {
+        let (g, r) = group_plural(&KindRef::new(&input.api_version, &input.kind), known);
+        add(g, r, &READ);
+    }
     verbs
         .into_iter()
         .map(|((group, resource), mut verbs)| {

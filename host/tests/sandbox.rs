@@ -413,6 +413,61 @@ async fn a_sleeping_worker_ends_at_its_deadline_and_frees_its_slot() {
     assert_eq!(r.next_phase, "Done");
 }
 
+/// A finalizer reads its declared inputs through the `finalizer-inputs` import; they count
+/// toward the request size and its seed, as a phase's do.
+#[tokio::test]
+async fn a_finalizer_gets_its_inputs_from_the_host() {
+    let sb = sandbox();
+    let bytes = common::component("wasmpilot_test_scripted.wasm");
+    let c = sb.compile(&bytes).unwrap();
+    let f = sb.finalizer_module("sha256:test", &c).unwrap();
+    let request = || wasmpilot::sandbox::FinalizeRequest {
+        operator: "scripted".into(),
+        resource: json!({
+            "apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted",
+            "metadata": {"name": "s", "namespace": "default"},
+            "spec": {"finalize": {"mode": "ok", "countInputs": true}}
+        })
+        .to_string(),
+        now: "2026-01-01T00:00:00Z".into(),
+    };
+    let lease = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).to_string()
+    };
+    let inputs = vec![
+        wasmpilot::sandbox::NamedObjects {
+            name: "leases".into(),
+            objects: vec![lease("l1"), lease("l2")],
+        },
+        wasmpilot::sandbox::NamedObjects {
+            name: "none".into(),
+            objects: vec![],
+        },
+    ];
+    let r = sb.run_finalize(&f, request(), inputs).await.unwrap();
+    assert!(r.done);
+    let status: Value = serde_json::from_str(r.status_info.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        status["finalizerInputs"],
+        json!({"leases": ["l1", "l2"], "none": []})
+    );
+
+    let r = sb.run_finalize(&f, request(), Vec::new()).await.unwrap();
+    let status: Value = serde_json::from_str(r.status_info.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        status["finalizerInputs"],
+        json!({}),
+        "no inputs declared: none"
+    );
+
+    let huge = vec![wasmpilot::sandbox::NamedObjects {
+        name: "leases".into(),
+        objects: vec!["x".repeat(f.limits.memory_bytes / 2 + 1)],
+    }];
+    let r = sb.run_finalize(&f, request(), huge).await;
+    assert!(matches!(r, Err(RunError::RequestTooLarge { .. })), "{r:?}");
+}
+
 /// The finalizer's calls end at the deadline too.
 #[tokio::test]
 async fn a_sleeping_finalizer_ends_at_its_deadline() {
@@ -434,6 +489,7 @@ async fn a_sleeping_finalizer_ends_at_its_deadline() {
                 resource: resource.to_string(),
                 now: "2026-01-01T00:00:00Z".into(),
             },
+            Vec::new(),
         )
         .await;
     assert!(matches!(r, Err(RunError::DeadlineExceeded(_))), "{r:?}");

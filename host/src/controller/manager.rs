@@ -414,6 +414,10 @@ impl Manager {
                 declared.push((k.clone(), format!("spec.phases[{i}].outputs[{j}]")));
             }
         }
+        for (j, input) in definition.finalizer_inputs.iter().enumerate() {
+            let k = KindRef::new(&input.api_version, &input.kind);
+            declared.push((k, format!("spec.finalizer.inputs[{j}]")));
+        }
         let mut resolved: HashMap<KindRef, ResolvedKind> = HashMap::new();
         for (k, field) in declared {
             if let std::collections::hash_map::Entry::Vacant(slot) = resolved.entry(k) {
@@ -478,7 +482,7 @@ impl Manager {
             None => None,
         };
         let mut input_caches = InputCaches::default();
-        for input in definition.phases.iter().flat_map(|p| &p.inputs) {
+        for input in definition.all_inputs() {
             let kind = KindRef::new(&input.api_version, &input.kind);
             if let Some(resolved) = resolved.get(&kind) {
                 input_caches.add(kind, &input.fields, || {

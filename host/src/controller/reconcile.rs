@@ -8,7 +8,7 @@ use crate::controller::informers::{MetadataInformer, ObjectInformer};
 use crate::controller::live_evidence::LiveCall;
 use crate::controller::schedule::Backoff;
 use crate::crd::{InputSpec, KindRef};
-use crate::definition::{OperatorDefinition, PhaseDefinition};
+use crate::definition::OperatorDefinition;
 use crate::evidence::case::RecordedResult;
 use crate::kinds::ResolvedKind;
 use crate::pipeline::decision::{self, DecisionInput};
@@ -328,7 +328,7 @@ async fn run_phase(
             operator: def.name.clone(),
             declared: step::phase_names(def),
         })?;
-    wait_for_inputs(ctx, phase).await?;
+    wait_for_inputs(ctx, &phase.inputs).await?;
     let samples = Samples::Query {
         prometheus: &ctx.metrics_source.client,
         fallback_url: ctx.metrics_source.default_url.as_deref(),
@@ -457,6 +457,12 @@ async fn run_finalizer(
         return Ok(Action::await_change());
     };
     tracing::Span::current().record("phase", "finalizer");
+    let declared = &ctx.definition.finalizer_inputs;
+    wait_for_inputs(ctx, declared).await?;
+    let finalizer_inputs = inputs::gather(declared, inputs::Reader::of(&obj), &ctx.inputs)
+        .map_err(ReconcileError::invalid_selector(
+            crate::definition::FINALIZER_ROLE,
+        ))?;
     let request = FinalizeRequest {
         operator: ctx.definition.name.clone(),
         resource: inputs::to_worker_json(&obj, &ctx.definition.resource),
@@ -464,7 +470,7 @@ async fn run_finalizer(
     };
     let result = ctx
         .sandbox
-        .run_finalize(module, request)
+        .run_finalize(module, request, finalizer_inputs)
         .await
         .map_err(|source| ReconcileError::FinalizerWorker {
             digest: module.digest.clone(),
@@ -643,9 +649,9 @@ async fn ensure_unchanged(
 
 async fn wait_for_inputs(
     ctx: &OperatorContext,
-    phase: &PhaseDefinition,
+    inputs: &[InputSpec],
 ) -> Result<(), ReconcileError> {
-    for input in &phase.inputs {
+    for input in inputs {
         if let Some(informer) = ctx.inputs.informer(input) {
             match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.wait_until_ready()).await {
                 Ok(true) => {}

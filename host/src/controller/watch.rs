@@ -53,9 +53,7 @@ pub async fn run(
         } else {
             let specs: Vec<InputSpec> = ctx
                 .definition
-                .phases
-                .iter()
-                .flat_map(|p| &p.inputs)
+                .all_inputs()
                 .filter(|i| i.api_version == kind.api_version && i.kind == kind.kind && !i.owned)
                 .cloned()
                 .collect();
@@ -103,9 +101,7 @@ pub async fn run(
 /// Whether every input of `kind` (in any phase) is `owned`: then a change of one of its objects
 /// concerns only the resource that controls it.
 fn only_owned(def: &crate::definition::OperatorDefinition, kind: &KindRef) -> bool {
-    def.phases
-        .iter()
-        .flat_map(|p| &p.inputs)
+    def.all_inputs()
         .filter(|i| i.api_version == kind.api_version && i.kind == kind.kind)
         .all(|i| i.owned)
 }

@@ -4,7 +4,6 @@
 //! `fields` if any, and serialized as JSON.
 
 use crate::crd::{InputSpec, KindRef};
-use crate::definition::PhaseDefinition;
 use crate::sandbox::NamedObjects;
 use crate::selector::{self, LabelSelector, SelectorError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -140,16 +139,15 @@ pub fn input_selector(
     Ok(declared.and(LabelSelector::from_json(value, path)?))
 }
 
-/// The inputs of `phase` for the resource `reader`; fails when a selector the resource holds
-/// (`selectorFrom`) is missing or invalid.
+/// The declared `inputs` (a phase's or the finalizer's) for the resource `reader`; fails when
+/// a selector the resource holds (`selectorFrom`) is missing or invalid.
 pub fn gather(
-    phase: &PhaseDefinition,
+    inputs: &[InputSpec],
     reader: Reader<'_>,
     source: &impl ObjectSource,
 ) -> Result<Vec<NamedObjects>, SelectorError> {
     let namespace = reader.namespace;
-    phase
-        .inputs
+    inputs
         .iter()
         .map(|input| {
             let selector = input_selector(input, reader)?;
@@ -252,6 +250,7 @@ pub fn projected_json(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::definition::PhaseDefinition;
     use std::collections::BTreeMap;
 
     struct Fixed(Vec<Arc<DynamicObject>>);
@@ -313,7 +312,7 @@ mod tests {
             uid: "u-1",
             data: &data,
         };
-        let got = gather(&phase, reader, &source).unwrap();
+        let got = gather(&phase.inputs, reader, &source).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].name, "deployments");
         let objs: Vec<serde_json::Value> = got[0]
@@ -448,7 +447,7 @@ mod tests {
         ]);
         let data = serde_json::Value::Null;
         let got = gather(
-            &phase,
+            &phase.inputs,
             Reader {
                 namespace: Some("b"),
                 uid: "u-1",

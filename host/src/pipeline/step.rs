@@ -118,7 +118,7 @@ pub async fn request(
     now: &str,
 ) -> Result<SyncRequest, ReconcileError> {
     let resource_json = inputs::to_worker_json(resource, &def.resource);
-    let mut phase_inputs = inputs::gather(phase, inputs::Reader::of(resource), source)
+    let mut phase_inputs = inputs::gather(&phase.inputs, inputs::Reader::of(resource), source)
         .map_err(ReconcileError::invalid_selector(&phase.name))?;
     if !phase.queries.is_empty() {
         match samples {

@@ -5,9 +5,10 @@
 //! `wasmpilot-request-v1`, then each field as its byte length (u64, little endian) and its UTF-8
 //! bytes — for a sync request: operator, phase, resource, the number of inputs (u64 LE) and per
 //! input its name, its number of objects (u64 LE) and each object, then `now`; for a finalize
-//! request: operator, `finalizer`, resource, 0 inputs, `now`.
+//! request: operator, `finalizer`, resource, its inputs (those its `finalizer-inputs` import
+//! returns) as for a sync request, `now` — a finalizer without inputs hashes as before they existed.
 
-use super::{FinalizeRequest, SyncRequest};
+use super::{FinalizeRequest, NamedObjects, SyncRequest};
 use sha2::{Digest, Sha256};
 
 const TAG: &[u8] = b"wasmpilot-request-v1";
@@ -22,24 +23,17 @@ impl RequestDigest {
         h.field(&request.operator);
         h.field(&request.phase);
         h.field(&request.resource);
-        h.count(request.inputs.len());
-        for input in &request.inputs {
-            h.field(&input.name);
-            h.count(input.objects.len());
-            for object in &input.objects {
-                h.field(object);
-            }
-        }
+        h.inputs(&request.inputs);
         h.field(&request.now);
         h.finish()
     }
 
-    pub fn of_finalize(request: &FinalizeRequest) -> Self {
+    pub fn of_finalize(request: &FinalizeRequest, inputs: &[NamedObjects]) -> Self {
         let mut h = Encoder::new();
         h.field(&request.operator);
         h.field("finalizer");
         h.field(&request.resource);
-        h.count(0);
+        h.inputs(inputs);
         h.field(&request.now);
         h.finish()
     }
@@ -57,6 +51,17 @@ impl Encoder {
         let mut h = Sha256::new();
         h.update(TAG);
         Encoder(h)
+    }
+
+    fn inputs(&mut self, inputs: &[NamedObjects]) {
+        self.count(inputs.len());
+        for input in inputs {
+            self.field(&input.name);
+            self.count(input.objects.len());
+            for object in &input.objects {
+                self.field(object);
+            }
+        }
     }
 
     fn count(&mut self, n: usize) {

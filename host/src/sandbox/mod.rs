@@ -336,6 +336,11 @@ impl Sandbox {
             wasmtime::component::HasSelf<_>,
         >(&mut linker, |s: &mut HostState| s)
         .map_err(anyhow::Error::from)?;
+        bindings::finalizer::wasmpilot::operator::finalizer_inputs::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<_>,
+        >(&mut linker, |s: &mut HostState| s)
+        .map_err(anyhow::Error::from)?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let stop = ticker_stop.clone();
         let ticking = engine.clone();
@@ -503,18 +508,27 @@ impl Sandbox {
         Ok(result)
     }
 
-    /// Runs `finalize` in a fresh instance, on a fiber of the caller's task, within the limits.
+    /// Runs `finalize` in a fresh instance, on a fiber of the caller's task, within the limits;
+    /// `inputs` (the finalizer's declared inputs) are what its `finalizer-inputs` import returns.
     pub async fn run_finalize(
         &self,
         module: &FinalizerModule,
         request: FinalizeRequest,
+        inputs: Vec<NamedObjects>,
     ) -> Result<FinalizeResult, RunError> {
         let limits = module.limits;
-        Self::check_request_size(request.resource.len(), &limits)?;
+        let size = request.resource.len()
+            + inputs
+                .iter()
+                .flat_map(|i| i.objects.iter())
+                .map(String::len)
+                .sum::<usize>();
+        Self::check_request_size(size, &limits)?;
         let _permit = self.permit().await?;
-        let seed =
-            (module.randomness == Randomness::Seeded).then(|| RequestDigest::of_finalize(&request));
+        let seed = (module.randomness == Randomness::Seeded)
+            .then(|| RequestDigest::of_finalize(&request, &inputs));
         let mut call = self.call(limits, &request.now, seed);
+        call.store.data_mut().finalizer_inputs = inputs;
         let store = &mut call.store;
         let result = within_deadline(limits.deadline, call.started, async {
             let instance = module

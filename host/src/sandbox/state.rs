@@ -30,6 +30,9 @@ pub struct HostState {
     pub(super) stdout: CappedOutput,
     pub(super) stderr: CappedOutput,
     pub(super) deadline: std::time::Duration,
+    /// What the `finalizer-inputs` import returns: a finalizer call's declared inputs (empty
+    /// for a phase call).
+    pub(super) finalizer_inputs: Vec<super::NamedObjects>,
 }
 
 impl HostState {
@@ -81,6 +84,7 @@ impl HostState {
             stdout,
             stderr,
             deadline: limits.deadline,
+            finalizer_inputs: Vec::new(),
         }
     }
 }
@@ -203,3 +207,9 @@ impl log::Host for HostState {
 }
 
 impl super::bindings::phase::wasmpilot::operator::types::Host for HostState {}
+
+impl super::bindings::finalizer::wasmpilot::operator::finalizer_inputs::Host for HostState {
+    fn inputs(&mut self) -> Vec<super::NamedObjects> {
+        self.finalizer_inputs.clone()
+    }
+}

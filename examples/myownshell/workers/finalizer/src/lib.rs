@@ -6,7 +6,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use myownshell_types::{MyOwnShell, MyOwnShellStatus};
-use wasmpilot_guest::{Context, Finalized, FinalizerWorker, WorkerError};
+use wasmpilot_guest::{Context, Finalized, FinalizerWorker, Inputs, WorkerError};
 
 /// Logs the deletion, records `status.finalizedAt` (the host's clock) and lets it proceed.
 #[derive(Default)]
@@ -15,7 +15,12 @@ pub struct Finalizer;
 impl FinalizerWorker for Finalizer {
     type Resource = MyOwnShell;
 
-    fn finalize(&self, ctx: &Context, shell: MyOwnShell) -> Result<Finalized, WorkerError> {
+    fn finalize(
+        &self,
+        ctx: &Context,
+        shell: MyOwnShell,
+        _inputs: &Inputs,
+    ) -> Result<Finalized, WorkerError> {
         let deployment = shell
             .status
             .as_ref()

@@ -223,19 +223,48 @@ impl PhaseWorker for Scripted {
 impl FinalizerWorker for Scripted {
     type Resource = Resource;
 
-    fn finalize(&self, ctx: &Context, resource: Resource) -> Result<Finalized, WorkerError> {
+    fn finalize(
+        &self,
+        ctx: &Context,
+        resource: Resource,
+        inputs: &Inputs,
+    ) -> Result<Finalized, WorkerError> {
         let step = resource.spec.finalize.clone().unwrap_or_default();
         ctx.info("scripted finalizer", &[("mode", &step.mode)]);
         if let Some(e) = misbehave(&step) {
             return Err(e);
         }
+        // With `countInputs`: the names of the finalizer's inputs' objects (`spec.finalizer.inputs`).
+        let mut seen = serde_json::Map::new();
+        if step.count_inputs {
+            for name in inputs.names() {
+                let names: Vec<Value> = inputs
+                    .get_raw(name)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|o| serde_json::from_str::<Value>(o).ok())
+                    .map(|o| o["metadata"]["name"].clone())
+                    .collect();
+                seen.insert(name.to_string(), Value::Array(names));
+            }
+        }
+        let mut status = serde_json::Map::new();
+        if step.count_inputs {
+            status.insert("finalizerInputs".into(), Value::Object(seen));
+        }
         match step.mode.as_str() {
-            "pending" => Ok(Finalized::pending(Duration::from_millis(
-                step.requeue_after_ms.unwrap_or(1000),
-            ))),
+            "pending" => {
+                let pending = Finalized::pending(Duration::from_millis(
+                    step.requeue_after_ms.unwrap_or(1000),
+                ));
+                Ok(match status.is_empty() {
+                    true => pending,
+                    false => pending.status(Value::Object(status)),
+                })
+            }
             _ => {
-                Ok(Finalized::done()
-                    .status(serde_json::json!({"finalizedAt": ctx.now().to_string()})))
+                status.insert("finalizedAt".into(), ctx.now().to_string().into());
+                Ok(Finalized::done().status(Value::Object(status)))
             }
         }
     }
