@@ -235,8 +235,9 @@ impl FinalizerWorker for Scripted {
             return Err(e);
         }
         // With `countInputs`: the names of the finalizer's inputs' objects (`spec.finalizer.inputs`).
-        let mut seen = serde_json::Map::new();
+        let mut status = serde_json::Map::new();
         if step.count_inputs {
+            let mut seen = serde_json::Map::new();
             for name in inputs.names() {
                 let names: Vec<Value> = inputs
                     .get_raw(name)
@@ -247,9 +248,6 @@ impl FinalizerWorker for Scripted {
                     .collect();
                 seen.insert(name.to_string(), Value::Array(names));
             }
-        }
-        let mut status = serde_json::Map::new();
-        if step.count_inputs {
             status.insert("finalizerInputs".into(), Value::Object(seen));
         }
         match step.mode.as_str() {
