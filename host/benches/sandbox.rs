@@ -37,6 +37,7 @@ use wasmpilot::modules::compile_cache::CompileCache;
 use wasmpilot::modules::digest_of;
 use wasmpilot::pipeline::inputs::{self, ObjectSource, WorkerObject};
 use wasmpilot::pipeline::outputs::{self, Owner};
+use wasmpilot::sandbox::bindings::finalizer::wasmpilot::operator::finalizer_inputs;
 use wasmpilot::sandbox::bindings::phase::wasmpilot::operator::{log, types};
 use wasmpilot::sandbox::bindings::phase::{Phase, PhasePre};
 use wasmpilot::sandbox::{
@@ -1073,6 +1074,12 @@ impl log::Host for RawState {
 
 impl types::Host for RawState {}
 
+impl finalizer_inputs::Host for RawState {
+    fn inputs(&mut self) -> Vec<wasmpilot::sandbox::NamedObjects> {
+        Vec::new()
+    }
+}
+
 /// One component under each allocator, checked to decide `next` on `request`.
 struct RawWorkers {
     on_demand: RawWorker,
@@ -1117,6 +1124,12 @@ impl RawWorker {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("WASI");
         log::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s: &mut RawState| s)
             .expect("log import");
+        // The Rust SDK's components serve either role, so they import the finalizer's inputs too.
+        finalizer_inputs::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s: &mut RawState| s,
+        )
+        .expect("finalizer-inputs import");
         let component = Component::new(&engine, bytes).expect("compiles");
         let pre = PhasePre::new(linker.instantiate_pre(&component).expect("links"))
             .expect("a phase worker");
