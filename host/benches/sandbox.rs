@@ -704,12 +704,25 @@ fn parsing_share(
         return;
     }
     let route = dynamic(&fixtures::route());
-    let objects = fixtures::deployments(n);
+    let all = fixtures::deployments(n);
     let as_sent = env.request(
         "Syncing",
         &route,
-        &Cache::new(objects.iter().map(dynamic).collect(), false),
+        &Cache::new(all.iter().map(dynamic).collect(), false),
     );
+    // The host selects the route's Deployments: every variant carries the same ones.
+    let selected: std::collections::HashSet<String> = as_sent.inputs[0]
+        .objects
+        .iter()
+        .map(|o| {
+            let o: Value = serde_json::from_str(o).expect("object JSON");
+            o["metadata"]["name"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    let objects: Vec<&Value> = all
+        .iter()
+        .filter(|o| selected.contains(o["metadata"]["name"].as_str().unwrap_or_default()))
+        .collect();
     let variant = |objects: Vec<String>| {
         let mut r = as_sent.clone();
         r.inputs[0].objects = objects;
@@ -720,7 +733,7 @@ fn parsing_share(
         ("as sent (to_worker_json)", as_sent.clone()),
         (
             "with managedFields",
-            variant(objects.iter().map(Value::to_string).collect()),
+            variant(objects.iter().map(|o| o.to_string()).collect()),
         ),
         (
             "trimmed (- last-applied, - status)",
@@ -768,7 +781,8 @@ fn parsing_share(
     let mut cases = Vec::new();
     let mut labels = Vec::new();
     for ((name, r), native) in variants.iter().zip(&natives) {
-        labels.push(format!("{name}, {}/object", kib(request_bytes(r) / n)));
+        let per_object = request_bytes(r) / r.inputs[0].objects.len().max(1);
+        labels.push(format!("{name}, {}/object", kib(per_object)));
         cases.push(Case::new(format!("native, {name}"), move || {
             black_box(native.run(&syncing::Export(Syncing)).expect("native"));
         }));
