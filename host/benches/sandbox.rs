@@ -600,14 +600,6 @@ fn breakdown(
     let native = native_test(&request);
     let raw = RawWorkers::new(&wasm.read(SYNCING), &request, "Ready");
     let mut warm = raw.on_demand.warm();
-    // Both optimisations together: inputs projected to the fields read, and less fresh memory.
-    let mut projected = request.clone();
-    projected.inputs[0].objects = objects
-        .iter()
-        .map(|o| fixtures::projected(o).to_string())
-        .collect();
-    let native_projected = native_test(&projected);
-    let mut warm_projected = raw.on_demand.warm();
     let stats = bench.group(
         &title,
         RAW_NOTE,
@@ -630,22 +622,6 @@ fn breakdown(
             }),
             Case::new("raw: warm instance (no fresh memory)", || {
                 black_box(parse_result(&warm.call(&request)));
-            }),
-            Case::new("native, projected inputs", || {
-                black_box(
-                    native_projected
-                        .run(&syncing::Export(Syncing))
-                        .expect("native"),
-                );
-            }),
-            Case::new("Sandbox::run_sync, projected inputs", || {
-                black_box(parse_result(&env.run(rt, &env.syncing, projected.clone())));
-            }),
-            Case::new("raw: keep resident, projected inputs", || {
-                black_box(parse_result(&raw.resident.call(&projected)));
-            }),
-            Case::new("raw: warm instance, projected inputs", || {
-                black_box(parse_result(&warm_projected.call(&projected)));
             }),
             Case::new("Sandbox::run_sync, on-demand memory (before)", || {
                 let v = &env.on_demand;
@@ -677,16 +653,9 @@ fn breakdown(
         println!(
             "   Sandbox::run_sync with on-demand memory (before the instance pool) {:.2}×; from \
              inside a runtime task (per call, without parsing) {:.2}×",
-            paired(&s[10], &s[0]),
-            paired(&s[11], &s[0])
+            paired(&s[6], &s[0]),
+            paired(&s[7], &s[0])
         );
-        let projected: Vec<f64> = (7..10).map(|i| paired(&s[i], &s[6])).collect();
-        println!(
-            "   projected inputs, against native on the same projected inputs (paired): \
-             Sandbox::run_sync {:.2}×, keep resident {:.2}×, warm instance {:.2}×",
-            projected[0], projected[1], projected[2]
-        );
-        sum.projected = Some((n, projected));
     }
 }
 
@@ -716,7 +685,10 @@ fn parsing_share(
         .iter()
         .map(|o| {
             let o: Value = serde_json::from_str(o).expect("object JSON");
-            o["metadata"]["name"].as_str().unwrap_or_default().to_string()
+            o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
         })
         .collect();
     let objects: Vec<&Value> = all
@@ -730,7 +702,7 @@ fn parsing_share(
     };
     // The first is the baseline's data: what the host sends today.
     let variants = [
-        ("as sent (to_worker_json)", as_sent.clone()),
+        ("as sent (the operator's fields)", as_sent.clone()),
         (
             "with managedFields",
             variant(objects.iter().map(|o| o.to_string()).collect()),
@@ -1401,8 +1373,6 @@ struct Summary {
     /// n, request built with to_worker_json, whole host path so, request built with cached JSON.
     serialize_share: Vec<(usize, Duration, Duration, Duration)>,
     parsing: Vec<(usize, Vec<VariantRow>)>,
-    /// n; run_sync, keep resident, warm instance on projected inputs, vs native projected.
-    projected: Option<(usize, Vec<f64>)>,
 }
 
 impl Summary {
@@ -1481,18 +1451,12 @@ impl Summary {
                 fmt(*cached),
             );
         }
-        if let Some((n, r)) = &self.projected {
-            println!(
-                "at {n} Deployments, projected inputs vs native on the same projected inputs: Sandbox::run_sync {:.2}×, pooling + keep resident {:.2}×, warm instance {:.2}×",
-                r[0], r[1], r[2]
-            );
-        }
         for (n, rows) in &self.parsing {
             println!(
-                "at {n} Deployments, projecting inputs to the fields read saves {:.0} % of the sandbox call (sandbox / native: {:.2}× as sent, {:.2}× projected)",
-                (1.0 - rows[3].2) * 100.0,
+                "at {n} Deployments, sending the whole objects (with managedFields) instead of the operator's declared fields costs {:+.0} % of the sandbox call (sandbox / native: {:.2}× as sent, {:.2}× whole)",
+                (rows[1].2 - 1.0) * 100.0,
                 rows[0].1,
-                rows[3].1,
+                rows[1].1,
             );
         }
     }

@@ -160,6 +160,8 @@ pub struct Prometheus {
 
 impl Default for Prometheus {
     fn default() -> Self {
+        // Its HTTP client is built without a TLS provider of its own.
+        crate::modules::install_crypto_provider();
         Prometheus {
             http: reqwest::Client::new(),
         }

@@ -1,7 +1,7 @@
-//! Watches `WasmOperator` objects and keeps one controller running per valid operator:
-//! validate → resolve kinds → load modules → start (or swap) its controller → report status.
-//! A swap drains the previous controller first (its in-flight reconciles finish on the old
-//! modules), so two controllers of one operator never reconcile at the same time.
+//! A kube `Controller` of `WasmOperator` objects that keeps one controller running per valid
+//! operator: validate → resolve kinds → load modules → start (or swap) its controller → report
+//! status; its error policy retries with a backoff. A swap drains the previous controller first
+//! (its in-flight reconciles finish on the old modules), so two never reconcile at the same time.
 
 use crate::controller::reconcile::{InputCaches, OperatorContext, OutputCaches};
 use crate::controller::schedule::Backoff;
@@ -14,21 +14,31 @@ use crate::kinds::{self, ResolvedKind};
 use crate::modules::{ModuleCache, ModuleError};
 use crate::pipeline::status;
 use crate::sandbox::LoadError;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
+use kube::runtime::{predicates, Controller, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// Retry delay for operators whose kinds or modules are not available yet.
+/// The first retry delay for an operator whose kinds, modules or permissions are not available
+/// yet; it doubles with every failure up to [`LOAD_RETRY`], and resets once the operator runs.
+const FIRST_LOAD_RETRY: Duration = Duration::from_secs(1);
+
+/// The longest retry delay for an operator that could not be loaded.
 const LOAD_RETRY: Duration = Duration::from_secs(10);
+
+/// WasmOperators loaded at once (loading compiles modules: CPU-bound on a small node); one
+/// operator is never loaded twice at once.
+const LOAD_CONCURRENCY: u16 = 2;
 
 /// How much longer than the host's `--max-deadline` a stopped controller may take to finish its
 /// in-flight reconciles (a worker call, then the writes) before it is aborted.
@@ -36,7 +46,7 @@ const DRAIN_MARGIN: Duration = Duration::from_secs(30);
 
 /// Why an operator could not be (re)started; becomes the `Ready=False` message.
 #[derive(Debug, thiserror::Error)]
-enum LoadFailure {
+pub(super) enum LoadFailure {
     #[error("invalid definition: {0}")]
     Invalid(#[from] crate::definition::DefinitionError),
     #[error("{0}")]
@@ -126,44 +136,77 @@ impl Drop for Running {
     }
 }
 
-/// Owns the per-operator controllers of this host.
-pub struct Manager {
-    client: Client,
-    modules: Arc<ModuleCache>,
-    recorder: Recorder,
+/// Why reconciling a WasmOperator did not finish; the error policy decides when to try again.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum OperatorLoadError {
+    /// The definition could not be started (reported as its `Ready=False` condition).
+    #[error("{0}")]
+    Load(#[from] LoadFailure),
+    /// The operator runs, but its status could not be written.
+    #[error("could not update the WasmOperator's status: {0}")]
+    Status(#[source] kube::Error),
+}
+
+/// The per-operator controllers of this host, by WasmOperator name.
+#[derive(Default)]
+struct Controllers {
     running: HashMap<String, Running>,
     /// Stopped controllers that may still be finishing in-flight reconciles; a controller of the
     /// same name starts only after its predecessor's task ended.
     draining: HashMap<String, JoinHandle<()>>,
-    /// Specs that failed to load, so status-only updates don't retry them in a loop.
-    failed: HashMap<String, WasmOperatorSpec>,
-    /// Operators with a retry timer running, so failures do not stack timers.
-    retry_pending: HashSet<String>,
+}
+
+impl Controllers {
+    /// Stops the operator's controller (if any) and keeps its task to drain.
+    fn stop(&mut self, name: &str) {
+        self.draining.retain(|_, task| !task.is_finished());
+        if let Some(running) = self.running.remove(name) {
+            tracing::info!(operator = %name, "stopping controller");
+            if let Some(task) = running.stop() {
+                self.draining.insert(name.to_string(), task);
+            }
+        }
+        crate::metrics::READINESS.synced(name);
+        crate::metrics::METRICS
+            .operators_running
+            .set(self.running.len() as i64);
+    }
+}
+
+/// Owns the per-operator controllers of this host: a kube `Controller` of `WasmOperator`
+/// objects whose reconcile loads and (re)starts an operator and whose error policy retries.
+pub struct Manager {
+    client: Client,
+    modules: Arc<ModuleCache>,
     metrics_source: crate::controller::reconcile::MetricsSource,
-    /// Watches and caches per kind, shared by the operators that use them.
-    informers: crate::controller::informers::Informers,
     /// Where every operator's decisions are recorded, if anywhere.
     record_sink: Option<RecordSink>,
     /// Which resources an input object's change requeues (the same for every operator).
     input_requeue: crate::controller::watch::InputRequeue,
 }
 
+/// What the WasmOperator reconciles share.
+pub(super) struct ManagerContext {
+    client: Client,
+    modules: Arc<ModuleCache>,
+    recorder: Recorder,
+    metrics_source: crate::controller::reconcile::MetricsSource,
+    /// Watches and caches per kind, shared by the operators that use them.
+    informers: crate::controller::informers::Informers,
+    record_sink: Option<RecordSink>,
+    input_requeue: crate::controller::watch::InputRequeue,
+    /// When to try loading an operator again, per operator: doubling up to [`LOAD_RETRY`].
+    retries: Backoff,
+    /// The WasmOperators as watched: a load finishing after its operator was deleted is dropped.
+    operators: Store<WasmOperator>,
+    controllers: Mutex<Controllers>,
+}
+
 impl Manager {
     pub fn new(client: Client, modules: Arc<ModuleCache>) -> Self {
-        let reporter = Reporter {
-            controller: "wasmpilot".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let recorder = Recorder::new(client.clone(), reporter);
         Manager {
-            informers: crate::controller::informers::Informers::new(client.clone()),
             client,
             modules,
-            recorder,
-            running: HashMap::new(),
-            draining: HashMap::new(),
-            failed: HashMap::new(),
-            retry_pending: HashSet::new(),
             metrics_source: crate::controller::reconcile::MetricsSource::default(),
             record_sink: None,
             input_requeue: Default::default(),
@@ -182,77 +225,75 @@ impl Manager {
         self
     }
 
-    fn schedule_retry(&mut self, tx: &mpsc::UnboundedSender<String>, name: String) {
-        if self.retry_pending.insert(name.clone()) {
-            schedule_retry_after_delay(tx, name);
-        }
-    }
-
     /// Sets the Prometheus that metric queries use when a WasmOperator names none.
     pub fn with_prometheus(mut self, url: Option<String>) -> Self {
         self.metrics_source.default_url = url;
         self
     }
 
-    /// Runs until `shutdown` resolves.
-    pub async fn run(
-        mut self,
-        shutdown: impl std::future::Future<Output = ()>,
-    ) -> anyhow::Result<()> {
+    /// Runs until `shutdown` resolves; then stops every operator's controller and waits (bounded)
+    /// for their in-flight reconciles.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+        let reporter = Reporter {
+            controller: "wasmpilot".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         let api: Api<WasmOperator> = Api::all(self.client.clone());
-        let mut events = watcher::watcher(api.clone(), watcher::Config::default())
+        let (operators, writer) = reflector::store();
+        let ctx = Arc::new(ManagerContext {
+            recorder: Recorder::new(self.client.clone(), reporter),
+            informers: crate::controller::informers::Informers::new(self.client.clone()),
+            client: self.client,
+            modules: self.modules,
+            metrics_source: self.metrics_source,
+            record_sink: self.record_sink,
+            input_requeue: self.input_requeue,
+            retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
+            operators: operators.clone(),
+            controllers: Mutex::new(Controllers::default()),
+        });
+        // Deletions (and objects gone while the watch was down) stop their controllers; every
+        // other change that reaches the reconcile is a new generation: status writes, the
+        // manager's own included, do not.
+        let observer = ctx.clone();
+        let changes = watcher::watcher(api, watcher::Config::default())
             .backoff(crate::controller::schedule::watch_backoff())
-            .boxed();
-        let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<String>();
-        let mut listed: HashSet<String> = HashSet::new();
-        tokio::pin!(shutdown);
+            .reflect(writer)
+            .inspect_ok(move |event| observer.observe(event))
+            .applied_objects()
+            .predicate_filter(predicates::generation, Default::default());
+        let (stop, stopped) = oneshot::channel::<()>();
         tracing::info!("watching WasmOperators");
-        loop {
-            tokio::select! {
-                event = events.next() => match event {
-                    Some(Ok(Event::Init)) => listed.clear(),
-                    Some(Ok(Event::InitApply(op))) => {
-                        listed.insert(op.name_any());
-                        self.ensure(op, false, &retry_tx).await;
-                    }
-                    Some(Ok(Event::InitDone)) => {
-                        let gone: Vec<String> = self.running.keys().filter(|n| !listed.contains(*n)).cloned().collect();
-                        for name in gone {
-                            self.stop(&name);
-                        }
-                        crate::metrics::READINESS.mark_listed();
-                    }
-                    Some(Ok(Event::Apply(op))) => self.ensure(op, false, &retry_tx).await,
-                    Some(Ok(Event::Delete(op))) => {
-                        let name = op.name_any();
-                        self.failed.remove(&name);
-                        self.stop(&name);
-                    }
-                    Some(Err(e)) => tracing::warn!(error = %e, "WasmOperator watch error (retrying)"),
-                    None => break,
-                },
-                Some(name) = retry_rx.recv() => {
-                    self.retry_pending.remove(&name);
-                    match api.get_opt(&name).await {
-                        Ok(Some(op)) => self.ensure(op, true, &retry_tx).await,
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::warn!(operator = %name, error = %e, "could not read WasmOperator; retrying");
-                            self.schedule_retry(&retry_tx, name);
-                        }
-                    }
+        let controller = Controller::for_stream(changes, operators)
+            .with_config(kube::runtime::controller::Config::default().concurrency(LOAD_CONCURRENCY))
+            .graceful_shutdown_on(async move {
+                let _ = stopped.await;
+            })
+            .run(reconcile_operator, load_error_policy, ctx.clone())
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "WasmOperator controller event");
                 }
-                _ = &mut shutdown => break,
+            });
+        tokio::pin!(controller);
+        tokio::select! {
+            () = &mut controller => {}
+            () = shutdown => {
+                let _ = stop.send(());
+                controller.await;
             }
-        }
-        let names: Vec<String> = self.running.keys().cloned().collect();
-        for name in names {
-            self.stop(&name);
         }
         // In-flight reconciles finish before this host lets go (and, when leader-elected,
         // releases the Lease to a standby).
-        let grace = self.drain_grace();
-        let draining: Vec<_> = self.draining.drain().collect();
+        let grace = ctx.drain_grace();
+        let draining: Vec<_> = {
+            let mut controllers = ctx.lock();
+            let names: Vec<String> = controllers.running.keys().cloned().collect();
+            for name in names {
+                controllers.stop(&name);
+            }
+            controllers.draining.drain().collect()
+        };
         futures::future::join_all(
             draining
                 .into_iter()
@@ -261,139 +302,234 @@ impl Manager {
         .await;
         Ok(())
     }
+}
+
+/// Makes the running controller match the WasmOperator's spec: loads and starts (or swaps to)
+/// its definition, or reports why it could not; the error policy decides on a retry.
+pub(super) async fn reconcile_operator(
+    op: Arc<WasmOperator>,
+    ctx: Arc<ManagerContext>,
+) -> Result<Action, OperatorLoadError> {
+    let name = op.name_any();
+    let running = ctx
+        .lock()
+        .running
+        .get(&name)
+        .filter(|r| r.spec == op.spec)
+        .map(|r| (r.message.clone(), r.digests.clone()));
+    if let Some((message, digests)) = running {
+        // The spec is the running one (e.g. a bad edit reverted): nothing to load, but this
+        // generation gets its status, so a failure of the edit in between does not linger.
+        ctx.retries.reset(&name);
+        if !reports_generation(&op) {
+            tracing::info!(operator = %name, "the definition is the running one");
+            ctx.report(&op, None, &message, digests)
+                .await
+                .map_err(OperatorLoadError::Status)?;
+        }
+        return Ok(Action::await_change());
+    }
+    match ctx.load(&name, &op.spec).await {
+        Ok((operator, digests)) => {
+            let Some(message) = ctx.start(&op, operator, &digests) else {
+                tracing::info!(operator = %name, "deleted while loading; not started");
+                return Ok(Action::await_change());
+            };
+            ctx.retries.reset(&name);
+            tracing::info!(operator = %name, "{message}");
+            ctx.report(&op, None, &message, digests)
+                .await
+                .map_err(OperatorLoadError::Status)?;
+            Ok(Action::await_change())
+        }
+        Err(failure) => {
+            ctx.report_failure(&op, &failure).await;
+            Err(failure.into())
+        }
+    }
+}
+
+/// A definition that is invalid waits for an edit; anything else (a CRD not installed yet, a
+/// module not published yet, missing RBAC, a status write) is tried again after a backoff.
+pub(super) fn load_error_policy(
+    op: Arc<WasmOperator>,
+    error: &OperatorLoadError,
+    ctx: Arc<ManagerContext>,
+) -> Action {
+    match error {
+        OperatorLoadError::Load(failure) if !failure.retry() => Action::await_change(),
+        _ => {
+            let delay = ctx.retries.next_delay(&op.name_any());
+            tracing::debug!(operator = %op.name_any(), ?delay, "loading again after backoff");
+            Action::requeue(delay)
+        }
+    }
+}
+
+impl ManagerContext {
+    /// A manager's context on `client` with nothing running and no WasmOperator watched.
+    #[cfg(test)]
+    pub(super) fn for_tests(client: Client) -> anyhow::Result<Arc<Self>> {
+        let sandbox = crate::sandbox::Sandbox::new(Default::default())?;
+        let (operators, _) = reflector::store();
+        Ok(Arc::new(ManagerContext {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "wasmpilot".into(),
+                    instance: None,
+                },
+            ),
+            informers: crate::controller::informers::Informers::new(client.clone()),
+            modules: Arc::new(ModuleCache::new(sandbox, Some(client.clone()), None)),
+            client,
+            metrics_source: Default::default(),
+            record_sink: None,
+            input_requeue: Default::default(),
+            retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
+            operators,
+            controllers: Mutex::new(Controllers::default()),
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Controllers> {
+        self.controllers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stops the controllers of WasmOperators that are gone: deleted, or missing from a relist.
+    fn observe(&self, event: &Event<WasmOperator>) {
+        match event {
+            Event::Delete(op) => {
+                let name = op.name_any();
+                self.retries.reset(&name);
+                self.lock().stop(&name);
+            }
+            Event::InitDone => {
+                let mut controllers = self.lock();
+                let gone: Vec<String> = controllers
+                    .running
+                    .keys()
+                    .filter(|name| self.operators.get(&ObjectRef::new(name)).is_none())
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    controllers.stop(&name);
+                }
+                crate::metrics::READINESS.mark_listed();
+            }
+            _ => {}
+        }
+    }
 
     /// How long a stopped controller may take to finish its in-flight reconciles.
     fn drain_grace(&self) -> Duration {
         self.modules.sandbox().limits().max_deadline + DRAIN_MARGIN
     }
 
-    fn stop(&mut self, name: &str) {
-        self.draining.retain(|_, task| !task.is_finished());
-        if let Some(running) = self.running.remove(name) {
-            tracing::info!(operator = %name, "stopping controller");
-            if let Some(task) = running.stop() {
-                self.draining.insert(name.to_string(), task);
-            }
+    /// Starts the loaded operator's controller in place of the running one (which drains
+    /// first); returns the Ready message, or `None` when the WasmOperator was deleted meanwhile.
+    fn start(
+        &self,
+        op: &WasmOperator,
+        operator: Arc<OperatorContext>,
+        digests: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        let name = op.name_any();
+        let mut controllers = self.lock();
+        // A deletion is observed after the store forgets the object, under this lock: either
+        // it is gone here, or its stop comes after this start.
+        let current = self.operators.get(&ObjectRef::new(&name));
+        if current.is_none_or(|o| o.metadata.uid != op.metadata.uid) {
+            return None;
         }
-        crate::metrics::READINESS.synced(name);
+        let (tx, mut rx) = oneshot::channel::<()>();
+        let swapped = controllers.running.contains_key(&name);
+        // The previous controller shuts down gracefully: its in-flight reconciles finish on
+        // the old modules. The new one starts once it has (bounded wait), so the two never
+        // reconcile the same object at once.
+        controllers.stop(&name);
+        let previous = controllers.draining.remove(&name);
+        let grace = self.drain_grace();
+        let task_name = name.clone();
+        let synced = operator.clone();
+        let task = tokio::spawn(async move {
+            if let Some(previous) = previous {
+                drain(&task_name, previous, grace).await;
+            }
+            // Stopped or swapped again while the previous one drained: never start.
+            if !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+                return;
+            }
+            watch::run(operator, async move {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        let message = format!(
+            "{} controller for {} {} with {} module(s)",
+            if swapped {
+                "swapped to a new"
+            } else {
+                "running a"
+            },
+            op.spec.resource.api_version,
+            op.spec.resource.kind,
+            digests.len()
+        );
+        controllers.running.insert(
+            name.clone(),
+            Running {
+                spec: op.spec.clone(),
+                digests: digests.clone(),
+                message: message.clone(),
+                shutdown: Some(tx),
+                task: Some(task),
+            },
+        );
+        crate::metrics::READINESS.syncing(&name);
+        tokio::spawn(report_synced(name, synced));
         crate::metrics::METRICS
             .operators_running
-            .set(self.running.len() as i64);
+            .set(controllers.running.len() as i64);
+        Some(message)
     }
 
-    /// Makes the running controller match the object's spec; `retry` forces a new attempt.
-    async fn ensure(
-        &mut self,
-        op: WasmOperator,
-        retry: bool,
-        retry_tx: &mpsc::UnboundedSender<String>,
-    ) {
+    /// Reports a failed load: log line, metric, `Ready=False` status, a Warning Event.
+    async fn report_failure(&self, op: &WasmOperator, failure: &LoadFailure) {
         let name = op.name_any();
-        if let Some(running) = self.running.get(&name).filter(|r| r.spec == op.spec) {
-            // The spec is the running one (e.g. a bad edit reverted): nothing to load, but this
-            // generation gets its status, so a failure of the edit in between does not linger.
-            self.failed.remove(&name);
-            if !reports_generation(&op) {
-                let (message, digests) = (running.message.clone(), running.digests.clone());
-                tracing::info!(operator = %name, "the definition is the running one again");
-                self.report(&op, None, &message, digests).await;
-            }
-            return;
+        let still = if self.lock().running.contains_key(&name) {
+            "; the previous definition keeps running"
+        } else {
+            ""
+        };
+        let message = format!("{failure}{still}");
+        tracing::warn!(operator = %name, reason = failure.reason(), "{message}");
+        crate::metrics::METRICS
+            .load_failures
+            .get_or_create(&crate::metrics::LoadLabels {
+                operator: name.clone(),
+                reason: failure.reason().into(),
+            })
+            .inc();
+        if let Err(e) = self
+            .report(op, Some(failure.reason()), &message, BTreeMap::new())
+            .await
+        {
+            tracing::warn!(operator = %name, error = %e, "could not update WasmOperator status");
         }
-        if !retry && self.failed.get(&name).is_some_and(|s| *s == op.spec) {
-            return;
-        }
-        match self.load(&name, &op.spec).await {
-            Ok((ctx, digests)) => {
-                let ctx_for_sync = ctx.clone();
-                self.failed.remove(&name);
-                let (tx, mut rx) = oneshot::channel::<()>();
-                let swapped = self.running.contains_key(&name);
-                // The previous controller shuts down gracefully: its in-flight reconciles finish
-                // on the old modules. The new one starts once it has (bounded wait), so the two
-                // never reconcile the same object at once.
-                self.stop(&name);
-                let previous = self.draining.remove(&name);
-                let grace = self.drain_grace();
-                let operator = name.clone();
-                let task = tokio::spawn(async move {
-                    if let Some(previous) = previous {
-                        drain(&operator, previous, grace).await;
-                    }
-                    // Stopped or swapped again while the previous one drained: never start.
-                    if !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
-                        return;
-                    }
-                    watch::run(ctx, async move {
-                        let _ = rx.await;
-                    })
-                    .await;
-                });
-                let message = format!(
-                    "{} controller for {} {} with {} module(s)",
-                    if swapped {
-                        "swapped to a new"
-                    } else {
-                        "running a"
-                    },
-                    op.spec.resource.api_version,
-                    op.spec.resource.kind,
-                    digests.len()
-                );
-                self.running.insert(
-                    name.clone(),
-                    Running {
-                        spec: op.spec.clone(),
-                        digests: digests.clone(),
-                        message: message.clone(),
-                        shutdown: Some(tx),
-                        task: Some(task),
-                    },
-                );
-                crate::metrics::READINESS.syncing(&name);
-                tokio::spawn(report_synced(name.clone(), ctx_for_sync));
-                crate::metrics::METRICS
-                    .operators_running
-                    .set(self.running.len() as i64);
-                tracing::info!(operator = %name, "{message}");
-                self.report(&op, None, &message, digests).await;
-            }
-            Err(failure) => {
-                let still = if self.running.contains_key(&name) {
-                    "; the previous definition keeps running"
-                } else {
-                    ""
-                };
-                let message = format!("{failure}{still}");
-                tracing::warn!(operator = %name, reason = failure.reason(), "{message}");
-                self.failed.insert(name.clone(), op.spec.clone());
-                crate::metrics::METRICS
-                    .load_failures
-                    .get_or_create(&crate::metrics::LoadLabels {
-                        operator: name.clone(),
-                        reason: failure.reason().into(),
-                    })
-                    .inc();
-                self.report(&op, Some(failure.reason()), &message, BTreeMap::new())
-                    .await;
-                let mut reference = op.object_ref(&());
-                // WasmOperators are cluster-scoped; the events API (1.20) insists that the
-                // event's namespace matches the object's, so both say `default`.
-                reference.namespace = Some("default".into());
-                status::publish_event(
-                    &self.recorder,
-                    &reference,
-                    true,
-                    failure.reason(),
-                    "Load",
-                    message,
-                )
-                .await;
-                if failure.retry() {
-                    self.schedule_retry(retry_tx, name);
-                }
-            }
-        }
+        let mut reference = op.object_ref(&());
+        // WasmOperators are cluster-scoped; the events API (1.20) insists that the
+        // event's namespace matches the object's, so both say `default`.
+        reference.namespace = Some("default".into());
+        status::publish_event(
+            &self.recorder,
+            &reference,
+            true,
+            failure.reason(),
+            "Load",
+            message,
+        )
+        .await;
     }
 
     async fn load(
@@ -402,7 +538,6 @@ impl Manager {
         spec: &WasmOperatorSpec,
     ) -> Result<(Arc<OperatorContext>, BTreeMap<String, String>), LoadFailure> {
         let definition = OperatorDefinition::validate(name, spec)?;
-        let resource = kinds::resolve(&self.client, &definition.resource, "spec.resource").await?;
         // Every kind a phase reads or writes, with the field that declared it first.
         let mut declared: Vec<(KindRef, String)> = Vec::new();
         for (i, p) in spec.phases.iter().enumerate() {
@@ -418,12 +553,22 @@ impl Manager {
             let k = KindRef::new(&input.api_version, &input.kind);
             declared.push((k, format!("spec.finalizer.inputs[{j}]")));
         }
+        let mut seen = std::collections::HashSet::new();
+        declared.retain(|(k, _)| seen.insert(k.clone()));
+        // Asked at once (one discovery request each); the first failure in declaration order,
+        // the resource's first, is the one reported.
+        let (resource, answers) = futures::join!(
+            kinds::resolve(&self.client, &definition.resource, "spec.resource"),
+            futures::future::join_all(declared.iter().map(|(k, field)| kinds::resolve(
+                &self.client,
+                k,
+                field
+            )),)
+        );
+        let resource = resource?;
         let mut resolved: HashMap<KindRef, ResolvedKind> = HashMap::new();
-        for (k, field) in declared {
-            if let std::collections::hash_map::Entry::Vacant(slot) = resolved.entry(k) {
-                let r = kinds::resolve(&self.client, slot.key(), &field).await?;
-                slot.insert(r);
-            }
+        for ((k, _), answer) in declared.into_iter().zip(answers) {
+            resolved.insert(k, answer?);
         }
         // Fail here, naming verb and resource, rather than at the first write of a reconcile.
         let mut known: std::collections::BTreeMap<KindRef, kube::discovery::ApiResource> = resolved
@@ -561,7 +706,7 @@ impl Manager {
         failure: Option<&str>,
         message: &str,
         digests: BTreeMap<String, String>,
-    ) {
+    ) -> Result<(), kube::Error> {
         let now = crate::pipeline::step::now_rfc3339();
         let current = op
             .status
@@ -610,19 +755,16 @@ impl Manager {
             body["shadows"] = Value::Null;
         }
         if body.as_object().is_some_and(|m| m.is_empty()) {
-            return;
+            return Ok(());
         }
         let api: Api<WasmOperator> = Api::all(self.client.clone());
-        if let Err(e) = api
-            .patch_status(
-                &op.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&json!({ "status": body })),
-            )
-            .await
-        {
-            tracing::warn!(operator = %op.name_any(), error = %e, "could not update WasmOperator status");
-        }
+        api.patch_status(
+            &op.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": body })),
+        )
+        .await?;
+        Ok(())
     }
 }
 
@@ -697,15 +839,6 @@ async fn report_synced(name: String, ctx: Arc<OperatorContext>) {
         }
     }
     crate::metrics::READINESS.synced(&name);
-}
-
-/// Asks for another load attempt of `name` after [`LOAD_RETRY`] (at most one pending per name).
-fn schedule_retry_after_delay(tx: &mpsc::UnboundedSender<String>, name: String) {
-    let tx = tx.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(LOAD_RETRY).await;
-        let _ = tx.send(name);
-    });
 }
 
 #[cfg(test)]

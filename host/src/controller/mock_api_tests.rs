@@ -23,6 +23,7 @@ type RequestCheck = Box<dyn Fn(&http::request::Parts, &Value) + Send>;
 /// One request the host must make, and the API server's answer.
 struct Exchange {
     method: Method,
+    /// The request's path; a trailing `*` matches any rest.
     path: String,
     check: RequestCheck,
     status: StatusCode,
@@ -70,8 +71,13 @@ fn scripted(script: Vec<Exchange>) -> (Client, JoinHandle<()>) {
             } else {
                 serde_json::from_slice(&bytes).expect("a JSON request body")
             };
+            // A path ending in `*` matches any path it begins (a name the host generated).
+            let path = match exchange.path.strip_suffix('*') {
+                Some(prefix) if parts.uri.path().starts_with(prefix) => exchange.path.as_str(),
+                _ => parts.uri.path(),
+            };
             assert_eq!(
-                (&parts.method, parts.uri.path()),
+                (&parts.method, path),
                 (&exchange.method, exchange.path.as_str()),
                 "request {i}"
             );
@@ -406,7 +412,169 @@ async fn the_status_write_is_conditional_and_a_conflict_means_deciding_again() {
         Some("StatusConflict")
     );
     let wrote = write_status(&api, &obj, &update, false).await;
-    assert!(matches!(wrote, Ok(true)), "{wrote:?}");
+    assert!(
+        matches!(&wrote, Ok(Some(o)) if o.data["status"]["phase"] == "Ready"),
+        "the resource as written: {wrote:?}"
+    );
     drop((api, client));
     server.await.expect("the API server's script");
+}
+
+/// A WasmOperator of generation 3 for the kind `Shop` of `resource_api_version`, whose one
+/// phase (`Syncing`, initial or not) runs a pinned ConfigMap key.
+fn wasm_operator(
+    name: &str,
+    resource_api_version: &str,
+    initial: bool,
+) -> crate::crd::WasmOperator {
+    serde_json::from_value(json!({
+        "apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
+        "metadata": {"name": name, "uid": format!("{name}-uid"), "generation": 3, "resourceVersion": "11"},
+        "spec": {
+            "resource": {"apiVersion": resource_api_version, "kind": "Shop"},
+            "phases": [{"name": "Syncing", "initial": initial, "final": true,
+                        "module": {"configMap": {"name": "shop-modules", "key": "syncing.wasm",
+                                                 "sha256": "0".repeat(64)}}}]
+        }
+    }))
+    .expect("a WasmOperator")
+}
+
+/// The manager's status write of a failed load: `Ready` and `ModulesLoaded` false for `reason`,
+/// for generation 3.
+fn failed_load_status(name: &str, reason: &'static str, message_has: &'static str) -> Exchange {
+    Exchange::new(
+        Method::PATCH,
+        &format!("/apis/wasmpilot.io/v1alpha1/wasmoperators/{name}/status"),
+        StatusCode::OK,
+        json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
+               "metadata": {"name": name, "uid": format!("{name}-uid"), "generation": 3}}),
+    )
+    .checking(move |_, body| {
+        let status = &body["status"];
+        assert_eq!(status["observedGeneration"], 3, "{body}");
+        let condition = |type_: &str| {
+            status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == type_)
+                .cloned()
+                .unwrap_or_else(|| panic!("a {type_} condition in {body}"))
+        };
+        let ready = condition("Ready");
+        assert_eq!(
+            (ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("False"), Some(reason))
+        );
+        let message = ready["message"].as_str().unwrap_or_default();
+        assert!(message.contains(message_has), "{message}");
+        assert_eq!(condition("ModulesLoaded")["status"], "False");
+        assert!(
+            status.get("modules").is_none(),
+            "no digests for a failed load: {body}"
+        );
+    })
+}
+
+/// The Warning Event of a failed load, in `default` (WasmOperators are cluster-scoped).
+fn failed_load_event(reason: &'static str) -> Exchange {
+    Exchange::new(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        StatusCode::CREATED,
+        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+               "metadata": {"name": "e1", "namespace": "default"}, "eventTime": null}),
+    )
+    .checking(move |_, body| {
+        assert_eq!(body["type"], "Warning", "{body}");
+        assert_eq!(body["reason"], reason, "{body}");
+        assert_eq!(body["action"], "Load", "{body}");
+        assert_eq!(body["regarding"]["kind"], "WasmOperator", "{body}");
+    })
+}
+
+#[tokio::test]
+async fn an_invalid_definition_is_reported_and_waits_for_an_edit() {
+    use crate::controller::manager::{load_error_policy, reconcile_operator, ManagerContext};
+    use kube::runtime::controller::Action;
+    use std::sync::Arc;
+
+    // No phase is initial: refused before any request about kinds or modules.
+    let (client, server) = scripted(vec![
+        failed_load_status("bad", "InvalidDefinition", "no phase is marked initial"),
+        failed_load_event("InvalidDefinition"),
+    ]);
+    let ctx = ManagerContext::for_tests(client).expect("a manager context");
+    let op = Arc::new(wasm_operator("bad", "shop.example.io/v1", false));
+    let error = reconcile_operator(op.clone(), ctx.clone())
+        .await
+        .expect_err("an invalid definition fails");
+    assert_eq!(
+        load_error_policy(op.clone(), &error, ctx.clone()),
+        Action::await_change()
+    );
+    assert_eq!(
+        load_error_policy(op, &error, ctx.clone()),
+        Action::await_change(),
+        "never retried"
+    );
+    drop(ctx);
+    server.await.expect("the scripted API server");
+}
+
+#[tokio::test]
+async fn a_kind_not_served_yet_is_reported_and_retried_with_a_growing_delay() {
+    use crate::controller::manager::{load_error_policy, reconcile_operator, ManagerContext};
+    use kube::runtime::controller::Action;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    // The resource's CRD is not installed: discovery answers 404.
+    let not_found = || {
+        Exchange::new(
+            Method::GET,
+            "/apis/shop.example.io/v1",
+            StatusCode::NOT_FOUND,
+            failure(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+        )
+    };
+    let (client, server) = scripted(vec![
+        not_found(),
+        failed_load_status("later", "KindNotServed", "spec.resource"),
+        failed_load_event("KindNotServed"),
+        not_found(),
+        failed_load_status("later", "KindNotServed", "spec.resource"),
+        // The same failure again is counted on the first Event (a series), not a new Event.
+        Exchange::new(
+            Method::PATCH,
+            "/apis/events.k8s.io/v1/namespaces/default/events/*",
+            StatusCode::OK,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                   "metadata": {"name": "e1", "namespace": "default"}, "eventTime": null}),
+        )
+        .checking(|_, body| assert_eq!(body["series"]["count"], 2, "{body}")),
+    ]);
+    let ctx = ManagerContext::for_tests(client).expect("a manager context");
+    let op = Arc::new(wasm_operator("later", "shop.example.io/v1", true));
+    let mut delays = Vec::new();
+    for _ in 0..2 {
+        let error = reconcile_operator(op.clone(), ctx.clone())
+            .await
+            .expect_err("the kind is not served");
+        delays.push(load_error_policy(op.clone(), &error, ctx.clone()));
+    }
+    assert_eq!(
+        delays,
+        [
+            Action::requeue(Duration::from_secs(1)),
+            Action::requeue(Duration::from_secs(2))
+        ]
+    );
+    drop(ctx);
+    server.await.expect("the scripted API server");
 }

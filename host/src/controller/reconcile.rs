@@ -192,30 +192,20 @@ pub async fn reconcile(
             .unwrap_or(&ctx.definition.initial_phase)
             .to_string();
         let api = ctx.api_for(obj.namespace().as_deref());
-        let mut live = None;
-        let mut result = decide(&ctx, &api, obj.clone(), &mut live).await;
-        if let Some(call) = live.take() {
-            crate::controller::live_evidence::after_live_call(&ctx, &obj, call);
+        let mut step = decide_fresh(&ctx, &api, obj.clone(), Read::FromCache).await;
+        // A phase that moved on is followed at once, from the object as written, rather than
+        // after the watch brings it back (bounded, so a cycling operator yields its worker).
+        for _ in 0..MAX_CHAINED_PHASES {
+            let Ok(Step {
+                next: Some(next), ..
+            }) = &step
+            else {
+                break;
+            };
+            let next = next.clone();
+            step = decide_fresh(&ctx, &api, next, Read::FromApiServer).await;
         }
-        if let Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) =
-            &result
-        {
-            // The cached object was stale (the decision's status was not written). Decide again
-            // at once from the object as the API server has it, instead of waiting for the watch.
-            let why = stale.to_string();
-            match api.get_opt(&obj.name_any()).await {
-                Ok(Some(fresh)) => {
-                    tracing::info!("{why}");
-                    let fresh = Arc::new(fresh);
-                    result = decide(&ctx, &api, fresh.clone(), &mut live).await;
-                    if let Some(call) = live.take() {
-                        crate::controller::live_evidence::after_live_call(&ctx, &fresh, call);
-                    }
-                }
-                Ok(None) => result = Ok(Action::await_change()),
-                Err(_) => {}
-            }
-        }
+        let result = step.map(|s| s.action);
         metrics.reconciles_in_flight.dec();
         let labels = |result: &str| crate::metrics::ReconcileLabels {
             operator: ctx.definition.name.clone(),
@@ -238,13 +228,85 @@ pub async fn reconcile(
     .await
 }
 
+/// Phase changes one reconcile follows before it leaves the rest to the watch.
+const MAX_CHAINED_PHASES: usize = 4;
+
+/// What one decision led to: the controller's next action, and the resource as written when
+/// its phase changed (to be decided on in the same reconcile).
+struct Step {
+    action: Action,
+    next: Option<Arc<DynamicObject>>,
+}
+
+/// One decision on `obj`, its worker call handed to the evidence step; when the cached object
+/// turns out stale (its status write or outputs refused), decided once more at once from the
+/// object as the API server has it, instead of waiting for the watch.
+async fn decide_fresh(
+    ctx: &Arc<OperatorContext>,
+    api: &Api<DynamicObject>,
+    obj: Arc<DynamicObject>,
+    read: Read,
+) -> Result<Step, ReconcileError> {
+    let mut effects = Effects::default();
+    let result = decide(ctx, api, obj.clone(), read, &mut effects).await;
+    if let Some(call) = effects.live.take() {
+        crate::controller::live_evidence::after_live_call(ctx, &obj, call);
+    }
+    let result = match result {
+        Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) => {
+            let why = stale.to_string();
+            match api.get_opt(&obj.name_any()).await {
+                Ok(Some(fresh)) => {
+                    tracing::info!("{why}");
+                    let fresh = Arc::new(fresh);
+                    effects = Effects::default();
+                    let result =
+                        decide(ctx, api, fresh.clone(), Read::FromApiServer, &mut effects).await;
+                    if let Some(call) = effects.live.take() {
+                        crate::controller::live_evidence::after_live_call(ctx, &fresh, call);
+                    }
+                    result
+                }
+                Ok(None) => Ok(Action::await_change()),
+                Err(_) => Err(stale),
+            }
+        }
+        other => other,
+    };
+    result.map(|action| Step {
+        action,
+        next: effects.next,
+    })
+}
+
+/// Where the object a decision is made from comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// The controller's watch cache, which may lag behind the API server: checked against a
+    /// fresh read of its metadata before outputs are applied.
+    FromCache,
+    /// The API server's answer just now (a status write's, or a read after a stale decision):
+    /// not read again.
+    FromApiServer,
+}
+
+/// What a decision leaves besides its action: the worker call for the evidence step, and the
+/// resource as written when its phase changed.
+#[derive(Default)]
+struct Effects {
+    live: Option<LiveCall>,
+    next: Option<Arc<DynamicObject>>,
+}
+
 /// Finalizer bookkeeping, then the phase worker (or the finalizer worker on deletion). The
-/// phase worker's call is left in `live` when the evidence step wants it.
+/// phase worker's call is left in `effects` when the evidence step wants it, and the resource
+/// as written when its phase changed.
 async fn decide(
     ctx: &OperatorContext,
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
-    live: &mut Option<LiveCall>,
+    read: Read,
+    effects: &mut Effects,
 ) -> Result<Action, ReconcileError> {
     if ctx.finalizer.is_some() {
         let name = crate::finalizer_name(&ctx.definition.name);
@@ -259,7 +321,7 @@ async fn decide(
             return Ok(Action::await_change());
         }
         if !deleting {
-            return run_phase(ctx, api, obj, live).await;
+            return run_phase(ctx, api, obj, read, effects).await;
         }
         let uid = obj.uid().unwrap_or_default();
         if !ctx.finalized.contains(&uid) {
@@ -276,7 +338,7 @@ async fn decide(
     } else if obj.meta().deletion_timestamp.is_some() {
         Ok(Action::await_change())
     } else {
-        run_phase(ctx, api, obj, live).await
+        run_phase(ctx, api, obj, read, effects).await
     }
 }
 
@@ -304,7 +366,8 @@ async fn run_phase(
     ctx: &OperatorContext,
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
-    live: &mut Option<LiveCall>,
+    read: Read,
+    effects: &mut Effects,
 ) -> Result<Action, ReconcileError> {
     let def = &ctx.definition;
     let now = now_rfc3339();
@@ -316,7 +379,7 @@ async fn run_phase(
         Standing::Final(_) => return Ok(Action::await_change()),
         Standing::Restart { update, .. } => {
             tracing::info!(from = %current, to = %def.initial_phase, "spec changed after a final phase: starting again");
-            write_status(api, &obj, &update, true).await?;
+            effects.next = write_status(api, &obj, &update, true).await?.map(Arc::new);
             return Ok(Action::await_change());
         }
     };
@@ -350,7 +413,7 @@ async fn run_phase(
     })
     .await;
     if let Some(request) = kept_request {
-        *live = Some(LiveCall {
+        effects.live = Some(LiveCall {
             request,
             result: RecordedResult::of(&decided),
             module: module.digest.clone(),
@@ -377,7 +440,7 @@ async fn run_phase(
         namespace: namespace.as_deref(),
     };
     let prunable = outputs::prunable(&owned, &ctx.outputs, &keep);
-    if !checked.is_empty() || !prunable.is_empty() {
+    if read == Read::FromCache && (!checked.is_empty() || !prunable.is_empty()) {
         // Nothing is written from a decision about an object that has changed since.
         ensure_unchanged(api, &obj).await?;
     }
@@ -419,8 +482,10 @@ async fn run_phase(
     );
     let next = decision.next_phase;
     let input_hash = decision.input_hash.to_prefixed_hex();
-    let wrote = write_status(api, &obj, &update, true).await?;
+    let written = write_status(api, &obj, &update, true).await?;
+    let wrote = written.is_some();
     if next != current {
+        effects.next = written.map(Arc::new);
         tracing::info!(from = %current, to = %next, outputs = applied, pruned, "phase changed");
         let reference = obj.object_ref(&ctx.resource.api);
         status::publish_event(
@@ -600,15 +665,15 @@ async fn report_error(
     }
 }
 
-/// Writes a status update if it changes anything; returns whether it wrote.
+/// Writes a status update if it changes anything; returns the resource as written, if it wrote.
 pub(crate) async fn write_status(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     update: &StatusUpdate,
     conditional: bool,
-) -> Result<bool, ReconcileError> {
+) -> Result<Option<DynamicObject>, ReconcileError> {
     let Some(patch) = status::status_patch(obj.data.get("status"), update, &now_rfc3339()) else {
-        return Ok(false);
+        return Ok(None);
     };
     let rv = if conditional {
         obj.metadata.resource_version.as_deref()
@@ -616,7 +681,7 @@ pub(crate) async fn write_status(
         None
     };
     match status::patch_status(api, &obj.name_any(), rv, patch).await {
-        Ok(()) => Ok(true),
+        Ok(written) => Ok(Some(written)),
         Err(kube::Error::Api(s)) if s.code == 409 => Err(ReconcileError::StatusConflict),
         Err(source) => Err(ReconcileError::Api {
             action: "patching the status",

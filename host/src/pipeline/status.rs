@@ -216,19 +216,19 @@ fn upsert_condition(
 
 /// Applies a status patch, conditional on the resourceVersion the decision was based on, so a
 /// decision made from a stale object is never written (the API server answers 409 instead).
+/// Returns the object as written.
 pub async fn patch_status(
     api: &Api<DynamicObject>,
     name: &str,
     resource_version: Option<&str>,
     status: Value,
-) -> Result<(), kube::Error> {
+) -> Result<DynamicObject, kube::Error> {
     let mut body = json!({ "status": status });
     if let Some(rv) = resource_version {
         body["metadata"] = json!({ "resourceVersion": rv });
     }
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
         .await
-        .map(|_| ())
 }
 
 /// Publishes an Event; failures are logged, never fatal to the reconcile.
