@@ -24,6 +24,7 @@ use kube::runtime::{predicates, Controller, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -199,6 +200,8 @@ pub(super) struct ManagerContext {
     retries: Backoff,
     /// The WasmOperators as watched: a load finishing after its operator was deleted is dropped.
     operators: Store<WasmOperator>,
+    /// Whether the first listing of WasmOperators has ended (later relists do not hold `/readyz`).
+    first_listing_done: AtomicBool,
     controllers: Mutex<Controllers>,
 }
 
@@ -250,6 +253,7 @@ impl Manager {
             input_requeue: self.input_requeue,
             retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
             operators: operators.clone(),
+            first_listing_done: AtomicBool::new(false),
             controllers: Mutex::new(Controllers::default()),
         });
         // Deletions (and objects gone while the watch was down) stop their controllers; every
@@ -333,6 +337,7 @@ pub(super) async fn reconcile_operator(
         Ok((operator, digests)) => {
             let Some(message) = ctx.start(&op, operator, &digests) else {
                 tracing::info!(operator = %name, "deleted while loading; not started");
+                crate::metrics::READINESS.synced(&name);
                 return Ok(Action::await_change());
             };
             ctx.retries.reset(&name);
@@ -344,6 +349,11 @@ pub(super) async fn reconcile_operator(
         }
         Err(failure) => {
             ctx.report_failure(&op, &failure).await;
+            // Loaded or failed: a failed operator has no caches for `/readyz` to wait for (a
+            // previous definition still running keeps its own mark until its caches synced).
+            if !ctx.lock().running.contains_key(&name) {
+                crate::metrics::READINESS.synced(&name);
+            }
             Err(failure.into())
         }
     }
@@ -388,6 +398,7 @@ impl ManagerContext {
             input_requeue: Default::default(),
             retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
             operators,
+            first_listing_done: AtomicBool::new(false),
             controllers: Mutex::new(Controllers::default()),
         }))
     }
@@ -399,6 +410,11 @@ impl ManagerContext {
     /// Stops the controllers of WasmOperators that are gone: deleted, or missing from a relist.
     fn observe(&self, event: &Event<WasmOperator>) {
         match event {
+            // Seen before the reconcile is (the controller gets the object after this): `/readyz`
+            // waits for the first attempt to load each operator of the first listing.
+            Event::InitApply(op) if !self.first_listing_done.load(Ordering::Relaxed) => {
+                crate::metrics::READINESS.syncing(&op.name_any());
+            }
             Event::Delete(op) => {
                 let name = op.name_any();
                 self.retries.reset(&name);
@@ -415,6 +431,7 @@ impl ManagerContext {
                 for name in gone {
                     controllers.stop(&name);
                 }
+                self.first_listing_done.store(true, Ordering::Relaxed);
                 crate::metrics::READINESS.mark_listed();
             }
             _ => {}
