@@ -116,7 +116,8 @@ impl OperatorDefinition {
                         ),
                     ));
                 }
-                crate::promql::check(q).map_err(|p| invalid(format!("{f}.query"), p))?;
+                crate::promql::check(q)
+                    .map_err(|e| invalid(format!("{f}.query"), e.to_string()))?;
             }
             for (j, output) in p.outputs.iter().enumerate() {
                 check_kind(output, &format!("{field}.outputs[{j}]"))?;
@@ -195,7 +196,9 @@ impl OperatorDefinition {
         }
         let resync = match &spec.resync_interval {
             None => DEFAULT_RESYNC,
-            Some(s) => parse_interval(s).map_err(|p| invalid("spec.resyncInterval", p))?,
+            Some(s) => {
+                parse_interval(s).map_err(|e| invalid("spec.resyncInterval", e.to_string()))?
+            }
         };
         Ok(OperatorDefinition {
             name: name.to_string(),
@@ -222,7 +225,7 @@ impl OperatorDefinition {
                     let timeout = match &p.timeout {
                         None => crate::promql::DEFAULT_TIMEOUT,
                         Some(t) => parse_interval_allowing_subsecond(t)
-                            .map_err(|e| invalid("spec.prometheus.timeout", e))?,
+                            .map_err(|e| invalid("spec.prometheus.timeout", e.to_string()))?,
                     };
                     if !(p.url.starts_with("http://") || p.url.starts_with("https://")) {
                         return Err(invalid(
@@ -284,12 +287,8 @@ fn limit_override(l: Option<&WorkerLimits>, field: &str) -> Result<LimitOverride
     };
     let deadline = match &l.deadline {
         Some(d) => {
-            let d = humantime::parse_duration(d.trim()).map_err(|e| {
-                invalid(
-                    format!("{field}.deadline"),
-                    format!("{d:?} is not a duration like 500ms or 2s ({e})"),
-                )
-            })?;
+            let d = parse_duration(d, "500ms or 2s")
+                .map_err(|e| invalid(format!("{field}.deadline"), e.to_string()))?;
             if d < Duration::from_millis(10) {
                 return Err(invalid(
                     format!("{field}.deadline"),
@@ -404,27 +403,49 @@ fn check_kind(k: &KindRef, field: &str) -> Result<(), DefinitionError> {
 }
 
 fn check_module(m: &ModuleRef, field: &str) -> Result<(), DefinitionError> {
-    crate::modules::check_ref(m).map_err(|(sub, problem)| {
-        let field = if sub.is_empty() {
-            field.to_string()
-        } else {
-            format!("{field}.{sub}")
+    crate::modules::check_ref(m).map_err(|e| {
+        let field = match e.field() {
+            "" => field.to_string(),
+            sub => format!("{field}.{sub}"),
         };
-        invalid(field, problem)
+        invalid(field, e.to_string())
     })
 }
 
-fn parse_interval_allowing_subsecond(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{s:?} is not a duration like 500ms or 5s ({e})"))
+/// An interval (`spec.resyncInterval`, `spec.prometheus.timeout`) could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum IntervalError {
+    /// `examples` are durations of the kind the field expects, e.g. `30s or 5m`.
+    #[error("{text:?} is not a duration like {examples} ({source})")]
+    NotADuration {
+        text: String,
+        examples: &'static str,
+        #[source]
+        source: humantime::DurationError,
+    },
+    #[error("{text:?} is shorter than the minimum of 1s")]
+    BelowOneSecond { text: String },
+}
+
+fn parse_duration(s: &str, examples: &'static str) -> Result<Duration, IntervalError> {
+    humantime::parse_duration(s.trim()).map_err(|source| IntervalError::NotADuration {
+        text: s.to_string(),
+        examples,
+        source,
+    })
+}
+
+fn parse_interval_allowing_subsecond(s: &str) -> Result<Duration, IntervalError> {
+    parse_duration(s, "500ms or 5s")
 }
 
 /// Parses `30s`, `5m`, `1h30m`; refuses zero and anything below one second.
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{s:?} is not a duration like 30s or 5m ({e})"))?;
+pub fn parse_interval(s: &str) -> Result<Duration, IntervalError> {
+    let d = parse_duration(s, "30s or 5m")?;
     if d < Duration::from_secs(1) {
-        return Err(format!("{s:?} is shorter than the minimum of 1s"));
+        return Err(IntervalError::BelowOneSecond {
+            text: s.to_string(),
+        });
     }
     Ok(d)
 }
@@ -589,7 +610,15 @@ mod tests {
     #[test]
     fn intervals() {
         assert_eq!(parse_interval("1m30s").unwrap(), Duration::from_secs(90));
-        assert!(parse_interval("0s").is_err());
+        assert_eq!(
+            parse_interval("0s").unwrap_err().to_string(),
+            "\"0s\" is shorter than the minimum of 1s"
+        );
         assert!(parse_interval("100ms").is_err());
+        let e = parse_interval("soon").unwrap_err().to_string();
+        assert!(
+            e.starts_with("\"soon\" is not a duration like 30s or 5m ("),
+            "{e}"
+        );
     }
 }

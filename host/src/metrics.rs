@@ -197,6 +197,15 @@ pub struct Readiness {
     syncing: Mutex<BTreeSet<String>>,
 }
 
+/// Why `/readyz` answers 503: what the host still waits for.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NotReady {
+    #[error("WasmOperators not listed (and their modules not loaded) yet")]
+    NotListed,
+    #[error("caches not synced for: {}", .operators.join(", "))]
+    CachesNotSynced { operators: Vec<String> },
+}
+
 /// `/readyz` body of a ready leader or single host.
 pub const READY: &str = "ok";
 /// `/readyz` body of a ready standby.
@@ -228,21 +237,20 @@ impl Readiness {
     }
 
     /// The body of a ready host ([`READY`] or [`READY_STANDBY`]), else what is still pending.
-    pub fn check(&self) -> Result<&'static str, String> {
+    pub fn check(&self) -> Result<&'static str, NotReady> {
         if self.standby.load(Ordering::Relaxed) {
             return Ok(READY_STANDBY);
         }
         if !self.listed.load(Ordering::Relaxed) {
-            return Err("WasmOperators not listed (and their modules not loaded) yet".into());
+            return Err(NotReady::NotListed);
         }
         let syncing = self.lock();
         if syncing.is_empty() {
             Ok(READY)
         } else {
-            Err(format!(
-                "caches not synced for: {}",
-                syncing.iter().cloned().collect::<Vec<_>>().join(", ")
-            ))
+            Err(NotReady::CachesNotSynced {
+                operators: syncing.iter().cloned().collect(),
+            })
         }
     }
 
@@ -276,7 +284,7 @@ pub async fn serve(addr: SocketAddr, shadow_cases: Option<ShadowCases>) -> anyho
             get(|| async {
                 match READINESS.check() {
                     Ok(body) => (StatusCode::OK, body.to_string()),
-                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.to_string()),
                 }
             }),
         );
@@ -341,10 +349,13 @@ mod tests {
     #[test]
     fn readiness_waits_for_listing_and_syncs() {
         let r = Readiness::default();
-        assert!(r.check().is_err());
+        assert_eq!(r.check(), Err(NotReady::NotListed));
         r.mark_listed();
         r.syncing("a");
-        assert_eq!(r.check().unwrap_err(), "caches not synced for: a");
+        assert_eq!(
+            r.check().unwrap_err().to_string(),
+            "caches not synced for: a"
+        );
         r.synced("a");
         assert_eq!(r.check(), Ok(READY));
     }
@@ -361,11 +372,14 @@ mod tests {
         // Whatever was marked while standing by, a new leader starts from scratch.
         r.mark_listed();
         r.mark_leader();
-        let why = r.check().unwrap_err();
+        let why = r.check().unwrap_err().to_string();
         assert!(why.contains("not listed"), "{why}");
         r.syncing("autoroute");
         r.mark_listed();
-        assert_eq!(r.check().unwrap_err(), "caches not synced for: autoroute");
+        assert_eq!(
+            r.check().unwrap_err().to_string(),
+            "caches not synced for: autoroute"
+        );
         r.synced("autoroute");
         assert_eq!(r.check(), Ok(READY));
     }

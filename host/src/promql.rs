@@ -27,6 +27,46 @@ pub enum QueryError {
         url: String,
         problem: String,
     },
+    /// Prometheus answered, but not with samples (an error, or an unsupported result).
+    #[error("query {query} against {url}: {source}")]
+    UnusableAnswer {
+        query: String,
+        url: String,
+        #[source]
+        source: AnswerError,
+    },
+}
+
+/// A query declaration does not hold together. The message is the problem alone, for a
+/// `DefinitionError` that names the field.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum QueryDeclarationError {
+    #[error("placeholder {{{{{placeholder}}}}} has no entry in params")]
+    PlaceholderWithoutParam { placeholder: String },
+    #[error("param {param:?} is not used in the query")]
+    UnusedParam { param: String },
+    #[error("query must not be empty")]
+    EmptyQuery,
+}
+
+/// A Prometheus `/api/v1/query` answer could not be turned into samples.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("Prometheus answered {error_type}: {message}")]
+    PrometheusError { error_type: String, message: String },
+    #[error("sample without a timestamp")]
+    SampleWithoutTimestamp,
+    #[error("sample without a value")]
+    SampleWithoutValue,
+    #[error("sample value {raw:?} is not a number")]
+    SampleValueNotANumber {
+        raw: String,
+        #[source]
+        source: std::num::ParseFloatError,
+    },
+    /// `result_type` is the answer's `resultType`, if it has one.
+    #[error("unsupported result type {result_type:?} (use an instant vector or scalar query)")]
+    UnsupportedResultType { result_type: Option<String> },
 }
 
 impl QueryError {
@@ -52,18 +92,20 @@ pub fn placeholders(template: &str) -> Vec<String> {
     out
 }
 
-/// Checks a query declaration: placeholders and params match one to one. Returns a problem.
-pub fn check(q: &QuerySpec) -> Result<(), String> {
+/// Checks a query declaration: placeholders and params match one to one.
+pub fn check(q: &QuerySpec) -> Result<(), QueryDeclarationError> {
     let used: BTreeSet<String> = placeholders(&q.query).into_iter().collect();
     let declared: BTreeSet<String> = q.params.keys().cloned().collect();
     if let Some(p) = used.difference(&declared).next() {
-        return Err(format!("placeholder {{{{{p}}}}} has no entry in params"));
+        return Err(QueryDeclarationError::PlaceholderWithoutParam {
+            placeholder: p.clone(),
+        });
     }
     if let Some(p) = declared.difference(&used).next() {
-        return Err(format!("param {p:?} is not used in the query"));
+        return Err(QueryDeclarationError::UnusedParam { param: p.clone() });
     }
     if q.query.trim().is_empty() {
-        return Err("query must not be empty".into());
+        return Err(QueryDeclarationError::EmptyQuery);
     }
     Ok(())
 }
@@ -112,20 +154,30 @@ pub fn render(q: &QuerySpec, resource: &Value) -> Result<String, QueryError> {
 }
 
 /// Converts a Prometheus `/api/v1/query` answer into samples `{labels, value, timestamp}`.
-pub fn samples(answer: &Value) -> Result<Vec<Value>, String> {
+pub fn samples(answer: &Value) -> Result<Vec<Value>, AnswerError> {
     if answer["status"] != "success" {
-        return Err(format!(
-            "Prometheus answered {}: {}",
-            answer["errorType"].as_str().unwrap_or("an error"),
-            answer["error"].as_str().unwrap_or("(no message)")
-        ));
+        return Err(AnswerError::PrometheusError {
+            error_type: answer["errorType"]
+                .as_str()
+                .unwrap_or("an error")
+                .to_string(),
+            message: answer["error"]
+                .as_str()
+                .unwrap_or("(no message)")
+                .to_string(),
+        });
     }
-    let sample = |labels: &Value, pair: &Value| -> Result<Value, String> {
-        let ts = pair[0].as_f64().ok_or("sample without a timestamp")?;
-        let raw = pair[1].as_str().ok_or("sample without a value")?;
+    let sample = |labels: &Value, pair: &Value| -> Result<Value, AnswerError> {
+        let ts = pair[0]
+            .as_f64()
+            .ok_or(AnswerError::SampleWithoutTimestamp)?;
+        let raw = pair[1].as_str().ok_or(AnswerError::SampleWithoutValue)?;
         let value: f64 = raw
             .parse()
-            .map_err(|_| format!("sample value {raw:?} is not a number"))?;
+            .map_err(|source| AnswerError::SampleValueNotANumber {
+                raw: raw.to_string(),
+                source,
+            })?;
         // NaN/Inf are not JSON numbers: pass them as null, the worker decides.
         let value = if value.is_finite() {
             json!(value)
@@ -146,9 +198,9 @@ pub fn samples(answer: &Value) -> Result<Vec<Value>, String> {
             })
             .unwrap_or_else(|| Ok(vec![])),
         Some("scalar") => Ok(vec![sample(&json!({}), &data["result"])?]),
-        other => Err(format!(
-            "unsupported result type {other:?} (use an instant vector or scalar query)"
-        )),
+        other => Err(AnswerError::UnsupportedResultType {
+            result_type: other.map(str::to_string),
+        }),
     }
 }
 
@@ -211,7 +263,11 @@ impl Prometheus {
                 .map_err(|e| failed(format!("HTTP {status}: {e}")))?;
             let answer: Value = serde_json::from_slice(&body)
                 .map_err(|e| failed(format!("HTTP {status}, not a Prometheus API answer: {e}")))?;
-            let objects = samples(&answer).map_err(failed)?;
+            let objects = samples(&answer).map_err(|source| QueryError::UnusableAnswer {
+                query: q.name.clone(),
+                url: url.to_string(),
+                source,
+            })?;
             tracing::debug!(query = %q.name, %promql, samples = objects.len(), "metric query");
             inputs.push(NamedObjects {
                 name: q.name.clone(),
@@ -257,12 +313,22 @@ mod tests {
 
     #[test]
     fn declarations_must_match_placeholders() {
-        assert!(check(&query("up{job=\"{{job}}\"}", &[]))
-            .unwrap_err()
-            .contains("{{job}}"));
-        assert!(check(&query("up", &[("job", "spec.job")]))
-            .unwrap_err()
-            .contains("not used"));
+        assert_eq!(
+            check(&query("up{job=\"{{job}}\"}", &[]))
+                .unwrap_err()
+                .to_string(),
+            "placeholder {{job}} has no entry in params"
+        );
+        assert_eq!(
+            check(&query("up", &[("job", "spec.job")]))
+                .unwrap_err()
+                .to_string(),
+            "param \"job\" is not used in the query"
+        );
+        assert_eq!(
+            check(&query(" ", &[])),
+            Err(QueryDeclarationError::EmptyQuery)
+        );
     }
 
     #[test]
@@ -280,6 +346,20 @@ mod tests {
             json!({"status": "success", "data": {"resultType": "scalar", "result": [1.0, "3"]}});
         assert_eq!(samples(&scalar).unwrap()[0]["value"], 3.0);
         let error = json!({"status": "error", "errorType": "bad_data", "error": "parse error"});
-        assert!(samples(&error).unwrap_err().contains("parse error"));
+        assert_eq!(
+            samples(&error).unwrap_err().to_string(),
+            "Prometheus answered bad_data: parse error"
+        );
+        let matrix = json!({"status": "success", "data": {"resultType": "matrix", "result": []}});
+        assert_eq!(
+            samples(&matrix).unwrap_err().to_string(),
+            "unsupported result type Some(\"matrix\") (use an instant vector or scalar query)"
+        );
+        let text =
+            json!({"status": "success", "data": {"resultType": "scalar", "result": [1.0, "x"]}});
+        assert!(matches!(
+            samples(&text),
+            Err(AnswerError::SampleValueNotANumber { .. })
+        ));
     }
 }

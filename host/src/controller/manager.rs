@@ -890,8 +890,11 @@ mod tests {
             source,
         };
         let fetch = module(ModuleError::Fetch {
-            source_name: "OCI r/x:v1".into(),
-            message: "unauthorized".into(),
+            source_name: "URL https://r/x.wasm".into(),
+            source: crate::modules::url::UrlError::Status {
+                status: reqwest::StatusCode::UNAUTHORIZED,
+            }
+            .into(),
         });
         let mismatch = module(ModuleError::DigestMismatch {
             source_name: "OCI r/x:v1".into(),

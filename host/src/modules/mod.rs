@@ -68,18 +68,21 @@ pub enum ModuleError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{source_name}: pull Secret {namespace}/{name}: {message}")]
+    #[error("{source_name}: pull Secret {namespace}/{name}: {source}")]
     PullSecret {
         source_name: String,
         namespace: String,
         name: String,
-        message: String,
+        /// Boxed: it may hold a `kube::Error`, which would make every `ModuleError` large.
+        #[source]
+        source: Box<oci::PullSecretError>,
     },
     /// A download (OCI pull or URL) failed: refused, unreachable, too large, wrong layout.
-    #[error("{source_name}: {message}; check the reference, and that the host can reach it (publish with `wasmpilot push`)")]
+    #[error("{source_name}: {source}; check the reference, and that the host can reach it (publish with `wasmpilot push`)")]
     Fetch {
         source_name: String,
-        message: String,
+        #[source]
+        source: FetchError,
     },
     #[error(
         "{source_name}: sha256 mismatch: the reference pins {expected}, the bytes hash to {actual}; if the new bytes are intended, pin the sha256 `wasmpilot build`/`push` printed (or redeploy with `wasmpilot deploy <dir>`), else restore the pinned component"
@@ -97,17 +100,80 @@ pub enum ModuleError {
     },
 }
 
+/// Why downloading a module's bytes failed, by source kind.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error(transparent)]
+    Oci(#[from] oci::OciError),
+    #[error(transparent)]
+    Url(#[from] url::UrlError),
+}
+
+/// A pinned digest is not of the form `sha256:<64 lowercase hex>` (or the bare hex).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{digest:?} is not a sha256 digest (64 lowercase hex characters)")]
+pub struct DigestError {
+    /// The digest as written.
+    pub digest: String,
+}
+
+/// What is wrong with a module reference; [`ModuleRefError::field`] says where. The message is
+/// the problem alone, for a `DefinitionError` that names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleRefError {
+    #[error("set exactly one of oci, url, configMap or file")]
+    NoSource,
+    #[error("set exactly one of oci, url, configMap or file, not {}", .sources.join(" and "))]
+    MultipleSources { sources: Vec<&'static str> },
+    #[error(transparent)]
+    OciReference(#[from] oci::ReferenceError),
+    #[error("must not be empty")]
+    EmptyPullSecretName,
+    #[error(transparent)]
+    Url(#[from] url::UrlError),
+    #[error("name and key are required")]
+    ConfigMapNameOrKeyMissing,
+    #[error("must be 1 to 64")]
+    ConfigMapPartsOutOfRange,
+    #[error("must not be empty")]
+    EmptyFilePath,
+    /// `field` is the pin's field, e.g. `oci.sha256`.
+    #[error("{source}")]
+    Digest {
+        field: &'static str,
+        #[source]
+        source: DigestError,
+    },
+}
+
+impl ModuleRefError {
+    /// The offending field relative to the reference (e.g. `oci.reference`); empty when the
+    /// problem is the reference as a whole.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ModuleRefError::NoSource | ModuleRefError::MultipleSources { .. } => "",
+            ModuleRefError::OciReference(_) => "oci.reference",
+            ModuleRefError::EmptyPullSecretName => "oci.pullSecret.name",
+            ModuleRefError::Url(_) => "url.url",
+            ModuleRefError::ConfigMapNameOrKeyMissing => "configMap",
+            ModuleRefError::ConfigMapPartsOutOfRange => "configMap.parts",
+            ModuleRefError::EmptyFilePath => "file.path",
+            ModuleRefError::Digest { field, .. } => field,
+        }
+    }
+}
+
 /// Normalizes `sha256:<hex>` or `<hex>` to `sha256:<hex>`, refusing anything else.
-pub fn normalize_digest(d: &str) -> Result<String, String> {
+pub fn normalize_digest(d: &str) -> Result<String, DigestError> {
     let hex = d.strip_prefix("sha256:").unwrap_or(d);
     if hex.len() != 64
         || !hex
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
     {
-        return Err(format!(
-            "{d:?} is not a sha256 digest (64 lowercase hex characters)"
-        ));
+        return Err(DigestError {
+            digest: d.to_string(),
+        });
     }
     Ok(format!("sha256:{hex}"))
 }
@@ -118,55 +184,44 @@ pub fn digest_of(bytes: &[u8]) -> String {
 }
 
 /// Checks that a reference sets exactly one source and that its fields are well formed.
-/// Returns the offending field (relative to the reference, e.g. `oci.reference`) and the problem.
-pub fn check_ref(m: &ModuleRef) -> Result<(), (String, String)> {
-    let set = m.sources();
-    match set.as_slice() {
-        [] => {
-            return Err((
-                String::new(),
-                "set exactly one of oci, url, configMap or file".into(),
-            ))
-        }
-        [_] => {}
-        more => {
-            return Err((
-                String::new(),
-                format!(
-                    "set exactly one of oci, url, configMap or file, not {}",
-                    more.join(" and ")
-                ),
-            ))
-        }
+/// The error names the offending field (relative to the reference, e.g. `oci.reference`).
+pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
+    let sources = m.sources();
+    match sources.len() {
+        0 => return Err(ModuleRefError::NoSource),
+        1 => {}
+        _ => return Err(ModuleRefError::MultipleSources { sources }),
     }
-    let digest = |field: &str, d: &str| normalize_digest(d).map_err(|p| (field.to_string(), p));
+    let digest = |field: &'static str, d: &str| {
+        normalize_digest(d).map_err(|source| ModuleRefError::Digest { field, source })
+    };
     if let Some(o) = &m.oci {
-        oci::parse_reference(&o.reference).map_err(|p| ("oci.reference".to_string(), p))?;
+        oci::parse_reference(&o.reference)?;
         if let Some(d) = &o.sha256 {
             digest("oci.sha256", d)?;
         }
         if let Some(s) = &o.pull_secret {
             if s.name.is_empty() {
-                return Err(("oci.pullSecret.name".into(), "must not be empty".into()));
+                return Err(ModuleRefError::EmptyPullSecretName);
             }
         }
     }
     if let Some(u) = &m.url {
-        url::check_url(&u.url, false).map_err(|p| ("url.url".to_string(), p))?;
+        url::check_url(&u.url, false)?;
         digest("url.sha256", &u.sha256)?;
     }
     if let Some(cm) = &m.config_map {
         if cm.name.is_empty() || cm.key.is_empty() {
-            return Err(("configMap".into(), "name and key are required".into()));
+            return Err(ModuleRefError::ConfigMapNameOrKeyMissing);
         }
         digest("configMap.sha256", &cm.sha256)?;
         if cm.parts.is_some_and(|p| p == 0 || p > 64) {
-            return Err(("configMap.parts".into(), "must be 1 to 64".into()));
+            return Err(ModuleRefError::ConfigMapPartsOutOfRange);
         }
     }
     if let Some(f) = &m.file {
         if f.path.is_empty() {
-            return Err(("file.path".into(), "must not be empty".into()));
+            return Err(ModuleRefError::EmptyFilePath);
         }
         if let Some(d) = &f.sha256 {
             digest("file.sha256", d)?;
@@ -417,11 +472,11 @@ impl ModuleCache {
                     })?;
                     oci::auth_from_secret(&client, &namespace, &s.name, &o.reference)
                         .await
-                        .map_err(|message| ModuleError::PullSecret {
+                        .map_err(|source| ModuleError::PullSecret {
                             source_name: source_name.clone(),
                             namespace,
                             name: s.name.clone(),
-                            message,
+                            source: Box::new(source),
                         })?
                 }
             };
@@ -435,9 +490,9 @@ impl ModuleCache {
                 FETCH_TIMEOUT,
             )
             .await
-            .map_err(|message| ModuleError::Fetch {
+            .map_err(|e| ModuleError::Fetch {
                 source_name: source_name.clone(),
-                message,
+                source: e.into(),
             })?;
             if self.progress {
                 eprintln!(
@@ -466,9 +521,9 @@ impl ModuleCache {
                 FETCH_TIMEOUT,
             )
             .await
-            .map_err(|message| ModuleError::Fetch {
+            .map_err(|e| ModuleError::Fetch {
                 source_name: source_name.clone(),
-                message,
+                source: e.into(),
             })?;
             if self.progress {
                 eprintln!(
@@ -597,7 +652,10 @@ mod tests {
             normalize_digest(&format!("sha256:{hex}")).unwrap(),
             format!("sha256:{hex}")
         );
-        assert!(normalize_digest("sha256:abc").is_err());
+        assert_eq!(
+            normalize_digest("sha256:abc").unwrap_err().to_string(),
+            "\"sha256:abc\" is not a sha256 digest (64 lowercase hex characters)"
+        );
         assert!(normalize_digest(&"A".repeat(64)).is_err());
     }
 
@@ -631,13 +689,15 @@ mod tests {
             insecure: true,
         };
         let none = ModuleRef::default();
-        assert!(check_ref(&none).unwrap_err().1.contains("exactly one"));
+        let e = check_ref(&none).unwrap_err();
+        assert_eq!(e.field(), "");
+        assert!(e.to_string().contains("exactly one"), "{e}");
         let both = ModuleRef {
             file: file.clone(),
             oci: Some(oci.clone()),
             ..Default::default()
         };
-        let e = check_ref(&both).unwrap_err().1;
+        let e = check_ref(&both).unwrap_err().to_string();
         assert!(e.contains("oci and file"), "{e}");
         assert!(check_ref(&ModuleRef {
             oci: Some(oci.clone()),
@@ -651,7 +711,12 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(check_ref(&bad_pin).unwrap_err().0, "oci.sha256");
+        let e = check_ref(&bad_pin).unwrap_err();
+        assert_eq!(e.field(), "oci.sha256");
+        assert!(
+            e.to_string().contains("\"nope\" is not a sha256 digest"),
+            "{e}"
+        );
         let bad_ref = ModuleRef {
             oci: Some(OciModule {
                 reference: "Not A Reference".into(),
@@ -659,7 +724,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(check_ref(&bad_ref).unwrap_err().0, "oci.reference");
+        assert_eq!(check_ref(&bad_ref).unwrap_err().field(), "oci.reference");
         let http = ModuleRef {
             url: Some(UrlModule {
                 url: "http://example.com/x.wasm".into(),
@@ -667,7 +732,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(check_ref(&http).unwrap_err().0, "url.url");
+        assert_eq!(check_ref(&http).unwrap_err().field(), "url.url");
     }
 
     #[test]

@@ -8,22 +8,76 @@ use std::time::Duration;
 /// Most redirects followed.
 const MAX_REDIRECTS: usize = 5;
 
+/// Why `Url::parse` refused a string (the `url` crate's `ParseError`, named through reqwest).
+pub type UrlParseError = <reqwest::Url as std::str::FromStr>::Err;
+
+/// A module URL was refused, or downloading it failed. Messages name the redacted URL, never
+/// credentials or the query; HTTP errors are shown with their causes (without the URL).
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    #[error("not a URL: {source}")]
+    NotAUrl {
+        #[source]
+        source: UrlParseError,
+    },
+    /// `redacted_url` is the URL as [`redact`] writes it.
+    #[error("{redacted_url} is plain http: module URLs must be https")]
+    PlainHttp { redacted_url: String },
+    #[error("scheme {scheme:?} is not supported: use https")]
+    UnsupportedScheme { scheme: String },
+    #[error("the URL names no host")]
+    NoHost,
+    #[error("HTTP client: {}", with_causes(.source))]
+    BuildClient {
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("request failed: {}", with_causes(.source))]
+    Request {
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("the server answered {status}")]
+    Status { status: reqwest::StatusCode },
+    #[error("the component is larger than the limit of {} MiB", .max_bytes >> 20)]
+    TooLarge { max_bytes: u64 },
+    #[error("reading the body: {}", with_causes(.source))]
+    ReadBody {
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("download took longer than {timeout:?}")]
+    Timeout { timeout: Duration },
+}
+
+/// Why a redirect was not followed (reqwest reports it as the request's cause).
+#[derive(Debug, thiserror::Error)]
+enum RedirectRefused {
+    #[error("more than {MAX_REDIRECTS} redirects", MAX_REDIRECTS = MAX_REDIRECTS)]
+    TooMany,
+    #[error("redirected away from https")]
+    LeftHttps,
+}
+
 /// Parses a module URL: `https://` only, unless `allow_http` (tests with an in-process server).
-pub fn check_url(raw: &str, allow_http: bool) -> Result<reqwest::Url, String> {
-    let url = reqwest::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+pub fn check_url(raw: &str, allow_http: bool) -> Result<reqwest::Url, UrlError> {
+    let url = reqwest::Url::parse(raw).map_err(|source| UrlError::NotAUrl { source })?;
     match url.scheme() {
         "https" => {}
         "http" if allow_http => {}
         "http" => {
-            return Err(format!(
-                "{} is plain http: module URLs must be https",
-                redact(raw)
-            ))
+            return Err(UrlError::PlainHttp {
+                redacted_url: redact(raw),
+            })
         }
-        other => return Err(format!("scheme {other:?} is not supported: use https")),
+        other => {
+            return Err(UrlError::UnsupportedScheme {
+                scheme: other.to_string(),
+            })
+        }
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err("the URL names no host".into());
+        return Err(UrlError::NoHost);
     }
     Ok(url)
 }
@@ -53,14 +107,14 @@ pub async fn fetch(
     allow_http: bool,
     max_bytes: u64,
     timeout: Duration,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, UrlError> {
     let url = check_url(raw, allow_http)?;
     super::install_crypto_provider();
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() >= MAX_REDIRECTS {
-            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+            attempt.error(RedirectRefused::TooMany)
         } else if attempt.url().scheme() != "https" && !allow_http {
-            attempt.error("redirected away from https")
+            attempt.error(RedirectRefused::LeftHttps)
         } else {
             attempt.follow()
         }
@@ -71,30 +125,32 @@ pub async fn fetch(
         .timeout(timeout)
         .user_agent(concat!("wasmpilot/", env!("CARGO_PKG_VERSION")))
         .build()
-        .map_err(|e| format!("HTTP client: {}", error_chain(e)))?;
+        .map_err(|e| UrlError::BuildClient {
+            source: e.without_url(),
+        })?;
     let download = async {
         let mut response = client
             .get(url)
             .send()
             .await
-            .map_err(|e| format!("request failed: {}", error_chain(e)))?;
+            .map_err(|e| UrlError::Request {
+                source: e.without_url(),
+            })?;
         let status = response.status();
         if !status.is_success() {
-            return Err(format!("the server answered {status}"));
+            return Err(UrlError::Status { status });
         }
         if let Some(len) = response.content_length() {
             if len > max_bytes {
-                return Err(too_large(max_bytes));
+                return Err(UrlError::TooLarge { max_bytes });
             }
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("reading the body: {}", error_chain(e)))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(|e| UrlError::ReadBody {
+            source: e.without_url(),
+        })? {
             if body.len() as u64 + chunk.len() as u64 > max_bytes {
-                return Err(too_large(max_bytes));
+                return Err(UrlError::TooLarge { max_bytes });
             }
             body.extend_from_slice(&chunk);
         }
@@ -103,22 +159,16 @@ pub async fn fetch(
     // reqwest's own timeout covers the request; this one also bounds a slow trickle of chunks.
     tokio::time::timeout(timeout, download)
         .await
-        .map_err(|_| format!("download took longer than {timeout:?}"))?
+        .map_err(|_| UrlError::Timeout { timeout })?
 }
 
-fn too_large(max: u64) -> String {
-    format!(
-        "the component is larger than the limit of {} MiB",
-        max >> 20
-    )
-}
-
-/// An error with its causes, without the URL (reqwest puts the full URL, query and all, in
-/// its Display; messages name the redacted one instead).
-fn error_chain(e: reqwest::Error) -> String {
-    let e = e.without_url();
+/// An HTTP error with its causes, for messages: reqwest's own Display says little ("error
+/// sending request") and the cause says why. The errors stored in [`UrlError`] have had their
+/// URL removed (reqwest puts the full URL, query and all, in its Display; messages name the
+/// redacted one instead).
+fn with_causes(e: &reqwest::Error) -> String {
     let mut msg = e.to_string();
-    let mut source = std::error::Error::source(&e);
+    let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         msg.push_str(": ");
         msg.push_str(&s.to_string());
@@ -178,9 +228,11 @@ mod tests {
         let ok = fetch(&format!("{base}/ok.wasm"), true, 1024, t).await;
         assert_eq!(ok.unwrap(), b"component");
         let big = fetch(&format!("{base}/big.wasm"), true, 1024, t).await;
-        assert!(big.unwrap_err().contains("larger than the limit"));
+        let e = big.unwrap_err();
+        assert!(matches!(e, UrlError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("larger than the limit"), "{e}");
         let missing = fetch(&format!("{base}/nope.wasm?token=secret"), true, 1024, t).await;
-        let e = missing.unwrap_err();
+        let e = missing.unwrap_err().to_string();
         assert!(e.contains("404"), "{e}");
         let slow = fetch(
             &format!("{base}/slow.wasm"),
@@ -189,11 +241,11 @@ mod tests {
             Duration::from_millis(300),
         )
         .await;
-        let e = slow.unwrap_err();
+        let e = slow.unwrap_err().to_string();
         assert!(e.contains("longer than") || e.contains("timed out"), "{e}");
         // Plain http needs the explicit test switch.
         let refused = fetch(&format!("{base}/ok.wasm"), false, 1024, t).await;
-        assert!(refused.unwrap_err().contains("must be https"));
+        assert!(refused.unwrap_err().to_string().contains("must be https"));
     }
 
     #[tokio::test]
@@ -206,7 +258,8 @@ mod tests {
             Duration::from_secs(5),
         )
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(!e.contains("secret") && !e.contains("pw"), "{e}");
     }
 
@@ -215,8 +268,22 @@ mod tests {
         assert!(check_url("https://example.com/x.wasm", false).is_ok());
         assert!(check_url("http://example.com/x.wasm", false).is_err());
         assert!(check_url("http://example.com/x.wasm", true).is_ok());
-        assert!(check_url("ftp://example.com/x.wasm", true).is_err());
-        assert!(check_url("not a url", true).is_err());
+        assert_eq!(
+            check_url("http://user:pw@example.com/x.wasm?sig=abc", false)
+                .unwrap_err()
+                .to_string(),
+            "http://example.com/x.wasm?… is plain http: module URLs must be https"
+        );
+        assert_eq!(
+            check_url("ftp://example.com/x.wasm", true)
+                .unwrap_err()
+                .to_string(),
+            "scheme \"ftp\" is not supported: use https"
+        );
+        assert!(matches!(
+            check_url("not a url", true),
+            Err(UrlError::NotAUrl { .. })
+        ));
         assert_eq!(
             redact("https://user:pw@example.com/x.wasm?sig=abc#f"),
             "https://example.com/x.wasm?…"
