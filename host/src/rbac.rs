@@ -143,55 +143,39 @@ pub async fn missing_permissions(
     client: &Client,
     rules: &[Rule],
 ) -> Result<Vec<Missing>, kube::Error> {
-    use futures::{StreamExt, TryStreamExt};
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    // Owned, so the stream borrows nothing (the future stays `Send` for any caller).
-    let checks: Vec<Missing> = rules
-        .iter()
-        .flat_map(|rule| {
-            rule.verbs.iter().map(|verb| Missing {
-                verb,
-                group: rule.group.clone(),
-                resource: rule.resource.clone(),
-            })
-        })
-        .collect();
-    // One review per verb and resource, asked a few at a time (a sequence of round trips was
-    // most of an operator's start), answered in the order of the rules.
-    futures::stream::iter(checks)
-        .map(|check| {
-            let api = api.clone();
-            async move {
-                let (resource, subresource) = match check.resource.split_once('/') {
-                    Some((r, s)) => (r.to_string(), Some(s.to_string())),
-                    None => (check.resource.clone(), None),
-                };
-                let review = SelfSubjectAccessReview {
-                    spec: SelfSubjectAccessReviewSpec {
-                        resource_attributes: Some(ResourceAttributes {
-                            group: Some(check.group.clone()),
-                            resource: Some(resource),
-                            subresource,
-                            verb: Some(check.verb.to_string()),
-                            ..Default::default()
-                        }),
+    let mut missing = Vec::new();
+    for rule in rules {
+        let (resource, subresource) = match rule.resource.split_once('/') {
+            Some((r, s)) => (r.to_string(), Some(s.to_string())),
+            None => (rule.resource.clone(), None),
+        };
+        for verb in &rule.verbs {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(rule.group.clone()),
+                        resource: Some(resource.clone()),
+                        subresource: subresource.clone(),
+                        verb: Some(verb.to_string()),
                         ..Default::default()
-                    },
+                    }),
                     ..Default::default()
-                };
-                let answer = api.create(&PostParams::default(), &review).await?;
-                let allowed = answer.status.is_some_and(|s| s.allowed);
-                Ok::<_, kube::Error>((!allowed).then_some(check))
+                },
+                ..Default::default()
+            };
+            let answer = api.create(&PostParams::default(), &review).await?;
+            if !answer.status.is_some_and(|s| s.allowed) {
+                missing.push(Missing {
+                    verb,
+                    group: rule.group.clone(),
+                    resource: rule.resource.clone(),
+                });
             }
-        })
-        .buffered(PERMISSION_CHECKS_AT_ONCE)
-        .try_filter_map(|missing| async move { Ok(missing) })
-        .try_collect()
-        .await
+        }
+    }
+    Ok(missing)
 }
-
-/// Access reviews in flight at once while an operator loads.
-const PERMISSION_CHECKS_AT_ONCE: usize = 8;
 
 #[cfg(test)]
 mod tests {

@@ -572,20 +572,14 @@ impl ManagerContext {
         }
         let mut seen = std::collections::HashSet::new();
         declared.retain(|(k, _)| seen.insert(k.clone()));
-        // Asked at once (one discovery request each); the first failure in declaration order,
-        // the resource's first, is the one reported.
-        let (resource, answers) = futures::join!(
-            kinds::resolve(&self.client, &definition.resource, "spec.resource"),
-            futures::future::join_all(declared.iter().map(|(k, field)| kinds::resolve(
-                &self.client,
-                k,
-                field
-            )),)
-        );
-        let resource = resource?;
+        // One after the other: asked in parallel (and the access reviews too), a cold start
+        // got slower on a 2-core machine (130 ms instead of 80 ms to the first module), not
+        // faster — each concurrent request may open a connection of its own.
+        let resource = kinds::resolve(&self.client, &definition.resource, "spec.resource").await?;
         let mut resolved: HashMap<KindRef, ResolvedKind> = HashMap::new();
-        for ((k, _), answer) in declared.into_iter().zip(answers) {
-            resolved.insert(k, answer?);
+        for (k, field) in declared {
+            let r = kinds::resolve(&self.client, &k, &field).await?;
+            resolved.insert(k, r);
         }
         // Fail here, naming verb and resource, rather than at the first write of a reconcile.
         let mut known: std::collections::BTreeMap<KindRef, kube::discovery::ApiResource> = resolved
@@ -593,6 +587,7 @@ impl ManagerContext {
             .map(|(k, r)| (k.clone(), r.api.clone()))
             .collect();
         known.insert(definition.resource.clone(), resource.api.clone());
+        tracing::debug!(operator = %name, "kinds resolved");
         let missing =
             crate::rbac::missing_permissions(&self.client, &crate::rbac::rules_for(spec, &known))
                 .await
@@ -600,6 +595,7 @@ impl ManagerContext {
         if !missing.is_empty() {
             return Err(LoadFailure::MissingPermissions(missing));
         }
+        tracing::debug!(operator = %name, "permissions checked");
         let mut workers = HashMap::new();
         let mut digests = BTreeMap::new();
         for p in &definition.phases {
