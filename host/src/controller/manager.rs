@@ -37,9 +37,9 @@ const FIRST_LOAD_RETRY: Duration = Duration::from_secs(1);
 /// The longest retry delay for an operator that could not be loaded.
 const LOAD_RETRY: Duration = Duration::from_secs(10);
 
-/// WasmOperators loaded at once (loading compiles modules: CPU-bound on a small node); one
-/// operator is never loaded twice at once.
-const LOAD_CONCURRENCY: u16 = 2;
+/// WasmOperators loaded at once: one, as the hand-built loop did. Two at once were OOM-killed
+/// under the shipped Deployment's 512 MiB limit (module compiles and caches filling at once).
+const LOAD_CONCURRENCY: u16 = 1;
 
 /// How much longer than the host's `--max-deadline` a stopped controller may take to finish its
 /// in-flight reconciles (a worker call, then the writes) before it is aborted.

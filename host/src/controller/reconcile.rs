@@ -193,6 +193,8 @@ pub async fn reconcile(
             .to_string();
         let api = ctx.api_for(obj.namespace().as_deref());
         let mut step = decide_fresh(&ctx, &api, obj.clone(), Read::FromCache).await;
+        // The object the last decision was made from: a failure is reported on it.
+        let mut latest = obj.clone();
         // A phase that moved on is followed at once, from the object as written, rather than
         // after the watch brings it back (bounded, so a cycling operator yields its worker).
         for _ in 0..MAX_CHAINED_PHASES {
@@ -202,8 +204,8 @@ pub async fn reconcile(
             else {
                 break;
             };
-            let next = next.clone();
-            step = decide_fresh(&ctx, &api, next, Read::FromApiServer).await;
+            latest = next.clone();
+            step = decide_fresh(&ctx, &api, latest.clone(), Read::FromApiServer).await;
         }
         let result = step.map(|s| s.action);
         metrics.reconciles_in_flight.dec();
@@ -220,7 +222,7 @@ pub async fn reconcile(
             }
             Err(e) => {
                 metrics.reconciles.get_or_create(&labels(e.reason())).inc();
-                report_error(&ctx, &api, &obj, e).await
+                report_error(&ctx, &api, &latest, e).await
             }
         }
     }
