@@ -38,7 +38,8 @@ const FIRST_LOAD_RETRY: Duration = Duration::from_secs(1);
 const LOAD_RETRY: Duration = Duration::from_secs(10);
 
 /// WasmOperators loaded at once: one, as the hand-built loop did. Two at once were OOM-killed
-/// under the shipped Deployment's 512 MiB limit (module compiles and caches filling at once).
+/// under the shipped Deployment's former 512 MiB limit: one module's compile alone peaks at
+/// 290–410 MiB (Rust, Python, JavaScript components).
 const LOAD_CONCURRENCY: u16 = 1;
 
 /// How much longer than the host's `--max-deadline` a stopped controller may take to finish its
