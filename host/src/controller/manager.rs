@@ -235,16 +235,18 @@ impl Manager {
         self
     }
 
-    /// Runs until `shutdown` resolves; then stops every operator's controller and waits (bounded)
-    /// for their in-flight reconciles.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+    /// What the reconciles share: this manager's settings, the watched `operators`, Events
+    /// reported as `instance` (the pod), nothing running yet.
+    fn context(
+        self,
+        operators: Store<WasmOperator>,
+        instance: Option<String>,
+    ) -> Arc<ManagerContext> {
         let reporter = Reporter {
             controller: "wasmpilot".into(),
-            instance: std::env::var("POD_NAME").ok(),
+            instance,
         };
-        let api: Api<WasmOperator> = Api::all(self.client.clone());
-        let (operators, writer) = reflector::store();
-        let ctx = Arc::new(ManagerContext {
+        Arc::new(ManagerContext {
             recorder: Recorder::new(self.client.clone(), reporter),
             informers: crate::controller::informers::Informers::new(self.client.clone()),
             client: self.client,
@@ -253,10 +255,18 @@ impl Manager {
             record_sink: self.record_sink,
             input_requeue: self.input_requeue,
             retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
-            operators: operators.clone(),
+            operators,
             first_listing_done: AtomicBool::new(false),
             controllers: Mutex::new(Controllers::default()),
-        });
+        })
+    }
+
+    /// Runs until `shutdown` resolves; then stops every operator's controller and waits (bounded)
+    /// for their in-flight reconciles.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+        let api: Api<WasmOperator> = Api::all(self.client.clone());
+        let (operators, writer) = reflector::store();
+        let ctx = self.context(operators.clone(), std::env::var("POD_NAME").ok());
         // Deletions (and objects gone while the watch was down) stop their controllers; every
         // other change that reaches the reconcile is a new generation: status writes, the
         // manager's own included, do not.
@@ -382,26 +392,9 @@ impl ManagerContext {
     #[cfg(test)]
     pub(super) fn for_tests(client: Client) -> anyhow::Result<Arc<Self>> {
         let sandbox = crate::sandbox::Sandbox::new(Default::default())?;
+        let modules = Arc::new(ModuleCache::new(sandbox, Some(client.clone()), None));
         let (operators, _) = reflector::store();
-        Ok(Arc::new(ManagerContext {
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: "wasmpilot".into(),
-                    instance: None,
-                },
-            ),
-            informers: crate::controller::informers::Informers::new(client.clone()),
-            modules: Arc::new(ModuleCache::new(sandbox, Some(client.clone()), None)),
-            client,
-            metrics_source: Default::default(),
-            record_sink: None,
-            input_requeue: Default::default(),
-            retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
-            operators,
-            first_listing_done: AtomicBool::new(false),
-            controllers: Mutex::new(Controllers::default()),
-        }))
+        Ok(Manager::new(client, modules).context(operators, None))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Controllers> {

@@ -240,7 +240,7 @@ struct Step {
     next: Option<Arc<DynamicObject>>,
 }
 
-/// One decision on `obj`, its worker call handed to the evidence step; when the cached object
+/// One decision on `obj` ([`decide_recorded`]); when the cached object
 /// turns out stale (its status write or outputs refused), decided once more at once from the
 /// object as the API server has it, instead of waiting for the watch.
 async fn decide_fresh(
@@ -249,36 +249,37 @@ async fn decide_fresh(
     obj: Arc<DynamicObject>,
     read: Read,
 ) -> Result<Step, ReconcileError> {
+    let (result, next) = decide_recorded(ctx, api, obj.clone(), read).await;
+    let (result, next) = match result {
+        Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) => {
+            match api.get_opt(&obj.name_any()).await {
+                Ok(Some(fresh)) => {
+                    tracing::info!("{stale}");
+                    decide_recorded(ctx, api, Arc::new(fresh), Read::FromApiServer).await
+                }
+                Ok(None) => (Ok(Action::await_change()), None),
+                Err(_) => (Err(stale), None),
+            }
+        }
+        other => (other, next),
+    };
+    result.map(|action| Step { action, next })
+}
+
+/// One decision on `obj`, its worker call handed to the evidence step; also the resource as
+/// written when its phase changed.
+async fn decide_recorded(
+    ctx: &Arc<OperatorContext>,
+    api: &Api<DynamicObject>,
+    obj: Arc<DynamicObject>,
+    read: Read,
+) -> (Result<Action, ReconcileError>, Option<Arc<DynamicObject>>) {
     let mut effects = Effects::default();
     let result = decide(ctx, api, obj.clone(), read, &mut effects).await;
     if let Some(call) = effects.live.take() {
         crate::controller::live_evidence::after_live_call(ctx, &obj, call);
     }
-    let result = match result {
-        Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) => {
-            let why = stale.to_string();
-            match api.get_opt(&obj.name_any()).await {
-                Ok(Some(fresh)) => {
-                    tracing::info!("{why}");
-                    let fresh = Arc::new(fresh);
-                    effects = Effects::default();
-                    let result =
-                        decide(ctx, api, fresh.clone(), Read::FromApiServer, &mut effects).await;
-                    if let Some(call) = effects.live.take() {
-                        crate::controller::live_evidence::after_live_call(ctx, &fresh, call);
-                    }
-                    result
-                }
-                Ok(None) => Ok(Action::await_change()),
-                Err(_) => Err(stale),
-            }
-        }
-        other => other,
-    };
-    result.map(|action| Step {
-        action,
-        next: effects.next,
-    })
+    (result, effects.next)
 }
 
 /// Where the object a decision is made from comes from.
