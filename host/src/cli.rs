@@ -224,7 +224,7 @@ impl Cli {
                 no_build,
                 module_namespace,
             } => {
-                let client = kube::Client::try_default()
+                let client = wasmpilot::api_client::connect()
                     .await
                     .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
                 let opts = wasmpilot::deploy::DeployOptions {
@@ -281,7 +281,7 @@ impl Cli {
                 Ok(())
             }
             Command::Plan(args) => {
-                let client = kube::Client::try_default()
+                let client = wasmpilot::api_client::connect()
                     .await
                     .context("connecting to the cluster (set KUBECONFIG)")?;
                 let mut out = std::io::stdout().lock();
@@ -290,7 +290,7 @@ impl Cli {
                     .map(|_| ())
             }
             Command::Capture(args) => {
-                let client = kube::Client::try_default()
+                let client = wasmpilot::api_client::connect()
                     .await
                     .context("connecting to the cluster (KUBECONFIG)")?;
                 let case =
@@ -329,7 +329,7 @@ impl Cli {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
+    let client = wasmpilot::api_client::connect()
         .await
         .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
     let limits = SandboxLimits {

@@ -1,10 +1,11 @@
-//! Resolves `apiVersion` + `kind` pairs to API resources through discovery.
-//! Kinds are looked up one group-version at a time (aggregated discovery is absent on older servers).
+//! Resolves `apiVersion` + `kind` pairs to API resources through discovery, one request per
+//! group-version (not aggregated discovery: on a cluster with many CRDs its one answer is large).
 
 use crate::crd::KindRef;
-use kube::core::GroupVersionKind;
-use kube::discovery::{self, ApiCapabilities, ApiResource, Scope};
+use kube::core::{GroupVersion, GroupVersionKind};
+use kube::discovery::{self, ApiCapabilities, ApiGroup, ApiResource, Scope};
 use kube::Client;
+use std::collections::HashMap;
 
 /// A kind the API server serves, with what the host needs to talk to it.
 #[derive(Clone, Debug)]
@@ -27,6 +28,14 @@ impl ResolvedKind {
             _ => kube::Api::all_with(client.clone(), &self.api),
         }
     }
+
+    fn new(kind: &KindRef, (api, caps): (ApiResource, ApiCapabilities)) -> Self {
+        ResolvedKind {
+            kind: kind.clone(),
+            api,
+            namespaced: caps.scope == Scope::Namespaced,
+        }
+    }
 }
 
 /// What to do about a kind the API server does not serve.
@@ -35,14 +44,35 @@ pub const HINT_NOT_SERVED: &str = "apply its CRD (kubectl apply -f <operator>/cr
 /// Discovery could not find a kind.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "{field}: {api_version} {kind} is not served by the API server ({source}); {HINT_NOT_SERVED}"
+    "{field}: {api_version} {kind} is not served by the API server ({cause}); {HINT_NOT_SERVED}"
 )]
 pub struct KindNotServed {
     pub field: String,
     pub api_version: String,
     pub kind: String,
     #[source]
-    pub source: kube::Error,
+    pub cause: NotServedCause,
+}
+
+/// Why discovery yielded no kind.
+#[derive(Debug, thiserror::Error)]
+pub enum NotServedCause {
+    /// The server answered: it serves no such group-version, or no such kind in it.
+    #[error("discovery lists no such kind")]
+    Absent,
+    /// Asking failed (unreachable, forbidden, …).
+    #[error("discovery failed: {0}")]
+    Request(#[source] kube::Error),
+}
+
+impl NotServedCause {
+    fn of(error: kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) if status.code == 404 => NotServedCause::Absent,
+            kube::Error::Discovery(_) => NotServedCause::Absent,
+            other => NotServedCause::Request(other),
+        }
+    }
 }
 
 impl KindRef {
@@ -69,25 +99,63 @@ impl std::fmt::Display for KindRef {
     }
 }
 
-/// Looks one kind up; `field` names where it was declared, for the error message.
+/// Looks one kind up (one request); `field` names where it was declared, for the error message.
 pub async fn resolve(
     client: &Client,
     kind: &KindRef,
     field: &str,
 ) -> Result<ResolvedKind, KindNotServed> {
-    let (api, caps): (ApiResource, ApiCapabilities) = discovery::pinned_kind(client, &kind.gvk())
+    discovery::pinned_kind(client, &kind.gvk())
         .await
-        .map_err(|source| KindNotServed {
-            field: field.to_string(),
-            api_version: kind.api_version.clone(),
-            kind: kind.kind.clone(),
-            source,
-        })?;
-    Ok(ResolvedKind {
-        kind: kind.clone(),
-        api,
-        namespaced: caps.scope == Scope::Namespaced,
-    })
+        .map(|found| ResolvedKind::new(kind, found))
+        .map_err(|e| not_served(kind, field, NotServedCause::of(e)))
+}
+
+fn not_served(kind: &KindRef, field: &str, cause: NotServedCause) -> KindNotServed {
+    KindNotServed {
+        field: field.to_string(),
+        api_version: kind.api_version.clone(),
+        kind: kind.kind.clone(),
+        cause,
+    }
+}
+
+impl KindNotServed {
+    /// `kind`, declared at `field`, is not listed by discovery.
+    pub fn absent(kind: &KindRef, field: &str) -> Self {
+        not_served(kind, field, NotServedCause::Absent)
+    }
+}
+
+/// Looks many kinds up, one request per group-version they span. `kinds` pairs each kind with
+/// the field that declared it; the first kind not served fails.
+pub async fn resolve_all(
+    client: &Client,
+    kinds: &[(KindRef, String)],
+) -> Result<Vec<ResolvedKind>, KindNotServed> {
+    let mut by_version: HashMap<GroupVersion, ApiGroup> = HashMap::new();
+    let mut resolved = Vec::with_capacity(kinds.len());
+    for (kind, field) in kinds {
+        let gvk = kind.gvk();
+        let gv = GroupVersion::gv(&gvk.group, &gvk.version);
+        if !by_version.contains_key(&gv) {
+            let group = discovery::pinned_group(client, &gv)
+                .await
+                .map_err(|e| not_served(kind, field, NotServedCause::of(e)))?;
+            by_version.insert(gv.clone(), group);
+        }
+        let found = by_version.get(&gv).and_then(|group| {
+            group
+                .versioned_resources(&gvk.version)
+                .into_iter()
+                .find(|(api, _)| api.kind == gvk.kind)
+        });
+        match found {
+            Some(found) => resolved.push(ResolvedKind::new(kind, found)),
+            None => return Err(not_served(kind, field, NotServedCause::Absent)),
+        }
+    }
+    Ok(resolved)
 }
 
 /// Kubernetes' own cluster-scoped kinds, by API group and kind (scope does not change between
@@ -216,13 +284,12 @@ mod tests {
 
     #[test]
     fn not_served_says_what_to_do() {
-        let e = KindNotServed {
-            field: "spec.resource".into(),
-            api_version: "examples.io/v1".into(),
-            kind: "AutoRoute".into(),
-            source: kube::Error::LinesCodecMaxLineLengthExceeded,
-        };
+        let e = KindNotServed::absent(
+            &KindRef::new("examples.io/v1", "AutoRoute"),
+            "spec.resource",
+        );
         let msg = e.to_string();
+        assert!(msg.contains("(discovery lists no such kind)"), "{msg}");
         assert!(
             msg.starts_with(
                 "spec.resource: examples.io/v1 AutoRoute is not served by the API server"
@@ -234,6 +301,30 @@ mod tests {
             "{msg}"
         );
         assert!(!msg.contains('\n'), "conditions keep one line: {msg}");
+    }
+
+    #[test]
+    fn a_404_means_absent_and_other_failures_keep_their_cause() {
+        let not_found = kube::Error::Api(Box::new(
+            kube::core::Status::failure(
+                "the server could not find the requested resource",
+                "NotFound",
+            )
+            .with_code(404),
+        ));
+        assert!(matches!(
+            NotServedCause::of(not_found),
+            NotServedCause::Absent
+        ));
+        let forbidden = kube::Error::Api(Box::new(
+            kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
+        ));
+        let cause = NotServedCause::of(forbidden);
+        assert!(matches!(cause, NotServedCause::Request(_)));
+        assert!(
+            cause.to_string().starts_with("discovery failed: "),
+            "{cause}"
+        );
     }
 
     #[test]

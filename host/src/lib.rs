@@ -19,6 +19,7 @@
 //! graph, plan), `evidence` records, replays and shadows decisions, `deploy` ships an operator's
 //! components, and `cli` (in the binary) wires the commands.
 
+pub mod api_client;
 pub mod authoring;
 pub mod component_build;
 pub mod controller;

@@ -14,7 +14,7 @@ use crate::kinds::{self, ResolvedKind};
 use crate::modules::{ModuleCache, ModuleError};
 use crate::pipeline::status;
 use crate::sandbox::LoadError;
-use futures::{StreamExt, TryStreamExt};
+use futures::{future, StreamExt, TryStreamExt};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
@@ -566,14 +566,22 @@ impl ManagerContext {
         }
         let mut seen = std::collections::HashSet::new();
         declared.retain(|(k, _)| seen.insert(k.clone()));
-        // One after the other: asked in parallel (and the access reviews too), a cold start
-        // got slower on a 2-core machine (130 ms instead of 80 ms to the first module), not
-        // faster — each concurrent request may open a connection of its own.
-        let resource = kinds::resolve(&self.client, &definition.resource, "spec.resource").await?;
-        let mut resolved: HashMap<KindRef, ResolvedKind> = HashMap::new();
-        for (k, field) in declared {
-            let r = kinds::resolve(&self.client, &k, &field).await?;
-            resolved.insert(k, r);
+        // The resource first: its failure is the one to report when nothing is installed yet.
+        let mut lookup = vec![(definition.resource.clone(), "spec.resource".to_string())];
+        lookup.extend(
+            declared
+                .iter()
+                .filter(|(k, _)| *k != definition.resource)
+                .cloned(),
+        );
+        let mut found = kinds::resolve_all(&self.client, &lookup).await?.into_iter();
+        let resource = found
+            .next()
+            .ok_or_else(|| kinds::KindNotServed::absent(&definition.resource, "spec.resource"))?;
+        let mut resolved: HashMap<KindRef, ResolvedKind> =
+            found.map(|r| (r.kind.clone(), r)).collect();
+        if seen.contains(&definition.resource) {
+            resolved.insert(definition.resource.clone(), resource.clone());
         }
         // Fail here, naming verb and resource, rather than at the first write of a reconcile.
         let mut known: std::collections::BTreeMap<KindRef, kube::discovery::ApiResource> = resolved
@@ -590,49 +598,8 @@ impl ManagerContext {
             return Err(LoadFailure::MissingPermissions(missing));
         }
         tracing::debug!(operator = %name, "permissions checked");
-        let mut workers = HashMap::new();
-        let mut digests = BTreeMap::new();
-        for p in &definition.phases {
-            if let Some(m) = &p.module {
-                let module = self
-                    .modules
-                    .phase(m)
-                    .await
-                    .map_err(|source| LoadFailure::Module {
-                        role: format!("phase {}", p.name),
-                        source,
-                    })?;
-                let module = module
-                    .with_limits(self.modules.sandbox().call_limits(&p.limits))
-                    .with_randomness(p.randomness);
-                digests.insert(p.name.clone(), module.digest.clone());
-                workers.insert(p.name.clone(), module);
-            }
-        }
-        let shadows = self.load_shadows(name, &definition).await;
-        let finalizer = match &definition.finalizer {
-            Some(m) => {
-                let module =
-                    self.modules
-                        .finalizer(m)
-                        .await
-                        .map_err(|source| LoadFailure::Module {
-                            role: FINALIZER_ROLE.into(),
-                            source,
-                        })?;
-                let limits = self
-                    .modules
-                    .sandbox()
-                    .call_limits(&definition.finalizer_limits);
-                digests.insert(FINALIZER_ROLE.into(), module.digest.clone());
-                Some(
-                    module
-                        .with_limits(limits)
-                        .with_randomness(definition.finalizer_randomness),
-                )
-            }
-            None => None,
-        };
+        // The informers list while the modules load (a start's two longest waits, overlapped); a
+        // load that fails drops them again.
         let mut input_caches = InputCaches::default();
         for input in definition.all_inputs() {
             let kind = KindRef::new(&input.api_version, &input.kind);
@@ -652,6 +619,60 @@ impl ManagerContext {
                 .map(|k| (k.kind.clone(), self.informers.metadata(k)))
                 .collect(),
         );
+        // All of an operator's modules at once: fetching and loading cached ones overlap (a
+        // compile waits for any other, see `ModuleCache`). Every load finishes, so the failure
+        // reported is always the first phase's, then the finalizer's.
+        let phase_modules = future::join_all(definition.phases.iter().filter_map(|p| {
+            let m = p.module.as_ref()?;
+            Some(async move {
+                let module = self
+                    .modules
+                    .phase(m)
+                    .await
+                    .map_err(|source| LoadFailure::Module {
+                        role: format!("phase {}", p.name),
+                        source,
+                    })?;
+                let module = module
+                    .with_limits(self.modules.sandbox().call_limits(&p.limits))
+                    .with_randomness(p.randomness);
+                Ok::<_, LoadFailure>((p.name.clone(), module))
+            })
+        }));
+        let finalizer_module = async {
+            let Some(m) = &definition.finalizer else {
+                return Ok::<_, LoadFailure>(None);
+            };
+            let module = self
+                .modules
+                .finalizer(m)
+                .await
+                .map_err(|source| LoadFailure::Module {
+                    role: FINALIZER_ROLE.into(),
+                    source,
+                })?;
+            let limits = self
+                .modules
+                .sandbox()
+                .call_limits(&definition.finalizer_limits);
+            Ok(Some(
+                module
+                    .with_limits(limits)
+                    .with_randomness(definition.finalizer_randomness),
+            ))
+        };
+        let (phase_modules, finalizer) = future::join(phase_modules, finalizer_module).await;
+        let phase_modules = phase_modules.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let finalizer = finalizer?;
+        let mut digests: BTreeMap<String, String> = phase_modules
+            .iter()
+            .map(|(phase, module)| (phase.clone(), module.digest.clone()))
+            .collect();
+        if let Some(f) = &finalizer {
+            digests.insert(FINALIZER_ROLE.into(), f.digest.clone());
+        }
+        let workers: HashMap<_, _> = phase_modules.into_iter().collect();
+        let shadows = self.load_shadows(name, &definition).await;
         let namespaced = resolved
             .iter()
             .map(|(k, r)| (k.clone(), r.namespaced))

@@ -160,6 +160,18 @@ impl CompileCache {
         if let Some(c) = self.load(engine, digest) {
             return Ok(Loaded::Cached(c));
         }
+        self.compile_and_store(engine, digest, bytes)
+            .map(Loaded::Compiled)
+    }
+
+    /// Compiles `bytes` (whose digest is `digest`) and stores the result; only compile errors
+    /// fail, a store that fails is logged.
+    pub fn compile_and_store(
+        &self,
+        engine: &Engine,
+        digest: &str,
+        bytes: &[u8],
+    ) -> Result<Component, LoadError> {
         let cwasm = engine
             .precompile_component(bytes)
             .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
@@ -167,9 +179,8 @@ impl CompileCache {
             tracing::warn!(dir = %self.dir.display(), %digest, error = %e, "could not write the compile cache entry");
         }
         // SAFETY: `cwasm` was produced just now by `precompile_component` of this very engine.
-        let component = unsafe { Component::deserialize(engine, &cwasm) }
-            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
-        Ok(Loaded::Compiled(component))
+        unsafe { Component::deserialize(engine, &cwasm) }
+            .map_err(|e| LoadError::Compile(format!("{e:#}")))
     }
 }
 

@@ -272,6 +272,9 @@ pub struct ModuleCache {
     client: Option<Client>,
     module_dir: Option<PathBuf>,
     compiled: Mutex<HashMap<String, Component>>,
+    /// One compile at a time: Cranelift already uses every core for one, and each compile peaks
+    /// at 300–400 MiB, so modules loaded together wait here (loading a cached one does not).
+    compiling: tokio::sync::Semaphore,
     disk: Option<Arc<CompileCache>>,
     allow_http_urls: bool,
     progress: bool,
@@ -287,6 +290,7 @@ impl ModuleCache {
             client,
             module_dir,
             compiled: Mutex::new(HashMap::new()),
+            compiling: tokio::sync::Semaphore::new(1),
             disk: None,
             allow_http_urls: false,
             progress: false,
@@ -389,37 +393,37 @@ impl ModuleCache {
         if let Some(c) = self.lock().get(&digest) {
             return Ok((source_name, digest, c.clone()));
         }
-        let sandbox = self.sandbox.clone();
-        let disk = self.disk.clone();
-        let key = digest.clone();
         let started = Instant::now();
-        if self.progress {
-            match &disk {
-                Some(d) if d.paths(&digest).0.exists() => {}
-                Some(d) => eprintln!(
-                    "compiling {} (first use; cached in {})",
-                    short_digest(&digest),
-                    home_relative(d.dir().parent().unwrap_or(d.dir()))
-                ),
-                None => eprintln!(
-                    "compiling {} (no compile cache: every run compiles)",
-                    short_digest(&digest)
-                ),
-            }
-        }
-        let loaded = tokio::task::spawn_blocking(move || match disk {
-            Some(disk) => disk.load_or_compile(sandbox.engine(), &key, &bytes),
-            None => sandbox.compile(&bytes).map(Loaded::Compiled),
-        })
-        .await
-        .map_err(|e| ModuleError::Load {
-            source_name: source_name.clone(),
-            error: LoadError::Compile(e.to_string()),
-        })?
-        .map_err(|error| ModuleError::Load {
+        let load_error = |error| ModuleError::Load {
             source_name: source_name.clone(),
             error,
-        })?;
+        };
+        let cached = match &self.disk {
+            Some(disk) => {
+                let (disk, engine, key) =
+                    (disk.clone(), self.sandbox.engine().clone(), digest.clone());
+                tokio::task::spawn_blocking(move || disk.load(&engine, &key))
+                    .await
+                    .map_err(|e| load_error(LoadError::Compile(e.to_string())))?
+            }
+            None => None,
+        };
+        let loaded = match cached {
+            Some(c) => Loaded::Cached(c),
+            None => {
+                // Closed never: the semaphore lives as long as `self`.
+                let _permit = self
+                    .compiling
+                    .acquire()
+                    .await
+                    .map_err(|e| load_error(LoadError::Compile(e.to_string())))?;
+                // Compiled by another load while this one waited for the permit?
+                if let Some(c) = self.lock().get(&digest) {
+                    return Ok((source_name, digest, c.clone()));
+                }
+                self.compile(&digest, bytes).await.map_err(load_error)?
+            }
+        };
         let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
         let compiled = match loaded {
             Loaded::Compiled(c) => {
@@ -449,6 +453,32 @@ impl ModuleCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Component>> {
         self.compiled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Compiles `bytes` (whose digest is `digest`) off the async threads, through the disk cache
+    /// when there is one (which stores the result).
+    async fn compile(&self, digest: &str, bytes: Vec<u8>) -> Result<Loaded, LoadError> {
+        if self.progress {
+            match &self.disk {
+                Some(d) => eprintln!(
+                    "compiling {} (first use; cached in {})",
+                    short_digest(digest),
+                    home_relative(d.dir().parent().unwrap_or(d.dir()))
+                ),
+                None => eprintln!(
+                    "compiling {} (no compile cache: every run compiles)",
+                    short_digest(digest)
+                ),
+            }
+        }
+        let (sandbox, disk, key) = (self.sandbox.clone(), self.disk.clone(), digest.to_string());
+        tokio::task::spawn_blocking(move || match disk {
+            Some(disk) => disk.compile_and_store(sandbox.engine(), &key, &bytes),
+            None => sandbox.compile(&bytes),
+        })
+        .await
+        .map_err(|e| LoadError::Compile(e.to_string()))?
+        .map(Loaded::Compiled)
     }
 
     /// Returns (source name for messages, component bytes, pinned digest).
