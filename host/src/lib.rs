@@ -30,6 +30,8 @@ pub mod diff;
 pub mod evidence;
 pub mod kinds;
 pub mod metrics;
+#[cfg(test)]
+mod mock_api_server;
 pub mod modules;
 pub mod offline;
 pub mod pipeline;

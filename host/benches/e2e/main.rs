@@ -41,7 +41,8 @@ struct Run {
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     if std::env::args().any(|a| a == "--native-controller") {
-        return rt.block_on(native_autoroute::run());
+        let nodelay = std::env::args().any(|a| a == "--nodelay");
+        return rt.block_on(native_autoroute::run(nodelay));
     }
     if std::env::var_os("KUBECONFIG").is_none() {
         bail!("KUBECONFIG is not set: start the local cluster (deploy/local/cluster.sh up) or run deploy/local/bench.sh");
@@ -54,7 +55,7 @@ fn main() -> anyhow::Result<()> {
     let parts = std::env::var("WASMPILOT_BENCH_E2E_PARTS")
         .unwrap_or_else(|_| "throughput,startup,memory,requeue".into());
     rt.block_on(async {
-        let client = Client::try_default().await?;
+        let client = wasmpilot::api_client::connect().await?;
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
         let hosts = host_variants()?;
         let status = Command::new(&hosts[0].binary).args(["deploy", "--no-build", "examples/autoroute"]).current_dir(&root).status()?;

@@ -126,9 +126,14 @@ fn error_policy(_: Arc<AutoRoute>, _: &Error, _: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_millis(500))
 }
 
-/// Runs the native controller until the process is killed.
-pub async fn run() -> anyhow::Result<()> {
-    let client = Client::try_default().await?;
+/// Runs the native controller until the process is killed; `nodelay`: on wasmpilot's API client
+/// (kube's stack with TCP_NODELAY), else kube's default client, as a hand-written one would.
+pub async fn run(nodelay: bool) -> anyhow::Result<()> {
+    let client = if nodelay {
+        wasmpilot::api_client::connect().await?
+    } else {
+        Client::try_default().await?
+    };
     let (deployments, writer) = reflector::store::<Deployment>();
     let deployment_stream = watcher(
         Api::<Deployment>::all(client.clone()),

@@ -21,19 +21,27 @@ pub async fn run(client: &Client, hosts: &[HostVariant]) -> anyhow::Result<()> {
         "\nCold start: process spawn to one waiting AutoRoute Ready (compile cache warm), \
          median of {ROUNDS} starts each, interleaved\n"
     );
-    let native = || {
+    // The native controller twice: on kube's default client, as a hand-written controller is,
+    // and with TCP_NODELAY, as wasmpilot's client (what that setting alone is worth).
+    let native = |nodelay: bool| {
         let mut c = Command::new(std::env::current_exe().expect("the bench binary"));
         c.arg("--native-controller");
+        if nodelay {
+            c.arg("--nodelay");
+        }
         c
     };
-    let mut labels = vec!["native kube-rs".to_string()];
+    let mut labels = vec![
+        "native kube-rs".to_string(),
+        "native kube-rs, TCP_NODELAY".to_string(),
+    ];
     labels.extend(hosts.iter().map(|h| h.label.clone()));
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); labels.len()];
     for round in 0..=ROUNDS {
         for (i, times) in times.iter_mut().enumerate() {
             let mut command = match i {
-                0 => native(),
-                _ => hosts[i - 1].run_command(),
+                0 | 1 => native(i == 1),
+                _ => hosts[i - 2].run_command(),
             };
             let seconds = start_once(client, &mut command, round, i).await?;
             if round > 0 {

@@ -387,6 +387,14 @@ pub(super) fn load_error_policy(
     }
 }
 
+/// An operator's modules, ready to run.
+struct LoadedModules {
+    workers: HashMap<String, crate::sandbox::PhaseModule>,
+    finalizer: Option<crate::sandbox::FinalizerModule>,
+    /// Digest by phase name (and `finalizer`), for `status.activeDigests`.
+    digests: BTreeMap<String, String>,
+}
+
 impl ManagerContext {
     /// A manager's context on `client` with nothing running and no WasmOperator watched.
     #[cfg(test)]
@@ -583,95 +591,34 @@ impl ManagerContext {
         if seen.contains(&definition.resource) {
             resolved.insert(definition.resource.clone(), resource.clone());
         }
-        // Fail here, naming verb and resource, rather than at the first write of a reconcile.
         let mut known: std::collections::BTreeMap<KindRef, kube::discovery::ApiResource> = resolved
             .iter()
             .map(|(k, r)| (k.clone(), r.api.clone()))
             .collect();
         known.insert(definition.resource.clone(), resource.api.clone());
         tracing::debug!(operator = %name, "kinds resolved");
-        let missing =
-            crate::rbac::missing_permissions(&self.client, &crate::rbac::rules_for(spec, &known))
+        // The access reviews and the modules at once; the informers start listing once the
+        // reviews passed, while the modules still load (a start's longest waits, overlapped).
+        let watched = async {
+            // Fail here, naming verb and resource, rather than at the first write of a reconcile.
+            let rules = crate::rbac::rules_for(spec, &known);
+            let missing = crate::rbac::missing_permissions(&self.client, &rules)
                 .await
                 .map_err(LoadFailure::PermissionCheck)?;
-        if !missing.is_empty() {
-            return Err(LoadFailure::MissingPermissions(missing));
-        }
-        tracing::debug!(operator = %name, "permissions checked");
-        // The informers list while the modules load (a start's two longest waits, overlapped); a
-        // load that fails drops them again.
-        let mut input_caches = InputCaches::default();
-        for input in definition.all_inputs() {
-            let kind = KindRef::new(&input.api_version, &input.kind);
-            if let Some(resolved) = resolved.get(&kind) {
-                input_caches.add(kind, &input.fields, || {
-                    self.informers
-                        .objects(resolved, crate::pipeline::inputs::projection(input))
-                });
+            if !missing.is_empty() {
+                return Err(LoadFailure::MissingPermissions(missing));
             }
-        }
-        let output_caches = OutputCaches(
-            definition
-                .output_kinds()
-                .iter()
-                .filter(|k| **k != definition.resource)
-                .filter_map(|k| resolved.get(k))
-                .map(|k| (k.kind.clone(), self.informers.metadata(k)))
-                .collect(),
-        );
-        // All of an operator's modules at once: fetching and loading cached ones overlap (a
-        // compile waits for any other, see `ModuleCache`). Every load finishes, so the failure
-        // reported is always the first phase's, then the finalizer's.
-        let phase_modules = future::join_all(definition.phases.iter().filter_map(|p| {
-            let m = p.module.as_ref()?;
-            Some(async move {
-                let module = self
-                    .modules
-                    .phase(m)
-                    .await
-                    .map_err(|source| LoadFailure::Module {
-                        role: format!("phase {}", p.name),
-                        source,
-                    })?;
-                let module = module
-                    .with_limits(self.modules.sandbox().call_limits(&p.limits))
-                    .with_randomness(p.randomness);
-                Ok::<_, LoadFailure>((p.name.clone(), module))
-            })
-        }));
-        let finalizer_module = async {
-            let Some(m) = &definition.finalizer else {
-                return Ok::<_, LoadFailure>(None);
-            };
-            let module = self
-                .modules
-                .finalizer(m)
-                .await
-                .map_err(|source| LoadFailure::Module {
-                    role: FINALIZER_ROLE.into(),
-                    source,
-                })?;
-            let limits = self
-                .modules
-                .sandbox()
-                .call_limits(&definition.finalizer_limits);
-            Ok(Some(
-                module
-                    .with_limits(limits)
-                    .with_randomness(definition.finalizer_randomness),
-            ))
+            tracing::debug!(operator = %name, "permissions checked");
+            Ok(self.watch(&definition, &resolved))
         };
-        let (phase_modules, finalizer) = future::join(phase_modules, finalizer_module).await;
-        let phase_modules = phase_modules.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let finalizer = finalizer?;
-        let mut digests: BTreeMap<String, String> = phase_modules
-            .iter()
-            .map(|(phase, module)| (phase.clone(), module.digest.clone()))
-            .collect();
-        if let Some(f) = &finalizer {
-            digests.insert(FINALIZER_ROLE.into(), f.digest.clone());
-        }
-        let workers: HashMap<_, _> = phase_modules.into_iter().collect();
+        let (watched, modules) = future::join(watched, self.load_modules(&definition)).await;
+        // A failed access review is reported before a module that failed to load.
+        let (input_caches, output_caches) = watched?;
+        let LoadedModules {
+            workers,
+            finalizer,
+            digests,
+        } = modules?;
         let shadows = self.load_shadows(name, &definition).await;
         let namespaced = resolved
             .iter()
@@ -697,6 +644,98 @@ impl ManagerContext {
             input_requeue: self.input_requeue,
         };
         Ok((Arc::new(ctx), digests))
+    }
+
+    /// The informers of the operator's inputs (objects as workers see them) and outputs
+    /// (metadata), started now unless another operator watches the same already.
+    fn watch(
+        &self,
+        definition: &OperatorDefinition,
+        resolved: &HashMap<KindRef, ResolvedKind>,
+    ) -> (InputCaches, OutputCaches) {
+        let mut input_caches = InputCaches::default();
+        for input in definition.all_inputs() {
+            let kind = KindRef::new(&input.api_version, &input.kind);
+            if let Some(resolved) = resolved.get(&kind) {
+                input_caches.add(kind, &input.fields, || {
+                    self.informers
+                        .objects(resolved, crate::pipeline::inputs::projection(input))
+                });
+            }
+        }
+        let output_caches = OutputCaches(
+            definition
+                .output_kinds()
+                .iter()
+                .filter(|k| **k != definition.resource)
+                .filter_map(|k| resolved.get(k))
+                .map(|k| (k.kind.clone(), self.informers.metadata(k)))
+                .collect(),
+        );
+        (input_caches, output_caches)
+    }
+
+    /// The phases' and the finalizer's modules, all at once: fetching and loading cached ones
+    /// overlap (a compile waits for any other, see `ModuleCache`). Every load finishes, so the
+    /// failure reported is always the first phase's, then the finalizer's.
+    async fn load_modules(
+        &self,
+        definition: &OperatorDefinition,
+    ) -> Result<LoadedModules, LoadFailure> {
+        let phases = future::join_all(definition.phases.iter().filter_map(|p| {
+            let m = p.module.as_ref()?;
+            Some(async move {
+                let module = self
+                    .modules
+                    .phase(m)
+                    .await
+                    .map_err(|source| LoadFailure::Module {
+                        role: format!("phase {}", p.name),
+                        source,
+                    })?;
+                let module = module
+                    .with_limits(self.modules.sandbox().call_limits(&p.limits))
+                    .with_randomness(p.randomness);
+                Ok::<_, LoadFailure>((p.name.clone(), module))
+            })
+        }));
+        let finalizer = async {
+            let Some(m) = &definition.finalizer else {
+                return Ok::<_, LoadFailure>(None);
+            };
+            let module = self
+                .modules
+                .finalizer(m)
+                .await
+                .map_err(|source| LoadFailure::Module {
+                    role: FINALIZER_ROLE.into(),
+                    source,
+                })?;
+            let limits = self
+                .modules
+                .sandbox()
+                .call_limits(&definition.finalizer_limits);
+            Ok(Some(
+                module
+                    .with_limits(limits)
+                    .with_randomness(definition.finalizer_randomness),
+            ))
+        };
+        let (phases, finalizer) = future::join(phases, finalizer).await;
+        let phases = phases.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let finalizer = finalizer?;
+        let mut digests: BTreeMap<String, String> = phases
+            .iter()
+            .map(|(phase, module)| (phase.clone(), module.digest.clone()))
+            .collect();
+        if let Some(f) = &finalizer {
+            digests.insert(FINALIZER_ROLE.into(), f.digest.clone());
+        }
+        Ok(LoadedModules {
+            workers: phases.into_iter().collect(),
+            finalizer,
+            digests,
+        })
     }
 
     /// The phases' shadow components, started in their lane. A shadow that cannot be loaded

@@ -3,12 +3,16 @@
 //! ~20 µs. Compiled code is also kept on disk ([`compile_cache`]), so a restart does not recompile.
 
 pub mod compile_cache;
+pub mod config_map_versions;
+#[cfg(test)]
+mod mock_api_tests;
 pub mod oci;
 pub mod url;
 
-use crate::crd::ModuleRef;
+use crate::crd::{ConfigMapModule, ModuleRef};
 use crate::sandbox::{FinalizerModule, LoadError, PhaseModule, Sandbox};
 use compile_cache::{CompileCache, Loaded};
+use config_map_versions::{ConfigMapVersions, PartVersion};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
@@ -276,6 +280,7 @@ pub struct ModuleCache {
     /// at 300–400 MiB, so modules loaded together wait here (loading a cached one does not).
     compiling: tokio::sync::Semaphore,
     disk: Option<Arc<CompileCache>>,
+    config_map_versions: ConfigMapVersions,
     allow_http_urls: bool,
     progress: bool,
     stats_compiled: AtomicUsize,
@@ -292,6 +297,7 @@ impl ModuleCache {
             compiled: Mutex::new(HashMap::new()),
             compiling: tokio::sync::Semaphore::new(1),
             disk: None,
+            config_map_versions: ConfigMapVersions::new(None),
             allow_http_urls: false,
             progress: false,
             stats_compiled: AtomicUsize::new(0),
@@ -306,6 +312,8 @@ impl ModuleCache {
             |dir| match CompileCache::open(&dir, self.sandbox.engine()) {
                 Ok(c) => {
                     tracing::info!(dir = %c.dir().display(), "compile cache");
+                    self.config_map_versions =
+                        ConfigMapVersions::new(Some(c.dir().join("config-maps")));
                     Some(Arc::new(c))
                 }
                 Err(e) => {
@@ -371,9 +379,65 @@ impl ModuleCache {
             })
     }
 
+    /// The compiled component of a ConfigMap module whose ConfigMaps did not change since their
+    /// content was verified against the same pin (see [`config_map_versions`]): their metadata
+    /// is read, not the component. `None` sends the caller to the full fetch, which also reports
+    /// whatever went wrong here.
+    async fn unchanged_config_map(&self, r: &ModuleRef) -> Option<(String, String, Component)> {
+        let cm = r.config_map.as_ref()?;
+        if r.sources().len() != 1 {
+            return None;
+        }
+        let pinned = normalize_digest(&cm.sha256).ok()?;
+        let source = ConfigMapSource::of(cm);
+        let api = self.config_map_api(&source).ok()?;
+        let mut versions = Vec::with_capacity(source.names.len());
+        for name in &source.names {
+            let meta = api.get_metadata(name).await.ok()?;
+            versions.push(part_version(name, &meta.metadata));
+        }
+        let digest = self
+            .config_map_versions
+            .verified(&source.display, &versions, &pinned)?;
+        if let Some(c) = self.lock().get(&digest) {
+            return Some((source.display, digest, c.clone()));
+        }
+        let started = Instant::now();
+        let (disk, engine, key) = (
+            self.disk.clone()?,
+            self.sandbox.engine().clone(),
+            digest.clone(),
+        );
+        let component = tokio::task::spawn_blocking(move || disk.load(&engine, &key))
+            .await
+            .ok()??;
+        self.stats_disk.fetch_add(1, Ordering::Relaxed);
+        if !self.progress {
+            let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+            tracing::info!(%digest, source = %source.display, elapsed_ms, "loaded compiled module from the compile cache (ConfigMap unchanged since verified)");
+        }
+        self.lock().insert(digest.clone(), component.clone());
+        Some((source.display, digest, component))
+    }
+
+    fn config_map_api(&self, source: &ConfigMapSource) -> Result<Api<ConfigMap>, ModuleError> {
+        let client = self.client.clone().ok_or_else(|| ModuleError::Offline {
+            source_name: source.display.clone(),
+        })?;
+        Ok(Api::namespaced(client, &source.namespace))
+    }
+
     /// Returns (source name, digest, compiled component).
     async fn component(&self, r: &ModuleRef) -> Result<(String, String, Component), ModuleError> {
-        let (source_name, bytes, pinned) = self.fetch(r).await?;
+        if let Some(found) = self.unchanged_config_map(r).await {
+            return Ok(found);
+        }
+        let Fetched {
+            source_name,
+            bytes,
+            pinned,
+            config_map_versions,
+        } = self.fetch(r).await?;
         let digest = digest_of(&bytes);
         if let Some(expected) = pinned {
             let expected =
@@ -388,6 +452,10 @@ impl ModuleCache {
                     expected,
                     actual: digest,
                 });
+            }
+            if let Some(versions) = config_map_versions {
+                self.config_map_versions
+                    .record(&source_name, versions, &digest);
             }
         }
         if let Some(c) = self.lock().get(&digest) {
@@ -482,7 +550,7 @@ impl ModuleCache {
     }
 
     /// Returns (source name for messages, component bytes, pinned digest).
-    async fn fetch(&self, r: &ModuleRef) -> Result<(String, Vec<u8>, Option<String>), ModuleError> {
+    async fn fetch(&self, r: &ModuleRef) -> Result<Fetched, ModuleError> {
         match r.sources().as_slice() {
             [] => return Err(ModuleError::NoSource),
             [_] => {}
@@ -538,7 +606,7 @@ impl ModuleCache {
             // The layer digest was verified against the bytes while pulling; a pin, when set,
             // must match it too. Without a pin the manifest's layer digest is the component's.
             let pin = o.sha256.clone().or(Some(pulled.layer_digest));
-            return Ok((source_name, pulled.bytes, pin));
+            return Ok(Fetched::new(source_name, pulled.bytes, pin));
         }
         if let Some(u) = &r.url {
             let source_name = format!("URL {}", url::redact(&u.url));
@@ -565,53 +633,34 @@ impl ModuleCache {
             } else {
                 tracing::info!(source = %source_name, bytes = bytes.len(), digest = %digest_of(&bytes), "downloaded module");
             }
-            return Ok((source_name, bytes, Some(u.sha256.clone())));
+            return Ok(Fetched::new(source_name, bytes, Some(u.sha256.clone())));
         }
         if let Some(cm) = &r.config_map {
-            let namespace = cm
-                .namespace
-                .clone()
-                .unwrap_or_else(|| DEFAULT_MODULE_NAMESPACE.to_string());
-            let source_name = match cm.parts {
-                Some(parts) => format!(
-                    "ConfigMaps {namespace}/{}-0…{} key {}",
-                    cm.name,
-                    parts.saturating_sub(1),
-                    cm.key
-                ),
-                None => format!("ConfigMap {namespace}/{} key {}", cm.name, cm.key),
-            };
-            let client = self.client.clone().ok_or_else(|| ModuleError::Offline {
-                source_name: source_name.clone(),
-            })?;
-            let api = Api::<ConfigMap>::namespaced(client, &namespace);
-            let names: Vec<String> = match cm.parts {
-                None => vec![cm.name.clone()],
-                Some(parts) => (0..parts).map(|i| format!("{}-{i}", cm.name)).collect(),
-            };
+            let source = ConfigMapSource::of(cm);
+            let api = self.config_map_api(&source)?;
             let mut joined = Vec::new();
-            for name in names {
-                let map =
-                    api.get(&name)
-                        .await
-                        .map_err(|source| ModuleError::ConfigMapUnreadable {
-                            namespace: namespace.clone(),
-                            name: name.clone(),
-                            source,
-                        })?;
+            let mut versions = Vec::new();
+            for name in &source.names {
+                let map = api
+                    .get(name)
+                    .await
+                    .map_err(|e| source.unreadable(name, e))?;
+                versions.push(part_version(name, &map.metadata));
                 let data = map.binary_data.unwrap_or_default();
                 let Some(bytes) = data.get(&cm.key) else {
                     return Err(ModuleError::KeyMissing {
-                        namespace,
-                        name,
+                        namespace: source.namespace,
+                        name: name.clone(),
                         key: cm.key.clone(),
                         keys: data.keys().cloned().collect::<Vec<_>>().join(", "),
                     });
                 };
                 joined.extend_from_slice(&bytes.0);
             }
-            let bytes = maybe_gunzip(&source_name, &cm.key, joined)?;
-            return Ok((source_name, bytes, Some(cm.sha256.clone())));
+            let bytes = maybe_gunzip(&source.display, &cm.key, joined)?;
+            let mut fetched = Fetched::new(source.display, bytes, Some(cm.sha256.clone()));
+            fetched.config_map_versions = Some(versions);
+            return Ok(fetched);
         }
         if let Some(f) = &r.file {
             let Some(dir) = &self.module_dir else {
@@ -629,7 +678,7 @@ impl ModuleCache {
                         source,
                     })?;
             let bytes = maybe_gunzip(&source_name, &f.path, bytes)?;
-            return Ok((source_name, bytes, f.sha256.clone()));
+            return Ok(Fetched::new(source_name, bytes, f.sha256.clone()));
         }
         Err(ModuleError::NoSource)
     }
@@ -650,6 +699,83 @@ fn home_relative(path: &std::path::Path) -> String {
         .and_then(|home| path.strip_prefix(home).ok())
         .map(|rest| format!("~/{}", rest.display()))
         .unwrap_or_else(|| path.display().to_string())
+}
+
+/// A module's bytes as fetched, before they are verified.
+struct Fetched {
+    /// Where they came from, for messages.
+    source_name: String,
+    bytes: Vec<u8>,
+    /// The digest the reference pins, if it pins one.
+    pinned: Option<String>,
+    /// For a ConfigMap source: the versions of its parts that held these bytes.
+    config_map_versions: Option<Vec<PartVersion>>,
+}
+
+impl Fetched {
+    fn new(source_name: String, bytes: Vec<u8>, pinned: Option<String>) -> Self {
+        Fetched {
+            source_name,
+            bytes,
+            pinned,
+            config_map_versions: None,
+        }
+    }
+}
+
+/// Where a ConfigMap module lives: its namespace and the ConfigMaps holding its parts.
+struct ConfigMapSource {
+    namespace: String,
+    names: Vec<String>,
+    /// `ConfigMap <ns>/<name> key <key>` (or the parts' range), for messages and records.
+    display: String,
+}
+
+impl ConfigMapSource {
+    fn of(cm: &ConfigMapModule) -> Self {
+        let namespace = cm
+            .namespace
+            .clone()
+            .unwrap_or_else(|| DEFAULT_MODULE_NAMESPACE.to_string());
+        let display = match cm.parts {
+            Some(parts) => format!(
+                "ConfigMaps {namespace}/{}-0…{} key {}",
+                cm.name,
+                parts.saturating_sub(1),
+                cm.key
+            ),
+            None => format!("ConfigMap {namespace}/{} key {}", cm.name, cm.key),
+        };
+        let names = match cm.parts {
+            None => vec![cm.name.clone()],
+            Some(parts) => (0..parts).map(|i| format!("{}-{i}", cm.name)).collect(),
+        };
+        ConfigMapSource {
+            namespace,
+            names,
+            display,
+        }
+    }
+
+    fn unreadable(&self, name: &str, source: kube::Error) -> ModuleError {
+        ModuleError::ConfigMapUnreadable {
+            namespace: self.namespace.clone(),
+            name: name.to_string(),
+            source,
+        }
+    }
+}
+
+/// The version of a ConfigMap named `name` whose metadata is `meta`.
+fn part_version(
+    name: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> PartVersion {
+    PartVersion {
+        name: name.to_string(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        resource_version: meta.resource_version.clone().unwrap_or_default(),
+    }
 }
 
 /// Modules stored under a name ending in `.gz` are gzip-compressed (ConfigMaps hold at most 1 MiB);

@@ -17,7 +17,7 @@ pub async fn client() -> Client {
     if std::env::var_os("KUBECONFIG").is_none() {
         panic!("KUBECONFIG is not set: end-to-end tests need a cluster. Run deploy/local/test.sh (it starts deploy/local/cluster.sh), or export KUBECONFIG for any conformant cluster.");
     }
-    Client::try_default()
+    wasmpilot::api_client::connect()
         .await
         .expect("a client from KUBECONFIG")
 }
