@@ -5,6 +5,7 @@ use crate::crd::QuerySpec;
 use crate::sandbox::NamedObjects;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Default per-query timeout.
@@ -205,18 +206,20 @@ pub fn samples(answer: &Value) -> Result<Vec<Value>, AnswerError> {
 }
 
 /// Runs queries against Prometheus.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Prometheus {
-    http: reqwest::Client,
+    /// Built at the first query: building it loads the system's trust store (milliseconds a
+    /// host's start would spend, though most operators never query).
+    http: Arc<std::sync::OnceLock<reqwest::Client>>,
 }
 
-impl Default for Prometheus {
-    fn default() -> Self {
-        // Its HTTP client is built without a TLS provider of its own.
-        crate::modules::install_crypto_provider();
-        Prometheus {
-            http: reqwest::Client::new(),
-        }
+impl Prometheus {
+    fn http(&self) -> &reqwest::Client {
+        self.http.get_or_init(|| {
+            // Its HTTP client is built without a TLS provider of its own.
+            crate::modules::install_crypto_provider();
+            reqwest::Client::new()
+        })
     }
 }
 
@@ -250,7 +253,7 @@ impl Prometheus {
             )
             .map_err(|e| failed(format!("invalid URL: {e}")))?;
             let response = self
-                .http
+                .http()
                 .get(endpoint)
                 .timeout(timeout)
                 .send()
