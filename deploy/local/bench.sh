@@ -11,7 +11,8 @@
 # Builds the guest components it needs (release, wasm32-wasip2). WASMPILOT_BENCH_SECONDS sets the
 # time budget per sandbox group (default 5); WASMPILOT_BENCH_E2E_SIZES (default 200,1000),
 # WASMPILOT_BENCH_E2E_PARTS (throughput,startup,memory,requeue), WASMPILOT_BENCH_E2E_HOST_ARGS and
-# WASMPILOT_BENCH_E2E_BASE_HOST tune the e2e part. See BENCHMARKS.md.
+# WASMPILOT_BENCH_E2E_BASE_HOST (and WASMPILOT_BENCH_STARTUP_ROUNDS, default 5) tune the e2e part.
+# See BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/wasmpilot/target}"

@@ -13,13 +13,18 @@ use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Measured starts per controller (after one unmeasured start that warms the compile cache).
+/// Measured starts per controller (after one unmeasured start that warms the compile cache),
+/// unless `WASMPILOT_BENCH_STARTUP_ROUNDS` says otherwise.
 const ROUNDS: usize = 5;
 
 pub async fn run(client: &Client, hosts: &[HostVariant]) -> anyhow::Result<()> {
+    let rounds: usize = match std::env::var("WASMPILOT_BENCH_STARTUP_ROUNDS") {
+        Ok(n) => n.parse()?,
+        Err(_) => ROUNDS,
+    };
     println!(
         "\nCold start: process spawn to one waiting AutoRoute Ready (compile cache warm), \
-         median of {ROUNDS} starts each, interleaved\n"
+         median of {rounds} starts each, interleaved\n"
     );
     // The native controller twice: on kube's default client, as a hand-written controller is,
     // and with TCP_NODELAY, as wasmpilot's client (what that setting alone is worth).
@@ -37,7 +42,7 @@ pub async fn run(client: &Client, hosts: &[HostVariant]) -> anyhow::Result<()> {
     ];
     labels.extend(hosts.iter().map(|h| h.label.clone()));
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); labels.len()];
-    for round in 0..=ROUNDS {
+    for round in 0..=rounds {
         for (i, times) in times.iter_mut().enumerate() {
             let mut command = match i {
                 0 | 1 => native(i == 1),
