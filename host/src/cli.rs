@@ -44,7 +44,8 @@ enum Command {
         #[arg(long, default_value = wasmpilot::modules::DEFAULT_MODULE_NAMESPACE)]
         module_namespace: String,
     },
-    /// Run one phase of an operator offline, from files, and print the decision as YAML.
+    /// Run one phase of an operator offline, from files, and print the decision as YAML (or,
+    /// with --finalizer, its finalizer as on the resource's deletion).
     RunPhase {
         /// The WasmOperator manifest.
         #[arg(long)]
@@ -59,8 +60,12 @@ enum Command {
         #[arg(long)]
         objects: Option<PathBuf>,
         /// Phase to run (default: the resource's .status.phase, else the initial phase).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "finalizer")]
         phase: Option<String>,
+        /// Run the operator's finalizer (spec.finalizer), as on the resource's deletion, with
+        /// its declared inputs selected from --objects; prints done or when it would run again.
+        #[arg(long)]
+        finalizer: bool,
         /// Clock handed to the worker, RFC 3339 (default: now).
         #[arg(long)]
         now: Option<String>,
@@ -240,6 +245,7 @@ impl Cli {
                 resource,
                 objects,
                 phase,
+                finalizer,
                 now,
                 crds,
             } => {
@@ -252,8 +258,13 @@ impl Cli {
                     now,
                     crds,
                 };
-                let outcome = wasmpilot::offline::run_phase(&run, SandboxLimits::default()).await?;
-                print!("{}", serde_yaml::to_string(&outcome)?);
+                let limits = SandboxLimits::default();
+                let printed = if finalizer {
+                    serde_yaml::to_string(&wasmpilot::offline::run_finalizer(&run, limits).await?)?
+                } else {
+                    serde_yaml::to_string(&wasmpilot::offline::run_phase(&run, limits).await?)?
+                };
+                print!("{printed}");
                 Ok(())
             }
             Command::Rbac {

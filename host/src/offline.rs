@@ -32,7 +32,8 @@ pub struct OfflineRun {
     pub resource: PathBuf,
     /// Objects standing in for the cluster (multi-document YAML), optional.
     pub objects: Option<PathBuf>,
-    /// Override the phase (default: the resource's `.status.phase`, else the initial phase).
+    /// Override the phase (default: the resource's `.status.phase`, else the initial phase;
+    /// [`run_finalizer`] ignores it).
     pub phase: Option<String>,
     /// The clock handed to the worker (default: now).
     pub now: Option<String>,
@@ -56,6 +57,22 @@ pub struct OfflineOutcome {
 }
 
 pub use crate::pipeline::decision::Decision;
+
+/// What the finalizer worker answered, after the host's checks.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OfflineFinalizeOutcome {
+    /// Always `finalizer`: what ran.
+    pub phase: String,
+    pub module: String,
+    /// The resource may go (the controller would remove its finalizer).
+    pub done: bool,
+    /// Not done: when the controller would run the finalizer again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requeue_after_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_info: Option<Value>,
+}
 
 /// Objects standing in for the cluster's watch caches, grouped by kind.
 #[derive(Clone, Default)]
@@ -297,45 +314,32 @@ pub async fn phase_module(
 
 /// `wasmpilot run-phase`: one decision from files.
 pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Result<OfflineOutcome> {
-    let (_, def) = load_operator(&run.operator)?;
-    let resource_doc = read_documents(&run.resource)?
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow!("{} is empty", run.resource.display()))?;
-    let resource: DynamicObject =
-        serde_json::from_value(resource_doc).context("the resource is not a Kubernetes object")?;
+    let prepared = Prepared::read(run, limits)?;
+    let def = &prepared.definition;
     let phase_name = match &run.phase {
         Some(p) => p.as_str(),
-        None => step::current_phase(&def, &resource),
+        None => step::current_phase(def, &prepared.resource),
     };
-    let phase = step::declared_phase(&def, phase_name)?;
-    let objects = match &run.objects {
-        Some(path) => ObjectsByKind::from_values(read_documents(path)?)
-            .with_context(|| format!("in {}", path.display()))?,
-        None => ObjectsByKind::default(),
-    };
-    // The compile cache `simulate` and `plan` use: an 18 MB Python component compiles in
-    // seconds, once.
-    let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(run.module_dir.clone()))
-        .with_compile_cache(crate::modules::compile_cache_dir(None, false))
-        .with_progress();
-    let now = run
-        .now
-        .clone()
-        .unwrap_or_else(crate::pipeline::step::now_rfc3339);
+    let phase = step::declared_phase(def, phase_name)?;
     let crd_dirs = if run.crds.is_empty() {
         vec![crds_beside(&run.operator)]
     } else {
         run.crds.clone()
     };
-    let namespaced = output_scopes(&def, &crd_dirs)?;
+    let namespaced = output_scopes(def, &crd_dirs)?;
     let operator = OfflineOperator {
-        modules: &modules,
-        definition: &def,
+        modules: &prepared.modules,
+        definition: def,
         namespaced: &namespaced,
     };
     let decision = operator
-        .decide(&resource, phase, &objects, Samples::Given(Vec::new()), &now)
+        .decide(
+            &prepared.resource,
+            phase,
+            &prepared.objects,
+            Samples::Given(Vec::new()),
+            &prepared.now,
+        )
         .await?;
     Ok(OfflineOutcome {
         phase: decision.phase,
@@ -345,6 +349,90 @@ pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Resul
         requeue_after_ms: decision.requeue_after_ms,
         outputs: decision.outputs.into_iter().map(|c| c.object).collect(),
     })
+}
+
+/// Runs the operator's finalizer once for the resource, as the controller does on its deletion
+/// ([`crate::pipeline::finalize::decide`]: the finalizer's declared inputs selected from the
+/// objects, its component with its limits, its answer checked).
+pub async fn run_finalizer(
+    run: &OfflineRun,
+    limits: SandboxLimits,
+) -> anyhow::Result<OfflineFinalizeOutcome> {
+    let prepared = Prepared::read(run, limits)?;
+    let def = &prepared.definition;
+    let Some(module_ref) = &def.finalizer else {
+        bail!(
+            "operator {} declares no finalizer (spec.finalizer): nothing runs on deletion",
+            def.name
+        )
+    };
+    let modules = &prepared.modules;
+    let module = modules
+        .finalizer(module_ref)
+        .await
+        .context("loading the finalizer's component")?
+        .with_limits(modules.sandbox().call_limits(&def.finalizer_limits))
+        .with_randomness(def.finalizer_randomness);
+    let decided = crate::pipeline::finalize::decide(
+        modules.sandbox(),
+        def,
+        &module,
+        &prepared.resource,
+        &prepared.objects,
+        prepared.now.clone(),
+    )
+    .await
+    .context("the finalizer")?;
+    Ok(OfflineFinalizeOutcome {
+        phase: crate::definition::FINALIZER_ROLE.to_string(),
+        module: module.digest.clone(),
+        done: decided.done,
+        requeue_after_ms: (!decided.done)
+            .then(|| u64::try_from(decided.requeue_after.as_millis()).unwrap_or(u64::MAX)),
+        status_info: decided.status_info.map(Value::Object),
+    })
+}
+
+/// What one offline run reads before any worker runs.
+struct Prepared {
+    definition: OperatorDefinition,
+    resource: DynamicObject,
+    objects: ObjectsByKind,
+    modules: ModuleCache,
+    now: String,
+}
+
+impl Prepared {
+    fn read(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Result<Self> {
+        let (_, definition) = load_operator(&run.operator)?;
+        let resource_doc = read_documents(&run.resource)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow!("{} is empty", run.resource.display()))?;
+        let resource: DynamicObject = serde_json::from_value(resource_doc)
+            .context("the resource is not a Kubernetes object")?;
+        let objects = match &run.objects {
+            Some(path) => ObjectsByKind::from_values(read_documents(path)?)
+                .with_context(|| format!("in {}", path.display()))?,
+            None => ObjectsByKind::default(),
+        };
+        // The compile cache `simulate` and `plan` use: an 18 MB Python component compiles in
+        // seconds, once.
+        let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(run.module_dir.clone()))
+            .with_compile_cache(crate::modules::compile_cache_dir(None, false))
+            .with_progress();
+        let now = run
+            .now
+            .clone()
+            .unwrap_or_else(crate::pipeline::step::now_rfc3339);
+        Ok(Prepared {
+            definition,
+            resource,
+            objects,
+            modules,
+            now,
+        })
+    }
 }
 
 #[cfg(test)]

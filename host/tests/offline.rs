@@ -457,3 +457,67 @@ spec:
         "{err}"
     );
 }
+
+fn myownshell_run() -> OfflineRun {
+    let root = common::repo_root();
+    OfflineRun {
+        operator: root.join("examples/myownshell/operator.yaml"),
+        module_dir: common::wasm_dir(),
+        resource: root.join("examples/myownshell/sample.yaml"),
+        objects: None,
+        phase: None,
+        now: Some("2026-11-21T12:00:00Z".into()),
+        crds: Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn the_finalizer_runs_offline_as_on_deletion() {
+    let out = wasmpilot::offline::run_finalizer(&myownshell_run(), SandboxLimits::default())
+        .await
+        .expect("the finalizer runs");
+    assert_eq!(out.phase, "finalizer");
+    assert!(out.module.starts_with("sha256:"), "{}", out.module);
+    assert!(out.done, "MyOwnShell's finalizer lets the deletion proceed");
+    assert_eq!(out.requeue_after_ms, None, "done: nothing to run again");
+    assert_eq!(
+        out.status_info.as_ref().map(|s| s["finalizedAt"].clone()),
+        Some(serde_json::json!("2026-11-21T12:00:00Z")),
+        "the finalizer's status info, with the clock it was handed"
+    );
+}
+
+#[tokio::test]
+async fn an_operator_without_a_finalizer_says_so() {
+    let e = wasmpilot::offline::run_finalizer(&autoroute_run("Syncing"), SandboxLimits::default())
+        .await
+        .expect_err("AutoRoute has no finalizer");
+    assert!(
+        format!("{e:#}").contains("declares no finalizer (spec.finalizer)"),
+        "{e:#}"
+    );
+}
+
+#[test]
+fn run_phase_cli_runs_the_finalizer() {
+    let root = common::repo_root();
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+        .args(["run-phase", "--finalizer", "--now", "2026-11-21T12:00:00Z"])
+        .arg("--operator")
+        .arg(root.join("examples/myownshell/operator.yaml"))
+        .arg("--module-dir")
+        .arg(common::wasm_dir())
+        .arg("--resource")
+        .arg(root.join("examples/myownshell/sample.yaml"))
+        .output()
+        .expect("running wasmpilot run-phase --finalizer");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_yaml::from_slice(&out.stdout).expect("YAML on stdout");
+    assert_eq!(v["phase"], "finalizer");
+    assert_eq!(v["done"], true);
+    assert_eq!(v["statusInfo"]["finalizedAt"], "2026-11-21T12:00:00Z");
+}

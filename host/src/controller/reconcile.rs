@@ -12,12 +12,12 @@ use crate::definition::OperatorDefinition;
 use crate::evidence::case::RecordedResult;
 use crate::kinds::ResolvedKind;
 use crate::pipeline::decision::{self, DecisionInput};
-use crate::pipeline::inputs::{self, ObjectSource, WorkerObject};
+use crate::pipeline::inputs::{ObjectSource, WorkerObject};
 use crate::pipeline::outputs::{self, CheckedOutput, ObjectKey, OutputError};
 use crate::pipeline::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
 use crate::pipeline::step::{self, now_rfc3339, Samples, Standing};
 use crate::pipeline::ReconcileError;
-use crate::sandbox::{FinalizeRequest, FinalizerModule, PhaseModule, RunError, Sandbox};
+use crate::sandbox::{FinalizerModule, PhaseModule, RunError, Sandbox};
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
@@ -525,34 +525,24 @@ async fn run_finalizer(
         return Ok(Action::await_change());
     };
     tracing::Span::current().record("phase", "finalizer");
-    let declared = &ctx.definition.finalizer_inputs;
-    wait_for_inputs(ctx, declared).await?;
-    let finalizer_inputs = inputs::gather(declared, inputs::Reader::of(&obj), &ctx.inputs)
-        .map_err(ReconcileError::invalid_selector(
-            crate::definition::FINALIZER_ROLE,
-        ))?;
-    let request = FinalizeRequest {
-        operator: ctx.definition.name.clone(),
-        resource: inputs::to_worker_json(&obj, &ctx.definition.resource),
-        now: now_rfc3339(),
-    };
-    let result = ctx
-        .sandbox
-        .run_finalize(module, request, finalizer_inputs)
-        .await
-        .map_err(|source| ReconcileError::FinalizerWorker {
-            digest: module.digest.clone(),
-            source,
-        })?;
-    let status_info = decision::parse_status_info("finalizer", result.status_info.as_deref())?;
-    if status_info.is_some() {
+    wait_for_inputs(ctx, &ctx.definition.finalizer_inputs).await?;
+    let decided = crate::pipeline::finalize::decide(
+        &ctx.sandbox,
+        &ctx.definition,
+        module,
+        &obj,
+        &ctx.inputs,
+        now_rfc3339(),
+    )
+    .await?;
+    if decided.status_info.is_some() {
         let update = StatusUpdate {
-            status_info,
+            status_info: decided.status_info,
             ..Default::default()
         };
         write_status(api, &obj, &update, false).await?;
     }
-    if result.done {
+    if decided.done {
         tracing::info!("finalizer worker done; releasing the resource");
         let reference = obj.object_ref(&ctx.resource.api);
         status::publish_event(
@@ -566,9 +556,7 @@ async fn run_finalizer(
         .await;
         Ok(Action::await_change())
     } else {
-        Err(ReconcileError::FinalizerPending(decision::requeue_after(
-            result.requeue_after_ms.unwrap_or(5_000),
-        )))
+        Err(ReconcileError::FinalizerPending(decided.requeue_after))
     }
 }
 

@@ -2,10 +2,11 @@
 //! stands and what its worker is handed (`step`: phase, `inputs` selected by [`crate::selector`],
 //! [`crate::promql`] samples), the worker's checked `decision` (run in [`crate::sandbox`]), its
 //! `outputs` (checked, applied, pruned) and the `status` written; `error` says why a step did
-//! not complete.
+//! not complete. `finalize` is the finalizer's step on a resource being deleted.
 
 pub mod decision;
 pub mod error;
+pub mod finalize;
 pub mod inputs;
 pub mod outputs;
 pub mod status;
