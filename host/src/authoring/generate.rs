@@ -238,6 +238,30 @@ pub fn render(op: &WasmOperator, def: &OperatorDefinition) -> Result<String, Gen
         render_worker(w, phase, module);
         line(w, "}");
     }
+    if def.finalizer.is_some() && !def.finalizer_inputs.is_empty() {
+        let module = module_idents.claim("spec.finalizer", "finalizer", "finalizer".into())?;
+        line(w, "");
+        doc(
+            w,
+            "",
+            &[
+                "The finalizer (`spec.finalizer`): a typed view of the inputs it declares, for"
+                    .into(),
+                "`FinalizerWorker::finalize`: `finalizer::Inputs::new(inputs)`.".into(),
+            ],
+        );
+        line(w, &format!("pub mod {module} {{"));
+        line(w, "    use wasmpilot_guest::WorkerError;");
+        let declared = Declared {
+            owner: "the finalizer".into(),
+            field: "spec.finalizer".into(),
+            inputs: &def.finalizer_inputs,
+            queries: &[],
+            test: "FinalizeTest",
+        };
+        render_input_view(w, &declared)?;
+        line(w, "}");
+    }
     Ok(s)
 }
 
@@ -310,6 +334,30 @@ fn render_next(
 
 /// The `Inputs` view: one accessor per declared input and metric query.
 fn render_inputs(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<(), GenerateError> {
+    let declared = Declared {
+        owner: format!("`{}`", phase.name),
+        field: format!("spec.phases[{i}]"),
+        inputs: &phase.inputs,
+        queries: &phase.queries,
+        test: "SyncTest",
+    };
+    render_input_view(w, &declared)
+}
+
+/// What a worker is handed, for its typed view: a phase's inputs and queries, or the
+/// finalizer's inputs.
+struct Declared<'a> {
+    /// How the doc comments name the worker: `` `Syncing` `` or `the finalizer`.
+    owner: String,
+    /// Where it is declared in the WasmOperator (`spec.phases[1]`, `spec.finalizer`).
+    field: String,
+    inputs: &'a [InputSpec],
+    queries: &'a [crate::crd::QuerySpec],
+    /// The SDK's test builder for this worker (`SyncTest`, `FinalizeTest`).
+    test: &'static str,
+}
+
+fn render_input_view(w: &mut String, declared: &Declared<'_>) -> Result<(), GenerateError> {
     let mut names = Names::default();
     for reserved in ["untyped", "new"] {
         names.reserve(reserved);
@@ -318,8 +366,8 @@ fn render_inputs(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<()
     line(
         w,
         &format!(
-            "    /// The inputs `{}` declares, one accessor each.",
-            phase.name
+            "    /// The inputs {} declares, one accessor each.",
+            declared.owner
         ),
     );
     line(w, "    #[derive(Clone, Copy, Debug)]");
@@ -347,8 +395,8 @@ fn render_inputs(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<()
     );
     line(w, "            self.0");
     line(w, "        }");
-    for (j, input) in phase.inputs.iter().enumerate() {
-        let field = format!("spec.phases[{i}].inputs[{j}].name");
+    for (j, input) in declared.inputs.iter().enumerate() {
+        let field = format!("{}.inputs[{j}].name", declared.field);
         let method = names.claim(&field, &input.name, snake_case(&input.name))?;
         let kind = format!("{} {}", input.api_version, input.kind);
         line(w, "");
@@ -372,8 +420,8 @@ fn render_inputs(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<()
         line(w, &format!("            self.0.list({:?})", input.name));
         line(w, "        }");
     }
-    for (j, query) in phase.queries.iter().enumerate() {
-        let field = format!("spec.phases[{i}].queries[{j}].name");
+    for (j, query) in declared.queries.iter().enumerate() {
+        let field = format!("{}.queries[{j}].name", declared.field);
         let method = names.claim(&field, &query.name, snake_case(&query.name))?;
         line(w, "");
         doc(
@@ -394,7 +442,7 @@ fn render_inputs(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<()
         line(w, "        }");
     }
     line(w, "    }");
-    for input in phase.inputs.iter().filter(|i| !i.fields.is_empty()) {
+    for input in declared.inputs.iter().filter(|i| !i.fields.is_empty()) {
         line(w, "");
         doc(
             w,
@@ -405,8 +453,8 @@ fn render_inputs(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<()
                     input.name
                 ),
                 format!(
-                    "`SyncTest::fields({:?}, …)` to hand a test the objects as the host cuts them.",
-                    input.name
+                    "`{}::fields({:?}, …)` to hand a test the objects as the host cuts them.",
+                    declared.test, input.name
                 ),
             ],
         );
@@ -1014,6 +1062,50 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, GenerateError::NoIdentifier { .. }));
         assert_eq!(names.claim("d", "type", "type".into()).unwrap(), "r#type");
+    }
+
+    #[test]
+    fn a_finalizer_with_inputs_gets_a_typed_view() {
+        let manifest = r#"
+apiVersion: wasmpilot.io/v1alpha1
+kind: WasmOperator
+metadata: {name: shells}
+spec:
+  resource: {apiVersion: shell.examples.io/v1, kind: MyOwnShell}
+  phases:
+    - {name: Ready, initial: true, module: {file: {path: ready.wasm}}}
+  finalizer:
+    module: {file: {path: finalizer.wasm}}
+    inputs:
+      - {name: shellDeployments, apiVersion: apps/v1, kind: Deployment, owned: true, fields: [spec.replicas]}
+      - {name: backups, apiVersion: backup.example.io/v1, kind: Backup}
+"#;
+        let op: WasmOperator = serde_yaml::from_str(manifest).unwrap();
+        let def = OperatorDefinition::validate("shells", &op.spec).unwrap();
+        let code = render(&op, &def).unwrap();
+        assert!(code.contains("pub mod finalizer {"), "{code}");
+        assert!(code.contains("pub fn shell_deployments(&self) -> Result<Vec<wasmpilot_guest::k8s_openapi::api::apps::v1::Deployment>, WorkerError>"), "{code}");
+        assert!(
+            code.contains("pub fn backups<T: wasmpilot_guest::serde::de::DeserializeOwned>(&self)"),
+            "{code}"
+        );
+        assert!(code.contains("self.0.list(\"shellDeployments\")"), "{code}");
+        assert!(
+            code.contains("pub const SHELL_DEPLOYMENTS_FIELDS: &[&str] = &[\"spec.replicas\"];"),
+            "{code}"
+        );
+        assert!(
+            code.contains("`FinalizeTest::fields(\"shellDeployments\", …)`"),
+            "{code}"
+        );
+        // Valid Rust, as written into a types crate.
+        format_rust(&code).unwrap();
+
+        // Without finalizer inputs there is nothing to type: no module.
+        let mut bare = op.clone();
+        bare.spec.finalizer.as_mut().unwrap().inputs.clear();
+        let def = OperatorDefinition::validate("shells", &bare.spec).unwrap();
+        assert!(!render(&bare, &def).unwrap().contains("pub mod finalizer"));
     }
 
     #[test]
