@@ -159,7 +159,8 @@ export declare abstract class PhaseWorker<R = any> {
 /** Cleans up when a resource carrying the operator's finalizer is deleted; export it with `exportFinalizer`. */
 export declare abstract class FinalizerWorker<R = any> {
   static resourceType: FromJson<unknown> | undefined;
-  abstract finalize(ctx: Context, resource: R): Finalized;
+  /** `inputs`: the finalizer's declared inputs (`spec.finalizer.inputs`). */
+  abstract finalize(ctx: Context, resource: R, inputs: Inputs): Finalized;
 }
 
 /** The WIT records, as componentize-js passes them. */

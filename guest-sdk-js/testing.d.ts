@@ -46,6 +46,10 @@ export declare class FinalizeTest {
   constructor(resource: unknown);
   operator(name: string): FinalizeTest;
   now(rfc3339: string): FinalizeTest;
+  /** Adds objects to the finalizer's input `name`, declaring it if new. */
+  input(name: string, objects: Iterable<unknown>): FinalizeTest;
+  inputSelected(name: string, selectorField: string, objects: Iterable<unknown>): FinalizeTest;
+  emptyInput(name: string): FinalizeTest;
   run(worker: FinalizerWorker): {
     done: boolean;
     status: Record<string, unknown> | undefined;

@@ -2,6 +2,7 @@
 //
 // `runSync` and `runFinalize` take and return the WIT records (JSON strings inside), so the
 // component export and `@wasmpilot/guest/testing` run the same code.
+import { hostFinalizerInputs } from '#finalizer-inputs';
 import { Context } from './context.js';
 import { ErrorKind, WorkerError } from './errors.js';
 import { identity, Inputs, parseAs, typeName } from './inputs.js';
@@ -39,9 +40,11 @@ export class FinalizerWorker {
   /** As `PhaseWorker.resourceType`. */
   static resourceType = undefined;
 
-  /** Cleans up: returns `Finalized.done()` to let the deletion proceed. Errors as for `PhaseWorker.sync`. */
-  finalize(ctx, resource) {
-    throw new Error(`${this.constructor.name} does not implement finalize(ctx, resource)`);
+  /** Cleans up: returns `Finalized.done()` to let the deletion proceed. `inputs`: the
+   * finalizer's declared inputs (`spec.finalizer.inputs`), selected as for a phase. Errors as
+   * for `PhaseWorker.sync`. */
+  finalize(ctx, resource, inputs) {
+    throw new Error(`${this.constructor.name} does not implement finalize(ctx, resource, inputs)`);
   }
 }
 
@@ -71,8 +74,9 @@ export function runSync(worker, request) {
   }
 }
 
-/** Runs a finalizer worker on a request; see `runSync`. */
-export function runFinalize(worker, request) {
+/** Runs a finalizer worker on a request and the finalizer's inputs (WIT `named-objects`
+ * records); see `runSync`. */
+export function runFinalize(worker, request, inputs = []) {
   let now;
   try {
     now = parseNow(request.now);
@@ -82,7 +86,8 @@ export function runFinalize(worker, request) {
   const ctx = new Context(request.operator, FINALIZER_PHASE, now);
   try {
     const resource = parseResource(worker.constructor.resourceType, request.resource);
-    const finalized = worker.finalize(ctx, resource);
+    const handed = new Inputs(inputs.map(({ name, objects }) => [name, objects]));
+    const finalized = worker.finalize(ctx, resource, handed);
     const result = {
       done: finalized.isDone,
       statusInfo: statusJson(finalized.statusPatch),
@@ -110,7 +115,10 @@ export function exportPhase(workerClass) {
 export function exportFinalizer(workerClass) {
   return {
     finalize(request) {
-      const { result, error } = runFinalize(new workerClass(), request);
+      // Imported by the finalizer world only: bundles for it resolve `#finalizer-inputs` to
+      // the host's import (deploy/local/guest-toolchains/bundle-js.mjs), others to none.
+      const inputs = hostFinalizerInputs ? hostFinalizerInputs() : [];
+      const { result, error } = runFinalize(new workerClass(), request, inputs);
       if (error) throw wireError(error);
       return result;
     },

@@ -164,9 +164,37 @@ export class FinalizeTest {
   #operator = DEFAULT_OPERATOR;
   #resource;
   #now = DEFAULT_NOW;
+  #inputs = [];
 
   constructor(resource) {
     this.#resource = toJson(resource);
+  }
+
+  /** Adds objects to the finalizer's input `name` (`spec.finalizer.inputs`), declaring it if
+   * new; see `SyncTest.input`. */
+  input(name, objects) {
+    this.#slot(name).push(...[...objects].map(toJson));
+    return this;
+  }
+
+  /** As `SyncTest.inputSelected`, for the finalizer's input `name`. */
+  inputSelected(name, selectorField, objects) {
+    return this.input(name, selectedBy(JSON.parse(this.#resource), selectorField, objects));
+  }
+
+  /** Declares the finalizer's input `name` with no objects. */
+  emptyInput(name) {
+    this.#slot(name);
+    return this;
+  }
+
+  #slot(name) {
+    let slot = this.#inputs.find(([n]) => n === name);
+    if (!slot) {
+      slot = [name, []];
+      this.#inputs.push(slot);
+    }
+    return slot[1];
   }
 
   operator(name) {
@@ -183,7 +211,8 @@ export class FinalizeTest {
    * Returns `{ done, status, requeueAfterMs, logs }`. */
   run(worker) {
     const request = { operator: this.#operator, resource: this.#resource, now: this.#now };
-    const { result, error, logs } = runFinalize(worker, request);
+    const inputs = this.#inputs.map(([name, objects]) => ({ name, objects: [...objects] }));
+    const { result, error, logs } = runFinalize(worker, request, inputs);
     if (error) throw new FailedRun(error, logs);
     return {
       done: result.done,

@@ -130,6 +130,26 @@ test('runs a finalizer', () => {
   assert.equal(report.logs[0].field('phase'), 'finalizer');
 });
 
+class CountBackups extends FinalizerWorker {
+  finalize(ctx, resource, inputs) {
+    const backups = inputs.list('backups');
+    if (backups.length === 0) return Finalized.pending(10_000);
+    return Finalized.done().status({ backups: backups.map((b) => b.metadata.name) });
+  }
+}
+
+test('a finalizer reads its declared inputs', () => {
+  const backup = { apiVersion: 'backup.example.io/v1', kind: 'Backup', metadata: { name: 'b1' } };
+  const report = new FinalizeTest({}).input('backups', [backup]).run(new CountBackups());
+  assert.equal(report.done, true);
+  assert.deepEqual(report.status, { backups: ['b1'] });
+  const waiting = new FinalizeTest({}).emptyInput('backups').run(new CountBackups());
+  assert.equal(waiting.done, false);
+  assert.equal(waiting.requeueAfterMs, 10_000);
+  // An input the finalizer does not declare: the same fatal error as for a phase.
+  assert.throws(() => new FinalizeTest({}).run(new CountBackups()), /unknown input `backups`/);
+});
+
 test('the exports speak the wire records', () => {
   const exported = exportPhase(Echo);
   const result = exported.sync(new SyncTest({}).emptyInput('deployments').request());

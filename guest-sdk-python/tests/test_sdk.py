@@ -125,6 +125,28 @@ def test_runs_a_finalizer():
     assert report.logs[0].field("phase") == "finalizer"
 
 
+class CountBackups(guest.FinalizerWorker):
+    def finalize(self, ctx, resource, inputs):
+        backups = inputs.list("backups")
+        if not backups:
+            return guest.Finalized.pending(timedelta(seconds=10))
+        return guest.Finalized.done().status({"backups": [b["metadata"]["name"] for b in backups]})
+
+
+def test_a_finalizer_reads_its_declared_inputs():
+    backup = {"apiVersion": "backup.example.io/v1", "kind": "Backup", "metadata": {"name": "b1"}}
+    report = FinalizeTest({}).input("backups", [backup]).run(CountBackups())
+    assert report.done
+    assert report.status == {"backups": ["b1"]}
+    waiting = FinalizeTest({}).empty_input("backups").run(CountBackups())
+    assert not waiting.done
+    assert waiting.requeue_after == timedelta(seconds=10)
+    # An input the finalizer does not declare: the same fatal error as for a phase.
+    with pytest.raises(FailedRun) as failed:
+        FinalizeTest({}).run(CountBackups())
+    assert "unknown input `backups`" in str(failed.value.error)
+
+
 def test_the_exported_classes_speak_the_wire_records():
     exported = guest.export_phase(Echo)()
     request = SyncTest({}).empty_input("deployments").request()

@@ -424,7 +424,8 @@ impl Toolchain {
                 run(Command::new("node")
                     .arg(bundler)
                     .arg(job.worker.join("worker.js").canonicalize()?)
-                    .arg(&bundle))
+                    .arg(&bundle)
+                    .arg(job.world))
                 .context("bundling the worker with its imports")?;
                 let mut cmd = Command::new(&self.program);
                 cmd.arg(&bundle)

@@ -90,6 +90,92 @@ fn scaffold_build_simulate(lang: &str, native_tests: impl Fn(&Path) -> Command) 
     );
     assert!(simulated.contains("phase: Done"), "{simulated}");
     assert!(simulated.contains("stop: converged"), "{simulated}");
+
+    finalizer_reads_its_inputs(lang, &dir);
+}
+
+/// A finalizer added to the scaffold, declaring an input: built into the `finalizer` world with
+/// the pinned toolchain, it reads the objects the host selects for it (offline, as on deletion).
+fn finalizer_reads_its_inputs(lang: &str, dir: &Path) {
+    let worker = dir.join("workers/cleanup");
+    std::fs::create_dir_all(&worker).expect("workers/cleanup");
+    if lang == "python" {
+        std::fs::write(
+            worker.join("app.py"),
+            r#"import wasmpilot_guest as guest
+
+
+class Cleanup(guest.FinalizerWorker):
+    def finalize(self, ctx, resource, inputs):
+        locks = [o["metadata"]["name"] for o in inputs.list("locks")]
+        ctx.info("releasing", locks=",".join(locks))
+        return guest.Finalized.done().status({"releasedLocks": locks})
+
+
+FinalizerWorker = guest.export_finalizer(Cleanup)
+"#,
+        )
+        .expect("app.py");
+    } else {
+        std::fs::write(
+            worker.join("worker.js"),
+            r#"import { exportFinalizer, Finalized, FinalizerWorker } from '@wasmpilot/guest';
+
+export class Cleanup extends FinalizerWorker {
+  finalize(ctx, resource, inputs) {
+    const locks = inputs.list('locks').map((o) => o.metadata.name);
+    ctx.info('releasing', { locks: locks.join(',') });
+    return Finalized.done().status({ releasedLocks: locks });
+  }
+}
+
+export const finalizerWorker = exportFinalizer(Cleanup);
+"#,
+        )
+        .expect("worker.js");
+    }
+    let manifest = dir.join("operator.yaml");
+    let mut operator = std::fs::read_to_string(&manifest).expect("operator.yaml");
+    operator.push_str(
+        "  finalizer:\n    module:\n      file:\n        path: backup_cleanup.wasm\n    inputs:\n      - {name: locks, apiVersion: v1, kind: ConfigMap, matchLabels: {lock: backup}}\n",
+    );
+    std::fs::write(&manifest, operator).expect("operator.yaml with a finalizer");
+    let built = run("wasmpilot build", wasmpilot(dir).args(["build", "."]));
+    assert!(built.contains("backup_cleanup.wasm"), "{built}");
+
+    let objects = dir.join("locks.yaml");
+    std::fs::write(
+        &objects,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: held, namespace: default, labels: {lock: backup}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated, namespace: default, labels: {lock: other}}\n",
+    )
+    .expect("locks.yaml");
+    // "built N components in Xs into <dir>"
+    let module_dir = built
+        .lines()
+        .find_map(|l| l.split_once(" into ").map(|(_, d)| PathBuf::from(d.trim())))
+        .unwrap_or_else(|| panic!("no output directory in:\n{built}"));
+    let out = wasmpilot(dir)
+        .args(["run-phase", "--finalizer", "--operator", "operator.yaml"])
+        .arg("--module-dir")
+        .arg(&module_dir)
+        .args(["--resource", "sample.yaml", "--objects", "locks.yaml"])
+        .output()
+        .expect("running wasmpilot run-phase --finalizer");
+    let finalized = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "run-phase --finalizer failed:\n{finalized}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_yaml::from_str(&finalized)
+        .unwrap_or_else(|e| panic!("YAML from run-phase: {e}\n{finalized}"));
+    assert_eq!(v["phase"], "finalizer", "{finalized}");
+    assert_eq!(v["done"], true, "{finalized}");
+    assert_eq!(
+        v["statusInfo"]["releasedLocks"],
+        serde_json::json!(["held"]),
+        "the {lang} finalizer got exactly the selected input objects: {finalized}"
+    );
 }
 
 #[test]

@@ -26,6 +26,21 @@ try:
 
     IN_COMPONENT = True
 
+    # Imported by the finalizer world only. Imported here, not when a finalizer runs:
+    # componentize-py keeps only the modules imported while it initializes the component.
+    try:
+        from wit_world.imports import finalizer_inputs as _finalizer_inputs
+    except ImportError:
+        _finalizer_inputs = None
+
+    def _host_finalizer_inputs() -> list[NamedObjects]:
+        """The finalizer's declared inputs (`wasmpilot:operator/finalizer-inputs.inputs`)."""
+        return list(_finalizer_inputs.inputs())
+
+    host_finalizer_inputs: Optional[Callable[[], list]] = (
+        _host_finalizer_inputs if _finalizer_inputs is not None else None
+    )
+
     def host_log(level: int, message: str, fields: list[tuple[str, str]]) -> None:
         """Sends one log record to the host (`wasmpilot:operator/log.log`)."""
         _log.log(
@@ -37,6 +52,7 @@ try:
 except ImportError:
     IN_COMPONENT = False
     host_log: Optional[Callable[[int, str, list[tuple[str, str]]], None]] = None  # type: ignore[no-redef]
+    host_finalizer_inputs: Optional[Callable[[], list]] = None  # type: ignore[no-redef]
 
     @dataclass
     class NamedObjects:  # type: ignore[no-redef]

@@ -7,9 +7,10 @@ component export and `wasmpilot_guest.testing` run the same code.
 from __future__ import annotations
 
 import abc
+import inspect
 import json
 from datetime import datetime, timezone
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from . import _wire
 from .context import Context, LogRecord
@@ -53,8 +54,11 @@ class FinalizerWorker(abc.ABC):
     resource_type: Optional[FromJson[Any]] = None
 
     @abc.abstractmethod
-    def finalize(self, ctx: Context, resource: Any) -> Finalized:
-        """Cleans up; `Finalized.done()` lets the deletion proceed. Errors as for `PhaseWorker.sync`."""
+    def finalize(self, ctx: Context, resource: Any, inputs: Inputs) -> Finalized:
+        """Cleans up; `Finalized.done()` lets the deletion proceed. `inputs`: the finalizer's
+        declared inputs (`spec.finalizer.inputs`), selected as for a phase. Errors as for
+        `PhaseWorker.sync`. (A `finalize(self, ctx, resource)` written before finalizers had
+        inputs is still called that way.)"""
 
 
 def run_sync(
@@ -83,9 +87,11 @@ def run_sync(
 
 
 def run_finalize(
-    worker: FinalizerWorker, request: _wire.FinalizeRequest
+    worker: FinalizerWorker,
+    request: _wire.FinalizeRequest,
+    inputs: Sequence[_wire.NamedObjects] = (),
 ) -> tuple[Union[_wire.FinalizeResult, WorkerError], list[LogRecord]]:
-    """Runs a finalizer worker on a request; see `run_sync`."""
+    """Runs a finalizer worker on a request and the finalizer's inputs; see `run_sync`."""
     try:
         now = parse_now(request.now)
     except WorkerError as err:
@@ -93,7 +99,11 @@ def run_finalize(
     ctx = Context(request.operator, FINALIZER_PHASE, now)
     try:
         resource = parse_resource(worker.resource_type, request.resource)
-        finalized = worker.finalize(ctx, resource)
+        handed = Inputs([(i.name, i.objects) for i in inputs])
+        if takes_inputs(worker.finalize):
+            finalized = worker.finalize(ctx, resource, handed)
+        else:
+            finalized = worker.finalize(ctx, resource)  # type: ignore[call-arg]
         result: Union[_wire.FinalizeResult, WorkerError] = _wire.FinalizeResult(
             done=finalized.is_done,
             status_info=status_json(finalized.status_patch),
@@ -135,13 +145,28 @@ def export_finalizer(worker_type: type[FinalizerWorker]) -> type:
 
     class ExportedFinalizerWorker(base):  # type: ignore[valid-type, misc]
         def finalize(self, request: _wire.FinalizeRequest) -> _wire.FinalizeResult:
-            result, _ = run_finalize(worker_type(), request)
+            inputs = _wire.host_finalizer_inputs() if _wire.host_finalizer_inputs else []
+            result, _ = run_finalize(worker_type(), request, inputs)
             if isinstance(result, WorkerError):
                 raise _wire.Err(wire_error(result))
             return result
 
     ExportedFinalizerWorker.__qualname__ = ExportedFinalizerWorker.__name__ = "FinalizerWorker"
     return ExportedFinalizerWorker
+
+
+def takes_inputs(finalize: Callable[..., Any]) -> bool:
+    """Whether a bound `finalize` takes the inputs (three parameters) or was written before
+    finalizers had inputs (`finalize(self, ctx, resource)`)."""
+    try:
+        parameters = inspect.signature(finalize).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    positional = [
+        p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    return variadic or len(positional) >= 3
 
 
 def wire_error(err: WorkerError) -> Union[_wire.WorkerError_Retryable, _wire.WorkerError_Fatal]:

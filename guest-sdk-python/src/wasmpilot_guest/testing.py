@@ -182,6 +182,31 @@ class FinalizeTest:
         self._operator = DEFAULT_OPERATOR
         self._resource = to_json(resource)
         self._now = DEFAULT_NOW
+        self._inputs: list[tuple[str, list[str]]] = []
+
+    def input(self, name: str, objects: Iterable[Any]) -> "FinalizeTest":
+        """Adds objects to the finalizer's input `name` (`spec.finalizer.inputs`), declaring it
+        if new; see `SyncTest.input`."""
+        self._slot(name).extend(to_json(o) for o in objects)
+        return self
+
+    def input_selected(
+        self, name: str, selector_field: str, objects: Iterable[Any]
+    ) -> "FinalizeTest":
+        """As `SyncTest.input_selected`, for the finalizer's input `name`."""
+        return self.input(name, selected_by(json.loads(self._resource), selector_field, objects))
+
+    def empty_input(self, name: str) -> "FinalizeTest":
+        """Declares the finalizer's input `name` with no objects."""
+        self._slot(name)
+        return self
+
+    def _slot(self, name: str) -> list[str]:
+        for existing, objects in self._inputs:
+            if existing == name:
+                return objects
+        self._inputs.append((name, []))
+        return self._inputs[-1][1]
 
     def operator(self, name: str) -> "FinalizeTest":
         self._operator = name
@@ -196,7 +221,8 @@ class FinalizeTest:
         request = _wire.FinalizeRequest(
             operator=self._operator, resource=self._resource, now=self._now
         )
-        result, logs = run_finalize(worker, request)
+        inputs = [_wire.NamedObjects(name=n, objects=list(o)) for n, o in self._inputs]
+        result, logs = run_finalize(worker, request, inputs)
         if isinstance(result, WorkerError):
             raise FailedRun(result, logs)
         return FinalizeReport(
