@@ -362,3 +362,55 @@ spec:
         "{stderr}"
     );
 }
+
+#[test]
+fn simulate_delete_runs_the_finalizer_after_the_phases() {
+    let wasm_dir = common::wasm_dir();
+    let out = wasmpilot(&[
+        "simulate",
+        "examples/myownshell",
+        "--module-dir",
+        wasm_dir.to_str().expect("utf-8 path"),
+        "--resource",
+        "examples/myownshell/sample.yaml",
+        "--now",
+        "2026-11-21T12:00:00Z",
+        "--delete",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deleted = stdout
+        .find("# deleted at 2026-11-21T12:00:00Z")
+        .unwrap_or_else(|| panic!("no deletion after the phases:\n{stdout}"));
+    let after = &stdout[deleted..];
+    assert!(after.contains("phase: finalizer"), "{after}");
+    assert!(
+        after.contains("finalizedAt: 2026-11-21T12:00:00Z"),
+        "the finalizer's status info, merged into the resource: {after}"
+    );
+    assert!(
+        after.contains("stop: finalizer done; the host removes its finalizer"),
+        "{after}"
+    );
+    assert!(
+        stdout[..deleted].contains("phase: Ready"),
+        "the phases ran first: {stdout}"
+    );
+
+    // An operator without a finalizer: the resource goes at once.
+    let out = simulate(
+        "examples/autoroute/sample.yaml",
+        "examples/autoroute/sample.yaml",
+        &["--delete"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("# deleted: autoroute declares no finalizer"),
+        "{stdout}"
+    );
+}

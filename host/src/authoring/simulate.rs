@@ -70,6 +70,10 @@ pub struct SimulateArgs {
     /// (default: the operator directory's crds/); Kubernetes' own kinds are known.
     #[arg(long)]
     pub crds: Vec<PathBuf>,
+    /// Then delete the resource: run the operator's finalizer as the host does on deletion (its
+    /// inputs selected from the simulated objects) until it reports done, at most --steps times.
+    #[arg(long)]
+    pub delete: bool,
 }
 
 fn key_of(v: &Value) -> Option<ObjectKey> {
@@ -271,17 +275,191 @@ pub async fn simulate(
         namespaced: &namespaced,
     };
     let mut last_phase = step::current_phase(&def, &world.resource).to_string();
-    for step_number in 1..=args.steps {
+    let end = 'phases: {
+        for step_number in 1..=args.steps {
+            let time = now.to_string();
+            let phase_name = step::current_phase(&def, &world.resource).to_string();
+            last_phase = phase_name.clone();
+            let standing = step::standing(&def, &world.resource, &time)
+                .with_context(|| format!("step {step_number}"))?;
+            let mut report = StepReport {
+                step: step_number,
+                time: time.clone(),
+                phase: phase_name.clone(),
+                module: None,
+                next_phase: None,
+                changes: Vec::new(),
+                outputs: Vec::new(),
+                error: None,
+                status: Value::Null,
+                then: String::new(),
+            };
+            let phase = match standing {
+                Standing::Runs(phase) => phase,
+                Standing::Final(_) => {
+                    writeln!(
+                    out,
+                    "# stop: {phase_name} is final; the host runs no worker until the spec changes"
+                )?;
+                    break 'phases End::Final { phase: phase_name };
+                }
+                Standing::Restart { update, .. } => {
+                    let changed = world.write_status(&update, &time);
+                    report.next_phase = Some(def.initial_phase.clone());
+                    report.status = world.status();
+                    report.then = format!(
+                        "reconcile again at once: the status ({}) changed",
+                        changed.join(", ")
+                    );
+                    print_step(out, &report)?;
+                    continue;
+                }
+            };
+            let given: Vec<NamedObjects> = phase
+                .queries
+                .iter()
+                .map(|q| NamedObjects {
+                    name: q.name.clone(),
+                    objects: samples.at(&q.name, now),
+                })
+                .collect();
+            for q in &phase.queries {
+                if !samples.0.contains_key(&q.name) && noted_queries.insert(q.name.clone()) {
+                    eprintln!(
+                        "note: no --samples for query {} of phase {phase_name}: it gets no samples",
+                        q.name
+                    );
+                }
+            }
+            let source = world.source()?;
+            let decision = match operator
+                .decide(
+                    &world.resource,
+                    phase,
+                    &source,
+                    step::Samples::Given(given),
+                    &time,
+                )
+                .await
+            {
+                Ok(d) => d,
+                Err(e) => {
+                    report.error = Some(format!("{e:#}"));
+                    report.status = world.status();
+                    report.then = "stop: the host would record this in the Synced condition and retry (with backoff, or on the next change for a fatal error)".into();
+                    print_step(out, &report)?;
+                    bail!(
+                    "step {step_number} ({phase_name}) failed: {e:#}\nfix the worker (test it natively with cargo test), then run wasmpilot build again"
+                );
+                }
+            };
+            report.module = Some(decision.module.clone());
+            report.next_phase = Some(decision.next_phase.clone());
+
+            let (changes, applied) = world.apply(&def.name, phase, &decision.outputs);
+            report.changes = changes;
+            report.outputs = applied;
+
+            let pruned = report
+                .changes
+                .iter()
+                .filter(|c| c.starts_with("deleted "))
+                .count();
+            let update = decision.status_update(
+                generation,
+                decision.outputs.len(),
+                pruned,
+                &time,
+                def.history_limit,
+            );
+            let status_changed = world.write_status(&update, &time);
+            report.status = world.status();
+            let objects_changed = !report.changes.is_empty();
+            let status_changed_what = format!("the status ({})", status_changed.join(", "));
+            let status_changed = !status_changed.is_empty();
+            let wait = match decision.requeue_after_ms {
+                Some(ms) => (Duration::from_millis(ms), "requeue-after"),
+                None => (def.resync, "resync interval"),
+            };
+            last_phase = decision.next_phase.clone();
+            if status_changed || objects_changed {
+                report.then = format!(
+                    "reconcile again at once: {} changed",
+                    match (status_changed, objects_changed) {
+                        (true, true) => format!("{status_changed_what} and outputs"),
+                        (true, false) => status_changed_what,
+                        _ => "outputs".to_string(),
+                    }
+                );
+            } else if decision.requeue_after_ms.is_none() {
+                report.then = format!(
+                    "stop: converged; nothing changed, the host would decide the same every {}",
+                    humantime::format_duration(def.resync)
+                );
+                print_step(out, &report)?;
+                break 'phases End::Converged { phase: last_phase };
+            } else {
+                now = now
+                    .checked_add(wait.0)
+                    .map_err(|e| anyhow!("the virtual clock overflowed: {e}"))?;
+                report.then = format!(
+                    "reconcile again after {} ({}), at {now}",
+                    humantime::format_duration(wait.0),
+                    wait.1
+                );
+            }
+            print_step(out, &report)?;
+        }
+        writeln!(
+            out,
+            "# stop: {} steps ran (raise --steps to see more); phase {last_phase}",
+            args.steps
+        )?;
+        End::StepLimit { phase: last_phase }
+    };
+    if args.delete {
+        simulate_deletion(&modules, &def, &mut world, now, args.steps, out).await?;
+    }
+    Ok(end)
+}
+
+/// The resource deleted where the phases stopped: the operator's finalizer runs as the host
+/// runs it on deletion ([`crate::pipeline::finalize::decide`], inputs from the simulated
+/// objects, status info merged into the resource), again after the delay it asks for, until it
+/// reports done or ran `steps` times.
+async fn simulate_deletion(
+    modules: &ModuleCache,
+    def: &OperatorDefinition,
+    world: &mut World,
+    mut now: jiff::Timestamp,
+    steps: usize,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let Some(module_ref) = &def.finalizer else {
+        writeln!(
+            out,
+            "# deleted: {} declares no finalizer, so the resource goes at once (its outputs are garbage-collected after it)",
+            def.name
+        )?;
+        return Ok(());
+    };
+    let module = modules
+        .finalizer(module_ref)
+        .await
+        .context("loading the finalizer's component")?
+        .with_limits(modules.sandbox().call_limits(&def.finalizer_limits))
+        .with_randomness(def.finalizer_randomness);
+    world.resource.metadata.deletion_timestamp =
+        serde_json::from_value(json!(now.to_string())).context("the deletion time")?;
+    writeln!(out, "# deleted at {now}: the host runs the finalizer")?;
+    for run in 1..=steps {
         let time = now.to_string();
-        let phase_name = step::current_phase(&def, &world.resource).to_string();
-        last_phase = phase_name.clone();
-        let standing = step::standing(&def, &world.resource, &time)
-            .with_context(|| format!("step {step_number}"))?;
+        let source = world.source()?;
         let mut report = StepReport {
-            step: step_number,
+            step: run,
             time: time.clone(),
-            phase: phase_name.clone(),
-            module: None,
+            phase: crate::definition::FINALIZER_ROLE.to_string(),
+            module: Some(module.digest.clone()),
             next_phase: None,
             changes: Vec::new(),
             outputs: Vec::new(),
@@ -289,128 +467,54 @@ pub async fn simulate(
             status: Value::Null,
             then: String::new(),
         };
-        let phase = match standing {
-            Standing::Runs(phase) => phase,
-            Standing::Final(_) => {
-                writeln!(
-                    out,
-                    "# stop: {phase_name} is final; the host runs no worker until the spec changes"
-                )?;
-                return Ok(End::Final { phase: phase_name });
-            }
-            Standing::Restart { update, .. } => {
-                let changed = world.write_status(&update, &time);
-                report.next_phase = Some(def.initial_phase.clone());
-                report.status = world.status();
-                report.then = format!(
-                    "reconcile again at once: the status ({}) changed",
-                    changed.join(", ")
-                );
-                print_step(out, &report)?;
-                continue;
-            }
-        };
-        let given: Vec<NamedObjects> = phase
-            .queries
-            .iter()
-            .map(|q| NamedObjects {
-                name: q.name.clone(),
-                objects: samples.at(&q.name, now),
-            })
-            .collect();
-        for q in &phase.queries {
-            if !samples.0.contains_key(&q.name) && noted_queries.insert(q.name.clone()) {
-                eprintln!(
-                    "note: no --samples for query {} of phase {phase_name}: it gets no samples",
-                    q.name
-                );
-            }
-        }
-        let source = world.source()?;
-        let decision = match operator
-            .decide(
-                &world.resource,
-                phase,
-                &source,
-                step::Samples::Given(given),
-                &time,
-            )
-            .await
+        let decided = match crate::pipeline::finalize::decide(
+            modules.sandbox(),
+            def,
+            &module,
+            &world.resource,
+            &source,
+            time.clone(),
+        )
+        .await
         {
             Ok(d) => d,
             Err(e) => {
                 report.error = Some(format!("{e:#}"));
                 report.status = world.status();
-                report.then = "stop: the host would record this in the Synced condition and retry (with backoff, or on the next change for a fatal error)".into();
+                report.then = "stop: the host would report this on the resource and retry with backoff; the deletion waits".into();
                 print_step(out, &report)?;
-                bail!(
-                    "step {step_number} ({phase_name}) failed: {e:#}\nfix the worker (test it natively with cargo test), then run wasmpilot build again"
-                );
+                bail!("the finalizer failed: {e:#}\nfix the worker (test it natively), then run wasmpilot build again");
             }
         };
-        report.module = Some(decision.module.clone());
-        report.next_phase = Some(decision.next_phase.clone());
-
-        let (changes, applied) = world.apply(&def.name, phase, &decision.outputs);
-        report.changes = changes;
-        report.outputs = applied;
-
-        let pruned = report
-            .changes
-            .iter()
-            .filter(|c| c.starts_with("deleted "))
-            .count();
-        let update = decision.status_update(
-            generation,
-            decision.outputs.len(),
-            pruned,
-            &time,
-            def.history_limit,
-        );
-        let status_changed = world.write_status(&update, &time);
-        report.status = world.status();
-        let objects_changed = !report.changes.is_empty();
-        let status_changed_what = format!("the status ({})", status_changed.join(", "));
-        let status_changed = !status_changed.is_empty();
-        let wait = match decision.requeue_after_ms {
-            Some(ms) => (Duration::from_millis(ms), "requeue-after"),
-            None => (def.resync, "resync interval"),
-        };
-        last_phase = decision.next_phase.clone();
-        if status_changed || objects_changed {
-            report.then = format!(
-                "reconcile again at once: {} changed",
-                match (status_changed, objects_changed) {
-                    (true, true) => format!("{status_changed_what} and outputs"),
-                    (true, false) => status_changed_what,
-                    _ => "outputs".to_string(),
-                }
-            );
-        } else if decision.requeue_after_ms.is_none() {
-            report.then = format!(
-                "stop: converged; nothing changed, the host would decide the same every {}",
-                humantime::format_duration(def.resync)
-            );
-            print_step(out, &report)?;
-            return Ok(End::Converged { phase: last_phase });
-        } else {
-            now = now
-                .checked_add(wait.0)
-                .map_err(|e| anyhow!("the virtual clock overflowed: {e}"))?;
-            report.then = format!(
-                "reconcile again after {} ({}), at {now}",
-                humantime::format_duration(wait.0),
-                wait.1
-            );
+        if decided.status_info.is_some() {
+            let update = StatusUpdate {
+                status_info: decided.status_info,
+                ..Default::default()
+            };
+            world.write_status(&update, &time);
         }
+        report.status = world.status();
+        if decided.done {
+            report.then =
+                "stop: finalizer done; the host removes its finalizer and the resource is gone"
+                    .into();
+            print_step(out, &report)?;
+            return Ok(());
+        }
+        now = now
+            .checked_add(decided.requeue_after)
+            .map_err(|e| anyhow!("the virtual clock overflowed: {e}"))?;
+        report.then = format!(
+            "run the finalizer again after {}, at {now}",
+            humantime::format_duration(decided.requeue_after)
+        );
         print_step(out, &report)?;
     }
     writeln!(
         out,
-        "# stop: {} steps ran (raise --steps to see more); phase {last_phase}",
-        args.steps
+        "# stop: the finalizer ran {steps} times without reporting done (raise --steps to see more)"
     )?;
-    Ok(End::StepLimit { phase: last_phase })
+    Ok(())
 }
 
 fn print_step(out: &mut dyn Write, report: &StepReport) -> anyhow::Result<()> {
