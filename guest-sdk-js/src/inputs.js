@@ -45,7 +45,7 @@ export class Inputs {
     if (objects === undefined) {
       const known = this.names().map((n) => `\`${n}\``).join(', ') || 'none';
       throw WorkerError.fatal(
-        `unknown input \`${name}\`: this phase declares ${known} (see the phase's \`inputs\` in the WasmOperator)`,
+        `unknown input \`${name}\`: this worker declares ${known} (see its \`inputs\` in the WasmOperator: the phase's, or spec.finalizer.inputs for the finalizer)`,
       );
     }
     return objects;

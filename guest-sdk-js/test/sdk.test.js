@@ -100,7 +100,7 @@ test('a missing input or a bad clock is fatal', () => {
   let failed = new SyncTest({}).fail(new Echo());
   assert.equal(
     failed.error.message,
-    "unknown input `deployments`: this phase declares none (see the phase's `inputs` in the WasmOperator)",
+    "unknown input `deployments`: this worker declares none (see its `inputs` in the WasmOperator: the phase's, or spec.finalizer.inputs for the finalizer)",
   );
   assert.ok(failed.error.isFatal);
   failed = new SyncTest({}).emptyInput('deployments').now('yesterday').fail(new Echo());
@@ -172,7 +172,7 @@ test('unknown inputs name the known ones; bad objects name input and object', ()
     ['deployments', ['nope']],
     ['services', []],
   ]);
-  assert.throws(() => inputs.list('pods'), /unknown input `pods`: this phase declares `deployments`, `services`/);
+  assert.throws(() => inputs.list('pods'), /unknown input `pods`: this worker declares `deployments`, `services`/);
   assert.throws(() => inputs.list('deployments'), /input `deployments`: object #0 \(not JSON\) is not a valid JSON value/);
   const bad = new Inputs([['d', ['{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"ns"}}']]]);
   assert.throws(() => bad.list('d', Named), /object #0 \(apps\/v1 Deployment ns\/web\) is not a valid Named: missing field `spec`/);

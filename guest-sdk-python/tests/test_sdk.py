@@ -98,8 +98,9 @@ def test_errors_keep_their_kind_and_logs():
 def test_a_missing_input_or_bad_clock_is_fatal():
     failed = SyncTest({}).fail(Echo())
     assert failed.error == guest.WorkerError.fatal(
-        "unknown input `deployments`: this phase declares none "
-        "(see the phase's `inputs` in the WasmOperator)"
+        "unknown input `deployments`: this worker declares none "
+        "(see its `inputs` in the WasmOperator: the phase's, or spec.finalizer.inputs "
+        "for the finalizer)"
     )
     failed = SyncTest({}).empty_input("deployments").now("yesterday").fail(Echo())
     assert "RFC 3339" in failed.error.message

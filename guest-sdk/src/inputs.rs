@@ -85,7 +85,7 @@ impl Inputs {
             known.join(", ")
         };
         WorkerError::fatal(format!(
-            "unknown input `{name}`: this phase declares {known} (see the phase's `inputs` in the WasmOperator)"
+            "unknown input `{name}`: this worker declares {known} (see its `inputs` in the WasmOperator: the phase's, or spec.finalizer.inputs for the finalizer)"
         ))
     }
 }

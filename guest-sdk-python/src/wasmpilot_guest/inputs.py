@@ -97,8 +97,9 @@ class Inputs:
     def _unknown(self, name: str) -> WorkerError:
         known = ", ".join(f"`{n}`" for n in self.names()) or "none"
         return WorkerError.fatal(
-            f"unknown input `{name}`: this phase declares {known} "
-            "(see the phase's `inputs` in the WasmOperator)"
+            f"unknown input `{name}`: this worker declares {known} "
+            "(see its `inputs` in the WasmOperator: the phase's, or spec.finalizer.inputs "
+            "for the finalizer)"
         )
 
     def __repr__(self) -> str:
