@@ -312,6 +312,20 @@ pub async fn phase_module(
         .with_randomness(phase.randomness))
 }
 
+/// The finalizer's component, loaded as the controller loads it (its limits and randomness).
+pub async fn finalizer_module(
+    modules: &ModuleCache,
+    def: &OperatorDefinition,
+    module_ref: &crate::crd::ModuleRef,
+) -> anyhow::Result<crate::sandbox::FinalizerModule> {
+    Ok(modules
+        .finalizer(module_ref)
+        .await
+        .context("loading the finalizer's component")?
+        .with_limits(modules.sandbox().call_limits(&def.finalizer_limits))
+        .with_randomness(def.finalizer_randomness))
+}
+
 /// `wasmpilot run-phase`: one decision from files.
 pub async fn run_phase(run: &OfflineRun, limits: SandboxLimits) -> anyhow::Result<OfflineOutcome> {
     let prepared = Prepared::read(run, limits)?;
@@ -367,12 +381,7 @@ pub async fn run_finalizer(
         )
     };
     let modules = &prepared.modules;
-    let module = modules
-        .finalizer(module_ref)
-        .await
-        .context("loading the finalizer's component")?
-        .with_limits(modules.sandbox().call_limits(&def.finalizer_limits))
-        .with_randomness(def.finalizer_randomness);
+    let module = finalizer_module(modules, def, module_ref).await?;
     let decided = crate::pipeline::finalize::decide(
         modules.sandbox(),
         def,

@@ -443,12 +443,7 @@ async fn simulate_deletion(
         )?;
         return Ok(());
     };
-    let module = modules
-        .finalizer(module_ref)
-        .await
-        .context("loading the finalizer's component")?
-        .with_limits(modules.sandbox().call_limits(&def.finalizer_limits))
-        .with_randomness(def.finalizer_randomness);
+    let module = offline::finalizer_module(modules, def, module_ref).await?;
     world.resource.metadata.deletion_timestamp =
         serde_json::from_value(json!(now.to_string())).context("the deletion time")?;
     writeln!(out, "# deleted at {now}: the host runs the finalizer")?;
