@@ -1,10 +1,12 @@
 //! Least-privilege RBAC for one operator, derived from its declaration: read its inputs, write its
 //! outputs, its resource, status and finalizers. `wasmpilot rbac` prints it; at load time the host
-//! checks it holds each rule (SelfSubjectAccessReview) and names what is missing.
+//! checks it holds each rule (one SelfSubjectRulesReview, then a SelfSubjectAccessReview for every
+//! verb the rules do not show granted) and names what is missing.
 
 use crate::crd::{KindRef, WasmOperatorSpec};
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, ResourceRule, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    SelfSubjectRulesReview, SelfSubjectRulesReviewSpec,
 };
 use kube::api::PostParams;
 use kube::discovery::ApiResource;
@@ -141,49 +143,143 @@ impl std::fmt::Display for Missing {
 /// round trip per verb one after the other (an operator needs ~25).
 const REVIEWS_AT_ONCE: usize = 4;
 
-/// Asks the API server, verb by verb, whether this host may do what the operator needs
-/// (cluster-wide). Returns what is denied, in the order of `rules`.
+/// The namespace the rules review is asked for: no namespace can have this name (`:` is not
+/// allowed in one), so no RoleBinding can exist in it and the review lists exactly what
+/// cluster-wide bindings grant — the scope the host works in (it watches every namespace).
+const CLUSTER_SCOPE: &str = "wasmpilot:cluster-wide";
+
+/// One verb on one group/resource the operator needs.
+struct Needed {
+    group: String,
+    resource: String,
+    subresource: Option<String>,
+    verb: &'static str,
+}
+
+impl Needed {
+    fn missing(&self) -> Missing {
+        let resource = match &self.subresource {
+            Some(sub) => format!("{}/{sub}", self.resource),
+            None => self.resource.clone(),
+        };
+        Missing {
+            verb: self.verb,
+            group: self.group.clone(),
+            resource,
+        }
+    }
+
+    /// Whether one RBAC rule grants this verb on every object of the resource, matched as the
+    /// API server's RBAC authorizer matches (`*` wildcards, `*/sub` for any resource's
+    /// subresource); a rule limited to `resourceNames` grants no list, watch or create.
+    fn granted_by(&self, rule: &ResourceRule) -> bool {
+        let has = |list: &Option<Vec<String>>, value: &str| {
+            list.iter().flatten().any(|v| v == "*" || v == value)
+        };
+        let resource_matches = rule
+            .resources
+            .iter()
+            .flatten()
+            .any(|r| match &self.subresource {
+                None => r == "*" || *r == self.resource,
+                Some(sub) => {
+                    r == "*" || *r == format!("{}/{sub}", self.resource) || *r == format!("*/{sub}")
+                }
+            });
+        rule.verbs.iter().any(|v| v == "*" || v == self.verb)
+            && has(&rule.api_groups, &self.group)
+            && resource_matches
+            && rule.resource_names.as_ref().is_none_or(Vec::is_empty)
+    }
+
+    fn review(&self) -> SelfSubjectAccessReview {
+        SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(self.group.clone()),
+                    resource: Some(self.resource.clone()),
+                    subresource: self.subresource.clone(),
+                    verb: Some(self.verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+}
+
+/// What cluster-wide bindings grant this host, from one SelfSubjectRulesReview; `None` when the
+/// answer cannot settle anything on its own (the review failed, or an authorizer besides RBAC
+/// could not list its rules: `incomplete`).
+async fn cluster_wide_rules(client: &Client) -> Option<Vec<ResourceRule>> {
+    let api: Api<SelfSubjectRulesReview> = Api::all(client.clone());
+    let review = SelfSubjectRulesReview {
+        spec: SelfSubjectRulesReviewSpec {
+            namespace: Some(CLUSTER_SCOPE.into()),
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &review).await {
+        Ok(answer) => {
+            let status = answer.status?;
+            if status.incomplete {
+                tracing::debug!(
+                    error = status.evaluation_error.as_deref().unwrap_or(""),
+                    "the rules review is incomplete: asking an access review per verb"
+                );
+                return None;
+            }
+            Some(status.resource_rules)
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "no rules review: asking an access review per verb");
+            None
+        }
+    }
+}
+
+/// Whether this host may do what the operator needs (cluster-wide). One rules review answers
+/// the usual case in one round trip; every verb it does not show granted is asked with its own
+/// access review (the API server's authoritative answer, whatever the authorizer), so a denial
+/// is never inferred from the rules alone. Returns what is denied, in the order of `rules`.
 pub async fn missing_permissions(
     client: &Client,
     rules: &[Rule],
 ) -> Result<Vec<Missing>, kube::Error> {
     use futures::{StreamExt, TryStreamExt};
-    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let mut asked: Vec<(SelfSubjectAccessReview, Missing)> = Vec::new();
-    for rule in rules {
-        let (resource, subresource) = match rule.resource.split_once('/') {
-            Some((r, s)) => (r.to_string(), Some(s.to_string())),
-            None => (rule.resource.clone(), None),
-        };
-        for verb in &rule.verbs {
-            let review = SelfSubjectAccessReview {
-                spec: SelfSubjectAccessReviewSpec {
-                    resource_attributes: Some(ResourceAttributes {
-                        group: Some(rule.group.clone()),
-                        resource: Some(resource.clone()),
-                        subresource: subresource.clone(),
-                        verb: Some(verb.to_string()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                ..Default::default()
+    let needed: Vec<Needed> = rules
+        .iter()
+        .flat_map(|rule| {
+            let (resource, subresource) = match rule.resource.split_once('/') {
+                Some((r, s)) => (r.to_string(), Some(s.to_string())),
+                None => (rule.resource.clone(), None),
             };
-            let denied = Missing {
-                verb,
+            rule.verbs.iter().map(move |verb| Needed {
                 group: rule.group.clone(),
-                resource: rule.resource.clone(),
-            };
-            asked.push((review, denied));
-        }
-    }
-    futures::stream::iter(asked)
-        .map(|(review, denied)| {
+                resource: resource.clone(),
+                subresource: subresource.clone(),
+                verb,
+            })
+        })
+        .collect();
+    let granted = cluster_wide_rules(client).await.unwrap_or_default();
+    let to_ask: Vec<Needed> = needed
+        .into_iter()
+        .filter(|n| !granted.iter().any(|rule| n.granted_by(rule)))
+        .collect();
+    tracing::debug!(
+        access_reviews = to_ask.len(),
+        "permissions the rules review did not show granted"
+    );
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    futures::stream::iter(to_ask)
+        .map(|needed| {
             let api = api.clone();
             async move {
-                let answer = api.create(&PostParams::default(), &review).await?;
+                let answer = api.create(&PostParams::default(), &needed.review()).await?;
                 let allowed = answer.status.is_some_and(|s| s.allowed);
-                Ok::<_, kube::Error>((!allowed).then_some(denied))
+                Ok::<_, kube::Error>((!allowed).then(|| needed.missing()))
             }
         })
         .buffered(REVIEWS_AT_ONCE)
@@ -295,5 +391,194 @@ mod tests {
             resource: "deployments".into(),
         };
         assert_eq!(m.to_string(), "list apps/deployments");
+    }
+
+    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> ResourceRule {
+        let v = |x: &[&str]| x.iter().map(ToString::to_string).collect::<Vec<_>>();
+        ResourceRule {
+            api_groups: Some(v(groups)),
+            resources: Some(v(resources)),
+            verbs: v(verbs),
+            resource_names: None,
+        }
+    }
+
+    fn needed(group: &str, resource: &str, verb: &'static str) -> Needed {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((r, s)) => (r.to_string(), Some(s.to_string())),
+            None => (resource.to_string(), None),
+        };
+        Needed {
+            group: group.into(),
+            resource,
+            subresource,
+            verb,
+        }
+    }
+
+    #[test]
+    fn rules_grant_as_the_rbac_authorizer_matches() {
+        let list_deployments = needed("apps", "deployments", "list");
+        assert!(list_deployments.granted_by(&rule(&["apps"], &["deployments"], &["list"])));
+        assert!(list_deployments.granted_by(&rule(&["*"], &["*"], &["*"])));
+        assert!(!list_deployments.granted_by(&rule(&["apps"], &["deployments"], &["get"])));
+        assert!(!list_deployments.granted_by(&rule(&[""], &["deployments"], &["list"])));
+        assert!(!list_deployments.granted_by(&rule(&["apps"], &["replicasets"], &["list"])));
+        let mut named = rule(&["apps"], &["deployments"], &["list"]);
+        named.resource_names = Some(vec!["one".into()]);
+        assert!(
+            !list_deployments.granted_by(&named),
+            "a rule for named objects does not grant listing them all"
+        );
+        let status = needed("examples.io", "autoroutes/status", "patch");
+        assert!(
+            !status.granted_by(&rule(&["examples.io"], &["autoroutes"], &["patch"])),
+            "the resource does not grant its subresource"
+        );
+        assert!(status.granted_by(&rule(&["examples.io"], &["autoroutes/status"], &["patch"])));
+        assert!(status.granted_by(&rule(&["examples.io"], &["*/status"], &["patch"])));
+        assert!(
+            !needed("examples.io", "autoroutes", "patch").granted_by(&rule(
+                &["examples.io"],
+                &["*/status"],
+                &["patch"]
+            )),
+            "`*/status` grants no resource itself"
+        );
+    }
+
+    mod against_the_api_server {
+        use super::*;
+        use crate::mock_api_server::{failure, scripted, Exchange};
+        use http::{Method, StatusCode};
+
+        const RULES: &str = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
+        const ACCESS: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+
+        fn rules_review(status: StatusCode, answer: Value) -> Exchange {
+            Exchange::new(Method::POST, RULES, status, answer).checking(|_, body| {
+                assert_eq!(body["spec"]["namespace"], CLUSTER_SCOPE);
+            })
+        }
+
+        fn granting(rules: Value, incomplete: bool) -> Value {
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                   "spec": {}, "status": {"resourceRules": rules, "nonResourceRules": [],
+                                          "incomplete": incomplete}})
+        }
+
+        /// An access review for `verb` on `resource`, answered `allowed`.
+        fn access(resource: &'static str, verb: &'static str, allowed: bool) -> Exchange {
+            Exchange::new(
+                Method::POST,
+                ACCESS,
+                StatusCode::CREATED,
+                json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                       "spec": {}, "status": {"allowed": allowed}}),
+            )
+            .checking(move |_, body| {
+                let asked = &body["spec"]["resourceAttributes"];
+                assert_eq!(
+                    (asked["resource"].as_str(), asked["verb"].as_str()),
+                    (Some(resource), Some(verb))
+                );
+            })
+        }
+
+        fn two_rules() -> Vec<Rule> {
+            vec![
+                Rule {
+                    group: "apps".into(),
+                    resource: "deployments".into(),
+                    verbs: vec!["list", "watch"],
+                },
+                Rule {
+                    group: "".into(),
+                    resource: "services".into(),
+                    verbs: vec!["patch"],
+                },
+            ]
+        }
+
+        #[tokio::test]
+        async fn rules_that_grant_everything_need_no_access_review() {
+            let (client, server) = scripted(vec![rules_review(
+                StatusCode::CREATED,
+                granting(
+                    json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+                    false,
+                ),
+            )]);
+            let missing = missing_permissions(&client, &two_rules())
+                .await
+                .expect("reviews");
+            assert!(missing.is_empty());
+            drop(client);
+            server.await.expect("exactly the scripted requests");
+        }
+
+        #[tokio::test]
+        async fn what_the_rules_do_not_show_is_asked_verb_by_verb() {
+            let (client, server) = scripted(vec![
+                rules_review(
+                    StatusCode::CREATED,
+                    granting(
+                        json!([{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]}]),
+                        false,
+                    ),
+                ),
+                access("deployments", "watch", true),
+                access("services", "patch", false),
+            ]);
+            let missing = missing_permissions(&client, &two_rules())
+                .await
+                .expect("reviews");
+            assert_eq!(
+                missing.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                ["patch core/services"],
+                "a denial comes from the access review, never from the rules alone"
+            );
+            drop(client);
+            server.await.expect("exactly the scripted requests");
+        }
+
+        #[tokio::test]
+        async fn an_incomplete_or_refused_rules_review_falls_back_to_access_reviews() {
+            let every_verb = |allowed: bool| {
+                vec![
+                    access("deployments", "list", allowed),
+                    access("deployments", "watch", allowed),
+                    access("services", "patch", allowed),
+                ]
+            };
+            let mut script = vec![rules_review(
+                StatusCode::CREATED,
+                granting(
+                    json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+                    true,
+                ),
+            )];
+            script.extend(every_verb(true));
+            let (client, server) = scripted(script);
+            let missing = missing_permissions(&client, &two_rules())
+                .await
+                .expect("reviews");
+            assert!(missing.is_empty(), "an incomplete review settles nothing");
+            drop(client);
+            server.await.expect("exactly the scripted requests");
+
+            let mut script = vec![rules_review(
+                StatusCode::FORBIDDEN,
+                failure(403, "Forbidden", "selfsubjectrulesreviews is forbidden"),
+            )];
+            script.extend(every_verb(false));
+            let (client, server) = scripted(script);
+            let missing = missing_permissions(&client, &two_rules())
+                .await
+                .expect("reviews");
+            assert_eq!(missing.len(), 3);
+            drop(client);
+            server.await.expect("exactly the scripted requests");
+        }
     }
 }

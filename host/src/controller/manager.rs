@@ -37,10 +37,10 @@ const FIRST_LOAD_RETRY: Duration = Duration::from_secs(1);
 /// The longest retry delay for an operator that could not be loaded.
 const LOAD_RETRY: Duration = Duration::from_secs(10);
 
-/// WasmOperators loaded at once: one, as the hand-built loop did. Two at once were OOM-killed
-/// under the shipped Deployment's former 512 MiB limit: one module's compile alone peaks at
-/// 290–410 MiB (Rust, Python, JavaScript components).
-const LOAD_CONCURRENCY: u16 = 1;
+/// WasmOperators loaded at once. Compiles still run one at a time (`ModuleCache` takes a permit
+/// per compile: one module's compile alone peaks at 290–410 MiB), so only fetching, access
+/// reviews and loads from the compile cache overlap.
+const LOAD_CONCURRENCY: u16 = 4;
 
 /// How much longer than the host's `--max-deadline` a stopped controller may take to finish its
 /// in-flight reconciles (a worker call, then the writes) before it is aborted.
@@ -387,6 +387,15 @@ pub(super) fn load_error_policy(
     }
 }
 
+/// The kinds one operator uses, as the API server serves them.
+struct OperatorKinds {
+    resource: ResolvedKind,
+    /// Every kind a phase or the finalizer reads or writes (the resource too when one does).
+    resolved: HashMap<KindRef, ResolvedKind>,
+    /// Group, version and plural of each, the resource included (for the RBAC rules).
+    known: BTreeMap<KindRef, kube::discovery::ApiResource>,
+}
+
 /// An operator's modules, ready to run.
 struct LoadedModules {
     workers: HashMap<String, crate::sandbox::PhaseModule>,
@@ -557,9 +566,73 @@ impl ManagerContext {
         spec: &WasmOperatorSpec,
     ) -> Result<(Arc<OperatorContext>, BTreeMap<String, String>), LoadFailure> {
         let definition = OperatorDefinition::validate(name, spec)?;
-        // Every kind a phase reads or writes, with the field that declared it first.
+        // The modules load while the kinds are resolved, the informers list and the access
+        // reviews run (a start's longest waits, overlapped). Reading starts once the kinds are
+        // known; nothing is written before the reviews pass, and a failed review drops the
+        // caches, which stops their watches.
+        let reads = async {
+            let kinds = self.resolve_kinds(&definition).await?;
+            tracing::debug!(operator = %name, "kinds resolved");
+            let caches = self.watch(&definition, &kinds.resolved);
+            // Fail here, naming verb and resource, rather than at the first write of a reconcile.
+            let rules = crate::rbac::rules_for(spec, &kinds.known);
+            let missing = crate::rbac::missing_permissions(&self.client, &rules)
+                .await
+                .map_err(LoadFailure::PermissionCheck)?;
+            if !missing.is_empty() {
+                return Err(LoadFailure::MissingPermissions(missing));
+            }
+            tracing::debug!(operator = %name, "permissions checked");
+            Ok((kinds, caches))
+        };
+        let (reads, modules) = future::join(reads, self.load_modules(&definition)).await;
+        // A kind not served or a failed access review is reported before a module that failed.
+        let (
+            OperatorKinds {
+                resource, resolved, ..
+            },
+            (input_caches, output_caches),
+        ) = reads?;
+        let LoadedModules {
+            workers,
+            finalizer,
+            digests,
+        } = modules?;
+        let shadows = self.load_shadows(name, &definition).await;
+        let namespaced = resolved
+            .iter()
+            .map(|(k, r)| (k.clone(), r.namespaced))
+            .collect();
+        let ctx = OperatorContext {
+            definition,
+            client: self.client.clone(),
+            resource,
+            workers,
+            finalizer,
+            kinds: resolved,
+            namespaced,
+            inputs: input_caches,
+            outputs: output_caches,
+            sandbox: self.modules.sandbox().clone(),
+            recorder: self.recorder.clone(),
+            backoff: Backoff::default(),
+            metrics_source: self.metrics_source.clone(),
+            finalized: Default::default(),
+            record_sink: self.record_sink.clone(),
+            shadows,
+            input_requeue: self.input_requeue,
+        };
+        Ok((Arc::new(ctx), digests))
+    }
+
+    /// The resource and every kind a phase or the finalizer reads or writes, as the API server
+    /// serves them; a kind it does not serve fails, naming the field that declared it first.
+    async fn resolve_kinds(
+        &self,
+        definition: &OperatorDefinition,
+    ) -> Result<OperatorKinds, LoadFailure> {
         let mut declared: Vec<(KindRef, String)> = Vec::new();
-        for (i, p) in spec.phases.iter().enumerate() {
+        for (i, p) in definition.phases.iter().enumerate() {
             for (j, input) in p.inputs.iter().enumerate() {
                 let k = KindRef::new(&input.api_version, &input.kind);
                 declared.push((k, format!("spec.phases[{i}].inputs[{j}]")));
@@ -591,59 +664,16 @@ impl ManagerContext {
         if seen.contains(&definition.resource) {
             resolved.insert(definition.resource.clone(), resource.clone());
         }
-        let mut known: std::collections::BTreeMap<KindRef, kube::discovery::ApiResource> = resolved
+        let mut known: BTreeMap<KindRef, kube::discovery::ApiResource> = resolved
             .iter()
             .map(|(k, r)| (k.clone(), r.api.clone()))
             .collect();
         known.insert(definition.resource.clone(), resource.api.clone());
-        tracing::debug!(operator = %name, "kinds resolved");
-        // The access reviews and the modules at once; the informers start listing once the
-        // reviews passed, while the modules still load (a start's longest waits, overlapped).
-        let watched = async {
-            // Fail here, naming verb and resource, rather than at the first write of a reconcile.
-            let rules = crate::rbac::rules_for(spec, &known);
-            let missing = crate::rbac::missing_permissions(&self.client, &rules)
-                .await
-                .map_err(LoadFailure::PermissionCheck)?;
-            if !missing.is_empty() {
-                return Err(LoadFailure::MissingPermissions(missing));
-            }
-            tracing::debug!(operator = %name, "permissions checked");
-            Ok(self.watch(&definition, &resolved))
-        };
-        let (watched, modules) = future::join(watched, self.load_modules(&definition)).await;
-        // A failed access review is reported before a module that failed to load.
-        let (input_caches, output_caches) = watched?;
-        let LoadedModules {
-            workers,
-            finalizer,
-            digests,
-        } = modules?;
-        let shadows = self.load_shadows(name, &definition).await;
-        let namespaced = resolved
-            .iter()
-            .map(|(k, r)| (k.clone(), r.namespaced))
-            .collect();
-        let ctx = OperatorContext {
-            definition,
-            client: self.client.clone(),
+        Ok(OperatorKinds {
             resource,
-            workers,
-            finalizer,
-            kinds: resolved,
-            namespaced,
-            inputs: input_caches,
-            outputs: output_caches,
-            sandbox: self.modules.sandbox().clone(),
-            recorder: self.recorder.clone(),
-            backoff: Backoff::default(),
-            metrics_source: self.metrics_source.clone(),
-            finalized: Default::default(),
-            record_sink: self.record_sink.clone(),
-            shadows,
-            input_requeue: self.input_requeue,
-        };
-        Ok((Arc::new(ctx), digests))
+            resolved,
+            known,
+        })
     }
 
     /// The informers of the operator's inputs (objects as workers see them) and outputs

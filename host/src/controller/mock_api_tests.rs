@@ -457,11 +457,26 @@ async fn a_kind_not_served_yet_is_reported_and_retried_with_a_growing_delay() {
             ),
         )
     };
+    // The module loads while the kinds are resolved (here: its ConfigMap is missing too); the
+    // kind is the failure reported.
+    let module_missing = || {
+        Exchange::new(
+            Method::GET,
+            "/api/v1/namespaces/wasmpilot-system/configmaps/shop-modules",
+            StatusCode::NOT_FOUND,
+            failure(404, "NotFound", "configmaps \"shop-modules\" not found"),
+        )
+    };
+    // (Its metadata first, as for a ConfigMap verified before, then the ConfigMap itself.)
     let (client, server) = scripted(vec![
         not_found(),
+        module_missing(),
+        module_missing(),
         failed_load_status("later", "KindNotServed", "spec.resource"),
         failed_load_event("KindNotServed"),
         not_found(),
+        module_missing(),
+        module_missing(),
         failed_load_status("later", "KindNotServed", "spec.resource"),
         // The same failure again is counted on the first Event (a series), not a new Event.
         Exchange::new(

@@ -113,27 +113,53 @@ impl CompileCache {
     }
 
     /// The component of a verified entry; `None` (with a warning for a bad entry) otherwise.
+    /// The entry is opened once, hashed from a mapping of that file (no copy), and the engine
+    /// maps the same open file (not the path again): nothing read between the check and the
+    /// load can differ from what was checked.
     pub fn load(&self, engine: &Engine, digest: &str) -> Option<Component> {
         let (entry, sidecar) = self.paths(digest);
-        let cwasm = match std::fs::read(&entry) {
-            Ok(b) => b,
+        let unreadable = |e: &dyn std::fmt::Display| {
+            tracing::warn!(entry = %entry.display(), error = %e, "compile cache entry unreadable; recompiling");
+        };
+        let file = match std::fs::File::open(&entry) {
+            Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
             Err(e) => {
-                tracing::warn!(entry = %entry.display(), error = %e, "compile cache entry unreadable; recompiling");
+                unreadable(&e);
                 return None;
             }
         };
         let expected = std::fs::read_to_string(&sidecar).unwrap_or_default();
-        if expected.trim() != self.integrity(digest, &cwasm) {
+        let checked = match file.metadata() {
+            Ok(m) if m.len() == 0 => expected.trim() == self.integrity(digest, &[]),
+            Ok(_) => {
+                // SAFETY: entries are never written in place (a store renames a complete file
+                // over the old name), so the mapped bytes cannot change while they are hashed.
+                let mapped = unsafe { memmap2::MmapOptions::new().populate().map(&file) };
+                match mapped {
+                    Ok(bytes) => expected.trim() == self.integrity(digest, &bytes),
+                    Err(e) => {
+                        unreadable(&e);
+                        return None;
+                    }
+                }
+            }
+            Err(e) => {
+                unreadable(&e);
+                return None;
+            }
+        };
+        if !checked {
             tracing::warn!(entry = %entry.display(), %digest, "compile cache entry fails its integrity check (corrupt, truncated or foreign); recompiling");
             return None;
         }
-        // SAFETY: `deserialize` runs the bytes as native code without validating them. These
-        // bytes were written by this host's `precompile_component` for this digest and engine
-        // key: the sidecar check above (over exactly these bytes, read once) rules out torn or
-        // corrupted writes and entries of other components, and wasmtime refuses artifacts of an
-        // incompatible engine. The directory is private to the host's user.
-        match unsafe { Component::deserialize(engine, &cwasm) } {
+        // SAFETY: `deserialize_file` runs the file's bytes as native code without validating
+        // them, and maps them lazily. These bytes were written by this host's
+        // `precompile_component` for this digest and engine key: the sidecar check above (over
+        // exactly this open file) rules out torn or corrupted writes and entries of other
+        // components, and wasmtime refuses artifacts of an incompatible engine. The file is never
+        // modified in place (see above), and the directory is private to the host's user.
+        match unsafe { Component::deserialize_file(engine, same_open_file(&file, &entry)) } {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::warn!(entry = %entry.display(), %digest, error = %format!("{e:#}"), "compile cache entry refused by the engine; recompiling");
@@ -182,6 +208,21 @@ impl CompileCache {
         unsafe { Component::deserialize(engine, &cwasm) }
             .map_err(|e| LoadError::Compile(format!("{e:#}")))
     }
+}
+
+/// A path that opens `file` itself: `/proc/self/fd/N` on Linux (the inode already open, even if
+/// `path` was renamed over since), else `path`.
+fn same_open_file(file: &std::fs::File, path: &Path) -> PathBuf {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let by_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        if by_fd.exists() {
+            return by_fd;
+        }
+    }
+    let _ = file;
+    path.to_path_buf()
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
