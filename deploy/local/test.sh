@@ -33,6 +33,13 @@ step "Python and JavaScript guests: pinned toolchains, SDK and example tests, co
 deploy/local/build-guest-examples.sh
 
 step "cluster"
+# The local node's kubelet evicts pods (and the scheduler places none) below 1 % free disk: say
+# so before tests fail waiting for pods. Each clean clone adds its own build to the shared target
+# directory (~5 GB).
+free_kib=$(df -Pk "$HOME/.cache" | awk 'NR == 2 {print $4}')
+if [ "${free_kib:-0}" -lt $((8 * 1024 * 1024)) ]; then
+  echo "WARNING: only $((free_kib / 1024 / 1024)) GiB free under $HOME/.cache: the node may evict its pods (DiskPressure); free space (e.g. stale builds in ${CARGO_TARGET_DIR:-target}/debug/deps)" >&2
+fi
 started_cluster=0
 if [ "${WASMPILOT_USE_KUBECONFIG:-0}" != 1 ]; then
   if ! deploy/local/cluster.sh status >/dev/null 2>&1; then started_cluster=1; fi

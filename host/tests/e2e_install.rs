@@ -78,7 +78,10 @@ async fn install_in_cluster() {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
     if let Err(e) = result {
-        panic!("{e:#}");
+        match node_pressure(&client).await {
+            Some(pressure) => panic!("{e:#}\n{pressure}"),
+            None => panic!("{e:#}"),
+        }
     }
 }
 

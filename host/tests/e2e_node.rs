@@ -66,7 +66,10 @@ async fn pods_run_on_the_node() {
     let _ = namespaces.delete(&ns, &Default::default()).await;
     assert!(alive, "the host process died");
     if let Err(e) = result {
-        panic!("{e:#}");
+        match node_pressure(&client).await {
+            Some(pressure) => panic!("{e:#}\n{pressure}"),
+            None => panic!("{e:#}"),
+        }
     }
 }
 

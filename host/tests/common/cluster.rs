@@ -320,3 +320,30 @@ pub async fn wait_for_token(client: &Client, namespace: &str, name: &str) -> any
     )
     .await
 }
+
+/// The nodes the kubelet reports under disk, memory or PID pressure (it then evicts pods and
+/// the scheduler places none), as one line to add to a failure; `None` when there are none.
+/// The local node evicts below 1 % free disk (deploy/local/node.sh).
+pub async fn node_pressure(client: &Client) -> Option<String> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let list = nodes.list(&ListParams::default()).await.ok()?;
+    let pressed: Vec<String> = list
+        .items
+        .iter()
+        .flat_map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            n.status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .filter(|c| c.type_.ends_with("Pressure") && c.status == "True")
+                .map(move |c| format!("{name}: {}", c.type_))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    (!pressed.is_empty()).then(|| {
+        format!(
+            "node under pressure ({}): pods are evicted and not scheduled; free disk space (the local node evicts below 1 % free)",
+            pressed.join(", ")
+        )
+    })
+}
