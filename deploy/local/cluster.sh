@@ -491,12 +491,24 @@ fail_with_log() {
   exit 1
 }
 
+# still_starting NAME: the process just started for NAME is alive, though it may not have
+# exec'd into the component yet (its exe is still setsid or nohup on a busy machine, so
+# running_pid does not recognise it).
+still_starting() {
+  local pid state
+  pid="$(<"$(pidfile "$1")")" 2>/dev/null || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
+  [[ -n "$state" && "$state" != Z ]]
+}
+
 # wait_for NAME DESCRIPTION COMMAND...: until COMMAND succeeds, NAME dies, or the timeout.
 wait_for() {
   local name="$1" what="$2" deadline=$((SECONDS + READY_TIMEOUT))
   shift 2
   until "$@"; do
-    running_pid "$name" >/dev/null || fail_with_log "$name" "$name exited while waiting for $what"
+    running_pid "$name" >/dev/null || still_starting "$name" ||
+      fail_with_log "$name" "$name exited while waiting for $what"
     ((SECONDS < deadline)) || fail_with_log "$name" "timed out after ${READY_TIMEOUT}s waiting for $what"
     sleep 0.2
   done
