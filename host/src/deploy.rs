@@ -8,15 +8,19 @@ use anyhow::{anyhow, bail, Context};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::ByteString;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
 const FIELD_MANAGER: &str = "wasmpilot-deploy";
+const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// The annotation naming the digest of the component a module ConfigMap holds.
+const DIGEST_ANNOTATION: &str = "wasmpilot.io/sha256";
 /// The binaryData key modules are stored under (gzip: a ConfigMap holds at most 1 MiB).
 pub const MODULE_KEY: &str = "component.wasm.gz";
 /// The most of a compressed component one ConfigMap holds (under the 1 MiB limit, with room
@@ -81,6 +85,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         roles.push(("finalizer".into(), &mut f.module));
     }
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &opts.module_namespace);
+    let mut stored: BTreeSet<String> = BTreeSet::new();
     for (role, module) in roles {
         let Some(file) = module.file.clone() else {
             continue;
@@ -129,8 +134,8 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
                 "metadata": {
                     "name": name,
                     "namespace": opts.module_namespace,
-                    "labels": {"app.kubernetes.io/managed-by": "wasmpilot", crate::OPERATOR_LABEL: op_name},
-                    "annotations": {"wasmpilot.io/sha256": digest, "wasmpilot.io/source": file.path},
+                    "labels": module_labels(&op_name),
+                    "annotations": {DIGEST_ANNOTATION: digest, "wasmpilot.io/source": file.path},
                 },
                 "binaryData": {MODULE_KEY: ByteString(piece.to_vec())},
             });
@@ -146,6 +151,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
                     file.path, opts.module_namespace
                 )
             })?;
+            stored.insert(name);
         }
         println!(
             "{role:<14} {:<32} {:>8} KiB ({:>6} KiB gz)  {digest}",
@@ -190,7 +196,89 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         "WasmOperator {op_name} applied (generation {})",
         applied.metadata.generation.unwrap_or(0)
     );
+    adopt_and_prune_modules(&maps, &applied, &stored).await?;
     Ok(applied)
+}
+
+/// Field manager owning only the module ConfigMaps' owner reference, so the apply that stores
+/// their content (another manager) never drops it.
+const OWNER_FIELD_MANAGER: &str = "wasmpilot-deploy-owner";
+
+/// Makes the WasmOperator own the module ConfigMaps this deploy stored (deleting it deletes them)
+/// and deletes the ones an earlier deploy of it stored that it no longer references: a phase
+/// removed, a module now from OCI, a component now split into fewer parts.
+async fn adopt_and_prune_modules(
+    maps: &Api<ConfigMap>,
+    op: &WasmOperator,
+    stored: &BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let op_name = op.name_any();
+    let Some(uid) = op.metadata.uid.clone() else {
+        bail!("the API server returned WasmOperator {op_name} without a uid");
+    };
+    for name in stored {
+        let owned = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "ownerReferences": [{
+                    "apiVersion": "wasmpilot.io/v1alpha1",
+                    "kind": "WasmOperator",
+                    "name": op_name,
+                    "uid": uid,
+                }],
+            },
+        });
+        maps.patch(
+            name,
+            &PatchParams::apply(OWNER_FIELD_MANAGER).force(),
+            &Patch::Apply(&owned),
+        )
+        .await
+        .with_context(|| format!("making WasmOperator {op_name} the owner of ConfigMap {name}"))?;
+    }
+    let earlier = maps
+        .list(&ListParams::default().labels(&module_labels_selector(&op_name)))
+        .await
+        .with_context(|| format!("listing the module ConfigMaps of WasmOperator {op_name}"))?;
+    for cm in earlier {
+        let name = cm.name_any();
+        let ours = cm.annotations().contains_key(DIGEST_ANNOTATION)
+            && cm
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .any(|f| f.manager.as_deref() == Some(FIELD_MANAGER));
+        if stored.contains(&name) || !ours {
+            continue;
+        }
+        match maps.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => eprintln!(
+                "deleted ConfigMap {name}: WasmOperator {op_name} no longer references it"
+            ),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| {
+                format!(
+                    "deleting ConfigMap {name}, which WasmOperator {op_name} no longer references"
+                )
+            }),
+        }
+    }
+    Ok(())
+}
+
+/// The labels `deploy` puts on an operator's module ConfigMaps.
+fn module_labels(op_name: &str) -> Value {
+    json!({MANAGED_BY_LABEL: "wasmpilot", crate::OPERATOR_LABEL: op_name})
+}
+
+fn module_labels_selector(op_name: &str) -> String {
+    format!(
+        "{MANAGED_BY_LABEL}=wasmpilot,{}={op_name}",
+        crate::OPERATOR_LABEL
+    )
 }
 
 async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()> {

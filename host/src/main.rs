@@ -1,12 +1,20 @@
-//! The `wasmpilot` binary: parse the command line, set up logging, run the subcommand.
+//! The `wasmpilot` binary: parse the command line, set up logging, run the subcommand, and print
+//! a failure as its error and each cause once.
 
 mod cli;
 
 use clap::Parser;
+use std::process::ExitCode;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     cli::init_tracing(&cli.log);
-    cli.run().await
+    match cli.run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", wasmpilot::error_report::for_terminal(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -52,6 +52,11 @@ async fn python_and_javascript_operators_match_rust_on_a_real_cluster() {
     if let Some(f) = failure {
         panic!("{f}");
     }
+    let back_to_rust = stored_modules_are_referenced(&client).await;
+    assert!(
+        back_to_rust.as_ref().is_ok_and(|parts| *parts == 0),
+        "after deploying the Rust example again, its ConfigMaps are exactly the referenced ones, none split: {back_to_rust:?}"
+    );
     let rust = &results["examples/autoroute"];
     assert!(
         rust["outputs"].as_object().is_some_and(|o| o.len() == 5),
@@ -83,6 +88,11 @@ async fn run_example(
     components: &std::path::Path,
 ) -> anyhow::Result<Value> {
     deploy_example(example);
+    let parts = stored_modules_are_referenced(client).await?;
+    ensure!(
+        (parts > 0) == (example != "examples/autoroute"),
+        "premise: the Python and JavaScript components are split across ConfigMaps, the Rust ones are not ({example}: {parts} parts)"
+    );
     let syncing = std::fs::read(components.join("autoroute_syncing.wasm"))
         .with_context(|| format!("{example}'s Syncing component in {}", components.display()))?;
     let digest = format!("sha256:{}", sha256_hex(&syncing));
@@ -164,6 +174,68 @@ async fn run_example(
     let _ = delete(client, "v1", "Namespace", None, &ns).await;
     ensure!(!outputs_is_empty(&result), "{example}: no outputs");
     Ok(result)
+}
+
+/// That the module ConfigMaps of WasmOperator `autoroute` are exactly those it references, each
+/// owned by it (`wasmpilot deploy` prunes what an earlier deploy stored); returns how many of them
+/// are parts of a split component.
+async fn stored_modules_are_referenced(client: &Client) -> anyhow::Result<usize> {
+    let op = must(
+        get(client, OPERATOR.0, OPERATOR.1, None, "autoroute").await?,
+        "operator",
+    )?;
+    let mut referenced = std::collections::BTreeSet::new();
+    let spec = &op["spec"];
+    let modules = spec["phases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| [&p["module"], &p["shadow"]])
+        .chain([&spec["finalizer"]["module"]]);
+    let mut split = 0;
+    for m in modules {
+        let Some(name) = m["configMap"]["name"].as_str() else {
+            continue;
+        };
+        match m["configMap"]["parts"].as_u64() {
+            Some(n) => {
+                split += n as usize;
+                referenced.extend((0..n).map(|i| format!("{name}-{i}")));
+            }
+            None => {
+                referenced.insert(name.to_string());
+            }
+        }
+    }
+    let maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), "wasmpilot-system");
+    let stored = maps
+        .list(&kube::api::ListParams::default().labels("wasmpilot.io/operator=autoroute"))
+        .await?
+        .items;
+    let names: std::collections::BTreeSet<String> = stored
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    ensure!(
+        names == referenced,
+        "module ConfigMaps stored {names:?}, referenced by the WasmOperator {referenced:?}"
+    );
+    let uid = op["metadata"]["uid"].as_str().unwrap_or_default();
+    for c in &stored {
+        let owned = c
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "WasmOperator" && o.uid == uid);
+        ensure!(
+            owned,
+            "ConfigMap {:?} is not owned by the WasmOperator",
+            c.metadata.name
+        );
+    }
+    Ok(split)
 }
 
 fn outputs_is_empty(result: &Value) -> bool {

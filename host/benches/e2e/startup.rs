@@ -4,11 +4,11 @@
 //! kube-rs controller, started the same way, in the same run.
 
 use crate::{
-    create_all, create_namespaces, delete_namespaces, deployment, gvk_resource, settle_deployments,
-    HostVariant, Killed, AUTOROUTE,
+    cluster_api, create_all, create_namespaces, delete_namespaces, deployment, gvk_resource,
+    settle_deployments, HostVariant, Killed, AUTOROUTE, WASM_OPERATOR,
 };
-use kube::api::DynamicObject;
-use kube::{Api, Client};
+use kube::api::{DeleteParams, DynamicObject};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,6 +26,18 @@ pub async fn run(client: &Client, hosts: &[HostVariant]) -> anyhow::Result<()> {
         "\nCold start: process spawn to one waiting AutoRoute Ready (compile cache warm), \
          median of {rounds} starts each, interleaved\n"
     );
+    // Exactly the autoroute operator: another one left on the cluster (a test's, say) would be
+    // loaded too, and change what a start does from one run to the next.
+    let operators = cluster_api(client, WASM_OPERATOR);
+    for op in operators.list(&Default::default()).await?.items {
+        let name = op.name_any();
+        if name != "autoroute" {
+            println!(
+                "(deleting WasmOperator {name}: every start loads the autoroute operator alone)"
+            );
+            operators.delete(&name, &DeleteParams::default()).await?;
+        }
+    }
     // The native controller twice: on kube's default client, as a hand-written controller is,
     // and with TCP_NODELAY, as wasmpilot's client (what that setting alone is worth).
     let native = |nodelay: bool| {

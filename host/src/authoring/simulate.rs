@@ -344,12 +344,13 @@ pub async fn simulate(
             {
                 Ok(d) => d,
                 Err(e) => {
-                    report.error = Some(format!("{e:#}"));
+                    report.error = Some(crate::error_report::one_line(e.as_ref()));
                     report.status = world.status();
                     report.then = "stop: the host would record this in the Synced condition and retry (with backoff, or on the next change for a fatal error)".into();
                     print_step(out, &report)?;
                     bail!(
-                    "step {step_number} ({phase_name}) failed: {e:#}\nfix the worker (test it natively with cargo test), then run wasmpilot build again"
+                    "step {step_number} ({phase_name}) failed: {}\nfix the worker (test it natively with cargo test), then run wasmpilot build again",
+                    crate::error_report::one_line(e.as_ref())
                 );
                 }
             };
@@ -474,11 +475,14 @@ async fn simulate_deletion(
         {
             Ok(d) => d,
             Err(e) => {
-                report.error = Some(format!("{e:#}"));
+                report.error = Some(crate::error_report::one_line(&e));
                 report.status = world.status();
                 report.then = "stop: the host would report this on the resource and retry with backoff; the deletion waits".into();
                 print_step(out, &report)?;
-                bail!("the finalizer failed: {e:#}\nfix the worker (test it natively), then run wasmpilot build again");
+                bail!(
+                    "the finalizer failed: {}\nfix the worker (test it natively), then run wasmpilot build again",
+                    crate::error_report::one_line(&e)
+                );
             }
         };
         if decided.status_info.is_some() {

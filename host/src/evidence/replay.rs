@@ -133,7 +133,7 @@ pub async fn replay(
             Ok(module) => decide(&modules, &def, &module, &namespaced, &case).await,
             Err(e) => RecordedResult::Error {
                 reason: "ModuleLoadFailed".into(),
-                message: format!("{e:#}"),
+                message: crate::error_report::one_line(e.as_ref()),
             },
         };
         let verdict = compare(&case.result, &candidate);
