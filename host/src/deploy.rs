@@ -259,11 +259,13 @@ async fn adopt_and_prune_modules(
                 "deleted ConfigMap {name}: WasmOperator {op_name} no longer references it"
             ),
             Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e).with_context(|| {
-                format!(
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
                     "deleting ConfigMap {name}, which WasmOperator {op_name} no longer references"
                 )
-            }),
+                })
+            }
         }
     }
     Ok(())

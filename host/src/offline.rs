@@ -304,12 +304,10 @@ pub async fn phase_module(
     phase: &PhaseDefinition,
     module_ref: &crate::crd::ModuleRef,
 ) -> anyhow::Result<crate::sandbox::PhaseModule> {
-    Ok(modules
-        .phase(module_ref)
+    modules
+        .phase_worker(phase, module_ref)
         .await
-        .with_context(|| format!("loading the module of phase {}", phase.name))?
-        .with_limits(modules.sandbox().call_limits(&phase.limits))
-        .with_randomness(phase.randomness))
+        .with_context(|| format!("loading the module of phase {}", phase.name))
 }
 
 /// The finalizer's component, loaded as the controller loads it (its limits and randomness).
@@ -318,12 +316,10 @@ pub async fn finalizer_module(
     def: &OperatorDefinition,
     module_ref: &crate::crd::ModuleRef,
 ) -> anyhow::Result<crate::sandbox::FinalizerModule> {
-    Ok(modules
-        .finalizer(module_ref)
+    modules
+        .finalizer_worker(def, module_ref)
         .await
-        .context("loading the finalizer's component")?
-        .with_limits(modules.sandbox().call_limits(&def.finalizer_limits))
-        .with_randomness(def.finalizer_randomness))
+        .context("loading the finalizer's component")
 }
 
 /// `wasmpilot run-phase`: one decision from files.

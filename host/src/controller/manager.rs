@@ -715,17 +715,12 @@ impl ManagerContext {
         let phases = future::join_all(definition.phases.iter().filter_map(|p| {
             let m = p.module.as_ref()?;
             Some(async move {
-                let module = self
-                    .modules
-                    .phase(m)
-                    .await
-                    .map_err(|source| LoadFailure::Module {
+                let module = self.modules.phase_worker(p, m).await.map_err(|source| {
+                    LoadFailure::Module {
                         role: format!("phase {}", p.name),
                         source,
-                    })?;
-                let module = module
-                    .with_limits(self.modules.sandbox().call_limits(&p.limits))
-                    .with_randomness(p.randomness);
+                    }
+                })?;
                 Ok::<_, LoadFailure>((p.name.clone(), module))
             })
         }));
@@ -735,21 +730,13 @@ impl ManagerContext {
             };
             let module = self
                 .modules
-                .finalizer(m)
+                .finalizer_worker(definition, m)
                 .await
                 .map_err(|source| LoadFailure::Module {
                     role: FINALIZER_ROLE.into(),
                     source,
                 })?;
-            let limits = self
-                .modules
-                .sandbox()
-                .call_limits(&definition.finalizer_limits);
-            Ok(Some(
-                module
-                    .with_limits(limits)
-                    .with_randomness(definition.finalizer_randomness),
-            ))
+            Ok(Some(module))
         };
         let (phases, finalizer) = future::join(phases, finalizer).await;
         let phases = phases.into_iter().collect::<Result<Vec<_>, _>>()?;
@@ -775,11 +762,8 @@ impl ManagerContext {
         let mut failed = BTreeMap::new();
         for p in &definition.phases {
             let Some(m) = &p.shadow else { continue };
-            match self.modules.phase(m).await {
+            match self.modules.phase_worker(p, m).await {
                 Ok(module) => {
-                    let module = module
-                        .with_limits(self.modules.sandbox().call_limits(&p.limits))
-                        .with_randomness(p.randomness);
                     loaded.insert(p.name.clone(), module);
                 }
                 Err(e) => {

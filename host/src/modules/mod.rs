@@ -10,6 +10,7 @@ pub mod oci;
 pub mod url;
 
 use crate::crd::{ConfigMapModule, ModuleRef};
+use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::sandbox::{FinalizerModule, LoadError, PhaseModule, Sandbox};
 use compile_cache::{CompileCache, Loaded};
 use config_map_versions::{ConfigMapVersions, PartVersion};
@@ -377,6 +378,33 @@ impl ModuleCache {
                 source_name: name,
                 error,
             })
+    }
+
+    /// Phase `phase`'s component (`r`: its module or its shadow) with the phase's limits and
+    /// randomness: how the controller and the offline commands alike run it.
+    pub async fn phase_worker(
+        &self,
+        phase: &PhaseDefinition,
+        r: &ModuleRef,
+    ) -> Result<PhaseModule, ModuleError> {
+        Ok(self
+            .phase(r)
+            .await?
+            .with_limits(self.sandbox.call_limits(&phase.limits))
+            .with_randomness(phase.randomness))
+    }
+
+    /// The operator's finalizer component with the finalizer's limits and randomness.
+    pub async fn finalizer_worker(
+        &self,
+        definition: &OperatorDefinition,
+        r: &ModuleRef,
+    ) -> Result<FinalizerModule, ModuleError> {
+        Ok(self
+            .finalizer(r)
+            .await?
+            .with_limits(self.sandbox.call_limits(&definition.finalizer_limits))
+            .with_randomness(definition.finalizer_randomness))
     }
 
     /// The compiled component of a ConfigMap module whose ConfigMaps did not change since their
