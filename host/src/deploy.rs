@@ -12,7 +12,7 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -85,7 +85,17 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         roles.push(("finalizer".into(), &mut f.module));
     }
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &opts.module_namespace);
-    let mut stored: BTreeSet<String> = BTreeSet::new();
+    let ops: Api<WasmOperator> = Api::all(client.clone());
+    // The WasmOperator owns its module ConfigMaps. When it exists, they name it as owner as they
+    // are stored; otherwise they are stored ownerless (dropping a reference to a deleted one, which
+    // the garbage collector would act on) and adopted once it is applied.
+    let owner = ops
+        .get_opt(&op_name)
+        .await
+        .with_context(|| format!("reading WasmOperator {op_name}"))?
+        .filter(|o| o.metadata.deletion_timestamp.is_none())
+        .and_then(|o| o.metadata.uid);
+    let mut stored: BTreeMap<String, Value> = BTreeMap::new();
     for (role, module) in roles {
         let Some(file) = module.file.clone() else {
             continue;
@@ -139,19 +149,8 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
                 },
                 "binaryData": {MODULE_KEY: ByteString(piece.to_vec())},
             });
-            maps.patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&cm),
-            )
-            .await
-            .with_context(|| {
-                format!(
-                    "storing module {} in ConfigMap {}/{name}",
-                    file.path, opts.module_namespace
-                )
-            })?;
-            stored.insert(name);
+            store_config_map(&maps, &cm, &op_name, owner.as_deref()).await?;
+            stored.insert(name, cm);
         }
         println!(
             "{role:<14} {:<32} {:>8} KiB ({:>6} KiB gz)  {digest}",
@@ -171,7 +170,6 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         };
     }
     eprintln!("applying WasmOperator {op_name} …");
-    let ops: Api<WasmOperator> = Api::all(client.clone());
     let mut body = serde_json::to_value(&op)?;
     if let Some(m) = body["metadata"].as_object_mut() {
         m.retain(|k, _| k == "name" || k == "labels" || k == "annotations");
@@ -196,50 +194,66 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         "WasmOperator {op_name} applied (generation {})",
         applied.metadata.generation.unwrap_or(0)
     );
-    adopt_and_prune_modules(&maps, &applied, &stored).await?;
+    let Some(uid) = applied.metadata.uid.as_deref() else {
+        bail!("the API server returned WasmOperator {op_name} without a uid");
+    };
+    if owner.as_deref() != Some(uid) {
+        // Stored before the WasmOperator existed (or while it was being replaced): adopt them, in
+        // the same apply as their content, so no other manager holds a reference to an old owner.
+        for cm in stored.values() {
+            store_config_map(&maps, cm, &op_name, Some(uid)).await?;
+        }
+    }
+    prune_modules(&maps, &op_name, &stored).await?;
     Ok(applied)
 }
 
-/// Field manager owning only the module ConfigMaps' owner reference, so the apply that stores
-/// their content (another manager) never drops it.
-const OWNER_FIELD_MANAGER: &str = "wasmpilot-deploy-owner";
-
-/// Makes the WasmOperator own the module ConfigMaps this deploy stored (deleting it deletes them)
-/// and deletes the ones an earlier deploy of it stored that it no longer references: a phase
-/// removed, a module now from OCI, a component now split into fewer parts.
-async fn adopt_and_prune_modules(
+/// Server-side applies a module ConfigMap, owned by WasmOperator `op_name` when its uid is given
+/// (deleting the WasmOperator then deletes it).
+async fn store_config_map(
     maps: &Api<ConfigMap>,
-    op: &WasmOperator,
-    stored: &BTreeSet<String>,
+    cm: &Value,
+    op_name: &str,
+    owner_uid: Option<&str>,
 ) -> anyhow::Result<()> {
-    let op_name = op.name_any();
-    let Some(uid) = op.metadata.uid.clone() else {
-        bail!("the API server returned WasmOperator {op_name} without a uid");
-    };
-    for name in stored {
-        let owned = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": name,
-                "ownerReferences": [{
-                    "apiVersion": "wasmpilot.io/v1alpha1",
-                    "kind": "WasmOperator",
-                    "name": op_name,
-                    "uid": uid,
-                }],
-            },
-        });
-        maps.patch(
-            name,
-            &PatchParams::apply(OWNER_FIELD_MANAGER).force(),
-            &Patch::Apply(&owned),
-        )
-        .await
-        .with_context(|| format!("making WasmOperator {op_name} the owner of ConfigMap {name}"))?;
+    let name = cm["metadata"]["name"].as_str().unwrap_or_default();
+    let mut cm = cm.clone();
+    if let Some(uid) = owner_uid {
+        cm["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "wasmpilot.io/v1alpha1",
+            "kind": "WasmOperator",
+            "name": op_name,
+            "uid": uid,
+        }]);
     }
+    maps.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "storing module {} in ConfigMap {}/{name}",
+            cm["metadata"]["annotations"]["wasmpilot.io/source"]
+                .as_str()
+                .unwrap_or_default(),
+            cm["metadata"]["namespace"].as_str().unwrap_or_default()
+        )
+    })?;
+    Ok(())
+}
+
+/// Deletes the module ConfigMaps an earlier deploy of WasmOperator `op_name` stored that this one
+/// no longer references: a phase removed, a module now from OCI, a component now split into
+/// fewer parts.
+async fn prune_modules(
+    maps: &Api<ConfigMap>,
+    op_name: &str,
+    stored: &BTreeMap<String, Value>,
+) -> anyhow::Result<()> {
     let earlier = maps
-        .list(&ListParams::default().labels(&module_labels_selector(&op_name)))
+        .list(&ListParams::default().labels(&module_labels_selector(op_name)))
         .await
         .with_context(|| format!("listing the module ConfigMaps of WasmOperator {op_name}"))?;
     for cm in earlier {
@@ -251,7 +265,7 @@ async fn adopt_and_prune_modules(
                 .iter()
                 .flatten()
                 .any(|f| f.manager.as_deref() == Some(FIELD_MANAGER));
-        if stored.contains(&name) || !ours {
+        if stored.contains_key(&name) || !ours {
             continue;
         }
         match maps.delete(&name, &DeleteParams::default()).await {
