@@ -172,6 +172,10 @@ struct RunArgs {
     /// Keep compiled components in memory only.
     #[arg(long)]
     no_cache: bool,
+    /// The most compiled code the cache directory keeps, in MiB; the least recently used
+    /// components go first.
+    #[arg(long, default_value_t = 2048)]
+    cache_max_mib: u64,
     /// Record every decision (request, result, module, duration) as replay cases in rotating
     /// files in this directory (e.g. a volume); recording never delays a reconcile.
     #[arg(long, env = "WASMPILOT_RECORD_DIR")]
@@ -382,9 +386,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let sandbox = Sandbox::new(limits)?;
     let modules = Arc::new(
-        ModuleCache::new(sandbox, Some(client.clone()), args.module_dir).with_compile_cache(
-            wasmpilot::modules::compile_cache_dir(args.cache_dir, args.no_cache),
-        ),
+        ModuleCache::new(sandbox, Some(client.clone()), args.module_dir)
+            .with_compile_cache_limited(
+                wasmpilot::modules::compile_cache_dir(args.cache_dir, args.no_cache),
+                args.cache_max_mib.saturating_mul(1 << 20),
+            ),
     );
     let shutdown = async {
         let signal = termination().await;

@@ -12,14 +12,23 @@
 //! recompiled and overwritten; cache I/O errors are logged, never fatal. Both files are written to
 //! a temporary name and renamed into place. The directory is created private (0700): whoever
 //! can write it can run code in the host, like whoever can replace the host binary.
+//!
+//! The directory is kept under a size limit (`--cache-max-mib`): when a store or an open finds it
+//! larger, the least recently used entries go first (a load marks its entry used). A component in
+//! use is mapped, so deleting its entry takes nothing from a running host.
 
 use crate::sandbox::LoadError;
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 use wasmtime::component::Component;
 use wasmtime::Engine;
+
+/// The most compiled code one engine's directory holds unless told otherwise (~50 Python
+/// components, or hundreds of Rust ones).
+pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
 
 /// Versioned tag mixed into every integrity digest.
 const TAG: &[u8] = b"wasmpilot-cwasm-v1\n";
@@ -48,6 +57,7 @@ impl Loaded {
 pub struct CompileCache {
     dir: PathBuf,
     engine_key: String,
+    max_bytes: u64,
 }
 
 /// Feeds `Hash` output into sha256, so the engine key is stable across processes.
@@ -70,8 +80,13 @@ pub fn engine_key(engine: &Engine) -> String {
 }
 
 impl CompileCache {
-    /// Creates (if needed) `<root>/<engine key>/`.
+    /// Creates (if needed) `<root>/<engine key>/`, holding at most [`DEFAULT_MAX_BYTES`].
     pub fn open(root: &Path, engine: &Engine) -> std::io::Result<Self> {
+        Self::open_limited(root, engine, DEFAULT_MAX_BYTES)
+    }
+
+    /// Creates (if needed) `<root>/<engine key>/` and trims it to `max_bytes` of entries.
+    pub fn open_limited(root: &Path, engine: &Engine, max_bytes: u64) -> std::io::Result<Self> {
         let engine_key = engine_key(engine);
         let dir = root.join(&engine_key);
         let mut builder = std::fs::DirBuilder::new();
@@ -83,7 +98,13 @@ impl CompileCache {
         let probe = dir.join(format!(".probe-{}", std::process::id()));
         std::fs::write(&probe, b"")?;
         let _ = std::fs::remove_file(&probe);
-        Ok(CompileCache { dir, engine_key })
+        let cache = CompileCache {
+            dir,
+            engine_key,
+            max_bytes,
+        };
+        cache.trim(None);
+        Ok(cache)
     }
 
     pub fn dir(&self) -> &Path {
@@ -160,7 +181,12 @@ impl CompileCache {
         // components, and wasmtime refuses artifacts of an incompatible engine. The file is never
         // modified in place (see above), and the directory is private to the host's user.
         match unsafe { Component::deserialize_file(engine, same_open_file(&file, &entry)) } {
-            Ok(c) => Some(c),
+            Ok(c) => {
+                // Used now: the last entry a trim deletes. (Best effort: a failure only makes
+                // the entry look older.)
+                let _ = file.set_modified(SystemTime::now());
+                Some(c)
+            }
             Err(e) => {
                 tracing::warn!(entry = %entry.display(), %digest, error = %format!("{e:#}"), "compile cache entry refused by the engine; recompiling");
                 None
@@ -172,7 +198,63 @@ impl CompileCache {
     pub fn store(&self, digest: &str, cwasm: &[u8]) -> std::io::Result<()> {
         let (entry, sidecar) = self.paths(digest);
         write_atomically(&entry, cwasm)?;
-        write_atomically(&sidecar, self.integrity(digest, cwasm).as_bytes())
+        write_atomically(&sidecar, self.integrity(digest, cwasm).as_bytes())?;
+        self.trim(Some(&entry));
+        Ok(())
+    }
+
+    /// Deletes the least recently used entries (oldest modification time: a load sets it) until
+    /// the entries total at most `max_bytes`; never `keep`, the entry just stored. Errors are
+    /// logged: a failed deletion only leaves the directory larger.
+    fn trim(&self, keep: Option<&Path>) {
+        let Ok(listing) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut entries: Vec<(SystemTime, u64, PathBuf)> = listing
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let path = e.path();
+                if path.extension()? != "cwasm" {
+                    return None;
+                }
+                let meta = e.metadata().ok()?;
+                Some((meta.modified().ok()?, meta.len(), path))
+            })
+            .collect();
+        let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
+        if total <= self.max_bytes {
+            return;
+        }
+        let before = total;
+        entries.sort();
+        let mut removed = 0usize;
+        for (_, len, path) in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            if Some(path.as_path()) == keep {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(path.with_extension("cwasm.sha256"));
+                    total -= len;
+                    removed += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => total -= len,
+                Err(e) => {
+                    tracing::warn!(entry = %path.display(), error = %e, "could not delete a compile cache entry");
+                }
+            }
+        }
+        tracing::info!(
+            dir = %self.dir.display(),
+            removed,
+            mib_before = before >> 20,
+            mib_after = total >> 20,
+            limit_mib = self.max_bytes >> 20,
+            "compile cache trimmed to its size limit (least recently used entries first)"
+        );
     }
 
     /// A verified cached component, else compiles `bytes` (whose digest is `digest`), stores the
@@ -270,6 +352,60 @@ mod tests {
 
     fn entry_verifies(cache: &CompileCache, engine: &Engine, digest: &str) -> bool {
         cache.load(engine, digest).is_some()
+    }
+
+    /// Sets an entry's last use `age` ago.
+    fn used_ago(cache: &CompileCache, digest: &str, age: std::time::Duration) {
+        let (entry, _) = cache.paths(digest);
+        std::fs::File::open(entry)
+            .unwrap()
+            .set_modified(SystemTime::now() - age)
+            .unwrap();
+    }
+
+    #[test]
+    fn over_its_limit_the_least_recently_used_entries_go_first() {
+        use std::time::Duration;
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = engine(true);
+        let cwasm = engine.precompile_component(EMPTY_COMPONENT).unwrap();
+        let size = cwasm.len() as u64;
+        // Room for three entries.
+        let cache = CompileCache::open_limited(tmp.path(), &engine, 3 * size + size / 2).unwrap();
+        let digest = |n: u8| format!("sha256:{}", hex::encode([n; 32]));
+        for n in 1..=3 {
+            cache.store(&digest(n), &cwasm).unwrap();
+        }
+        used_ago(&cache, &digest(1), Duration::from_secs(300));
+        used_ago(&cache, &digest(2), Duration::from_secs(200));
+        used_ago(&cache, &digest(3), Duration::from_secs(100));
+        // The oldest one is loaded (used) now: the next store evicts the second oldest.
+        let (entry_1, _) = cache.paths(&digest(1));
+        let before = std::fs::metadata(&entry_1).unwrap().modified().unwrap();
+        assert!(
+            entry_verifies(&cache, &engine, &digest(1)),
+            "premise: entry 1 loads"
+        );
+        assert!(
+            std::fs::metadata(&entry_1).unwrap().modified().unwrap() > before,
+            "a load marks the entry used"
+        );
+        cache.store(&digest(4), &cwasm).unwrap();
+        let present = |n: u8| cache.paths(&digest(n)).0.exists();
+        let sidecar = |n: u8| cache.paths(&digest(n)).1.exists();
+        assert!(
+            !present(2) && !sidecar(2),
+            "the least recently used entry and its sidecar are deleted"
+        );
+        assert!(present(1) && present(3) && present(4), "the others stay");
+        // A limit below one entry keeps the one just stored.
+        let tiny = CompileCache::open_limited(tmp.path(), &engine, 1).unwrap();
+        assert!((1..=4).all(|n| !present(n)), "opening over the limit trims");
+        tiny.store(&digest(5), &cwasm).unwrap();
+        assert!(
+            tiny.paths(&digest(5)).0.exists(),
+            "the entry just stored is kept"
+        );
     }
 
     #[test]

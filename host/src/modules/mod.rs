@@ -306,11 +306,18 @@ impl ModuleCache {
         }
     }
 
-    /// Keeps compiled components in `dir` (see [`compile_cache`]); `None` disables it. A directory
-    /// that cannot be created is reported and the host runs without a disk cache.
-    pub fn with_compile_cache(mut self, dir: Option<PathBuf>) -> Self {
+    /// Keeps compiled components in `dir` (see [`compile_cache`]), at most
+    /// [`compile_cache::DEFAULT_MAX_BYTES`] of them; `None` disables it.
+    pub fn with_compile_cache(self, dir: Option<PathBuf>) -> Self {
+        self.with_compile_cache_limited(dir, compile_cache::DEFAULT_MAX_BYTES)
+    }
+
+    /// Keeps compiled components in `dir`, at most `max_bytes` of them (the least recently used
+    /// go first); `None` disables it. A directory that cannot be created is reported and the host
+    /// runs without a disk cache.
+    pub fn with_compile_cache_limited(mut self, dir: Option<PathBuf>, max_bytes: u64) -> Self {
         self.disk = dir.and_then(
-            |dir| match CompileCache::open(&dir, self.sandbox.engine()) {
+            |dir| match CompileCache::open_limited(&dir, self.sandbox.engine(), max_bytes) {
                 Ok(c) => {
                     tracing::info!(dir = %c.dir().display(), "compile cache");
                     self.config_map_versions =
