@@ -7,10 +7,11 @@ use crate::offline::{read_documents, read_operator};
 use anyhow::{anyhow, bail, Context};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, CustomResourceExt, Resource, ResourceExt};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -94,7 +95,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         .await
         .with_context(|| format!("reading WasmOperator {op_name}"))?
         .filter(|o| o.metadata.deletion_timestamp.is_none())
-        .and_then(|o| o.metadata.uid);
+        .and_then(|o| o.owner_ref(&()));
     let mut stored: BTreeMap<String, Value> = BTreeMap::new();
     for (role, module) in roles {
         let Some(file) = module.file.clone() else {
@@ -149,7 +150,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
                 },
                 "binaryData": {MODULE_KEY: ByteString(piece.to_vec())},
             });
-            store_config_map(&maps, &cm, &op_name, owner.as_deref()).await?;
+            store_config_map(&maps, &cm, owner.as_ref()).await?;
             stored.insert(name, cm);
         }
         println!(
@@ -194,37 +195,31 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         "WasmOperator {op_name} applied (generation {})",
         applied.metadata.generation.unwrap_or(0)
     );
-    let Some(uid) = applied.metadata.uid.as_deref() else {
+    let Some(applied_owner) = applied.owner_ref(&()) else {
         bail!("the API server returned WasmOperator {op_name} without a uid");
     };
-    if owner.as_deref() != Some(uid) {
+    if owner.as_ref().map(|o| &o.uid) != Some(&applied_owner.uid) {
         // Stored before the WasmOperator existed (or while it was being replaced): adopt them, in
         // the same apply as their content, so no other manager holds a reference to an old owner.
         for cm in stored.values() {
-            store_config_map(&maps, cm, &op_name, Some(uid)).await?;
+            store_config_map(&maps, cm, Some(&applied_owner)).await?;
         }
     }
     prune_modules(&maps, &op_name, &stored).await?;
     Ok(applied)
 }
 
-/// Server-side applies a module ConfigMap, owned by WasmOperator `op_name` when its uid is given
+/// Server-side applies a module ConfigMap, owned by its WasmOperator when `owner` is given
 /// (deleting the WasmOperator then deletes it).
 async fn store_config_map(
     maps: &Api<ConfigMap>,
     cm: &Value,
-    op_name: &str,
-    owner_uid: Option<&str>,
+    owner: Option<&OwnerReference>,
 ) -> anyhow::Result<()> {
     let name = cm["metadata"]["name"].as_str().unwrap_or_default();
     let mut cm = cm.clone();
-    if let Some(uid) = owner_uid {
-        cm["metadata"]["ownerReferences"] = json!([{
-            "apiVersion": "wasmpilot.io/v1alpha1",
-            "kind": "WasmOperator",
-            "name": op_name,
-            "uid": uid,
-        }]);
+    if let Some(owner) = owner {
+        cm["metadata"]["ownerReferences"] = json!([owner]);
     }
     maps.patch(
         name,
