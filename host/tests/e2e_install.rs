@@ -67,13 +67,17 @@ async fn install_in_cluster() {
         .await
         .expect("namespace");
     let result = scenario(&client, &ns).await;
-    // The in-cluster hosts must not outlive this test: the other tests run their own host.
+    // The in-cluster hosts must not outlive this test: the other tests run their own host (and
+    // a next run of this one must not find the last run's leader). Foreground: kubectl returns
+    // once the pods are gone, the leader having released the Lease.
     let _ = kubectl(&[
         "delete",
         "deployment/wasmpilot",
         "-n",
         SYSTEM,
+        "--cascade=foreground",
         "--wait=true",
+        "--timeout=120s",
     ]);
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
@@ -197,15 +201,17 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     })
     .await
     .context("is the image loaded into the node? deploy/local/image.sh builds and loads it")?;
-    let hosts = ready_hosts(client).await?;
-    let leader = wait_for("one host to hold the Lease", T, || async {
-        holder(client).await
+    // One of the two holds the Lease (a host left from an earlier install, still terminating,
+    // may hold it for up to its duration).
+    let (leader, hosts) = wait_for("one of the Ready hosts to hold the Lease", T, || async {
+        let hosts = ready_hosts(client).await?;
+        Ok(holder(client)
+            .await?
+            .filter(|h| hosts.contains(h))
+            .map(|h| (h, hosts)))
     })
     .await?;
-    ensure!(
-        hosts.contains(&leader),
-        "the Lease holder {leader} is one of {hosts:?}"
-    );
+    ensure!(hosts.len() == 2, "two Ready hosts: {hosts:?}");
     let logs = kubectl(&["logs", "-n", SYSTEM, &leader])?;
     ensure!(
         logs.contains("watching WasmOperators"),
@@ -313,9 +319,12 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         ns,
         "read-metrics",
         None,
-        // Endpoints and kube-proxy's rules follow the rollout by a moment: retry for 30 s.
+        // Endpoints and kube-proxy's rules follow the rollout by a moment: retry for a minute.
+        // Each try is bounded (the image's wget has no timeout option): a rule still naming a
+        // pod the rollout deleted sends the SYN nowhere, and connect() would wait out the
+        // kernel's SYN retries (~127 s), longer than this wait.
         &format!(
-            "for i in $(seq 1 30); do wget -q -O - http://{ip}:8080/metrics && exit 0; sleep 1; done; exit 1"
+            "for i in $(seq 1 30); do timeout 2 wget -q -O - http://{ip}:8080/metrics && exit 0; echo \"failed try: exit $?\"; sleep 1; done; exit 1"
         ),
     )
     .await?;
@@ -323,7 +332,13 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         metrics.contains("wasmpilot_operators_running"),
         "metrics from the Service: {metrics}"
     );
-    step("a pod read /metrics through the metrics Service");
+    let failed_tries: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("failed try"))
+        .collect();
+    step(&format!(
+        "a pod read /metrics through the metrics Service (tries that failed first: {failed_tries:?})"
+    ));
 
     // 6. The host's own identity cannot write what its RBAC does not grant (a Secret, which no
     // operator declared), but can read what it needs (WasmOperators): a pod running as the
@@ -369,7 +384,7 @@ async fn pod_output(
     wait_for_token(client, ns, "default").await?;
     apply_yaml(client, &pod.to_string(), Some(ns)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    wait_for(&format!("pod {name} to finish"), T, || async {
+    let finished = wait_for(&format!("pod {name} to finish"), T, || async {
         let phase = pods
             .get(name)
             .await?
@@ -378,7 +393,20 @@ async fn pod_output(
             .unwrap_or_default();
         Ok((phase == "Succeeded" || phase == "Failed").then_some(()))
     })
-    .await?;
+    .await;
+    if let Err(e) = finished {
+        // Say where the pod stopped: scheduling, the sandbox, the image, or the script.
+        let status = pods
+            .get(name)
+            .await
+            .map(|p| serde_json::to_string(&p.status).unwrap_or_default())
+            .unwrap_or_else(|e| format!("(reading the pod: {e})"));
+        let logs = pods
+            .logs(name, &Default::default())
+            .await
+            .unwrap_or_else(|e| format!("(reading its log: {e})"));
+        return Err(e.context(format!("pod {name}: status {status}\nlog: {logs}")));
+    }
     let logs = pods.logs(name, &Default::default()).await?;
     let _ = pods.delete(name, &DeleteParams::default()).await;
     Ok(logs)
