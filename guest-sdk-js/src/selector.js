@@ -1,6 +1,6 @@
 // Kubernetes label selectors (`matchLabels` AND `matchExpressions`) for workers that match
 // objects themselves. Checked and matched as the host does for an input's selector
-// (host/src/selector.rs), and an invalid one is reported in the host's words, naming the field.
+// (selection/src/label_selector.rs), and an invalid one is reported in the host's words, naming the field.
 //
 //     const selector = LabelSelector.fromJSON(route.spec.deploymentSelector, 'spec.deploymentSelector');
 //     const web = deployments.filter((d) => selector.matches(d.metadata.labels));

@@ -1,4 +1,4 @@
-// Label selectors: matched and refused as the host does (host/src/selector.rs), in its words.
+// Label selectors: matched and refused as the host does (selection/src/label_selector.rs), in its words.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 

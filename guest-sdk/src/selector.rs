@@ -1,66 +1,18 @@
-//! Kubernetes label-selector matching (`matchLabels` AND `matchExpressions`), as
-//! `metav1.LabelSelectorAsSelector` does it, for workers that select among their inputs
-//! themselves (the host already selects by an input's `matchLabels`, `matchExpressions` and
-//! `selectorFrom`): validated once, then matched many times.
+//! Kubernetes label-selector matching (`matchLabels` AND `matchExpressions`) for workers that
+//! select among their inputs themselves: the host's own implementation (`wasmpilot-selection`),
+//! so a selector is accepted, refused and matched here exactly as the host does for an input.
+//!
+//! An input that declares `selectorFrom` (or `matchLabels` / `matchExpressions`) in the
+//! WasmOperator is already selected by the host; a worker needs this only to select by itself.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-/// Why a `LabelSelector` cannot be used.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SelectorError {
-    /// An operator other than `In`, `NotIn`, `Exists`, `DoesNotExist`.
-    UnknownOperator { key: String, operator: String },
-    /// `In`/`NotIn` with no values.
-    ValuesRequired { key: String, operator: String },
-    /// `Exists`/`DoesNotExist` with values.
-    ValuesForbidden { key: String, operator: String },
-    /// Not a `LabelSelector` at all (serde's reason).
-    Malformed(String),
-}
-
-impl fmt::Display for SelectorError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::UnknownOperator { key, operator } => write!(
-                f,
-                "matchExpressions key {key:?}: unknown operator {operator:?} (expected In, NotIn, Exists or DoesNotExist)"
-            ),
-            Self::ValuesRequired { key, operator } => write!(
-                f,
-                "matchExpressions key {key:?}: operator {operator} needs at least one value"
-            ),
-            Self::ValuesForbidden { key, operator } => write!(
-                f,
-                "matchExpressions key {key:?}: operator {operator} takes no values"
-            ),
-            Self::Malformed(reason) => write!(f, "not a label selector: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for SelectorError {}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Requirement {
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
-}
-
-impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        match self {
-            Self::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
-            Self::NotIn(key, values) => labels.get(key).is_none_or(|v| !values.contains(v)),
-            Self::Exists(key) => labels.contains_key(key),
-            Self::DoesNotExist(key) => !labels.contains_key(key),
-        }
-    }
-}
+/// Why a selector cannot be used, naming the field (`spec.deploymentSelector.matchExpressions[0].operator`)
+/// in the host's words: an unknown operator, `In`/`NotIn` without values, `Exists`/`DoesNotExist`
+/// with values, an empty key, or a value that is not a label selector at all.
+pub use wasmpilot_selection::SelectorError;
 
 /// A validated label selector. An empty selector matches everything.
 ///
@@ -75,74 +27,63 @@ impl Requirement {
 /// assert!(selector.matches(&[("app".to_owned(), "web".to_owned())].into()));
 /// # Ok::<(), wasmpilot_guest::selector::SelectorError>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Selector {
-    requirements: Vec<Requirement>,
-}
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selector(wasmpilot_selection::LabelSelector);
+
+/// The field errors name when the caller does not say where a selector is.
+const UNNAMED_FIELD: &str = "selector";
 
 impl Selector {
-    /// Validates `selector`.
+    /// Validates `selector` (errors name it `selector`).
     ///
     /// # Errors
-    /// An unknown operator, `In`/`NotIn` without values, or `Exists`/`DoesNotExist` with values.
+    /// An unknown operator, `In`/`NotIn` without values, `Exists`/`DoesNotExist` with values,
+    /// an empty key.
     pub fn new(selector: &LabelSelector) -> Result<Self, SelectorError> {
-        let mut requirements: Vec<Requirement> = selector
-            .match_labels
-            .iter()
-            .flatten()
-            .map(|(k, v)| Requirement::In(k.clone(), vec![v.clone()]))
-            .collect();
-        for expr in selector.match_expressions.iter().flatten() {
-            let key = expr.key.clone();
-            let values = expr.values.clone().unwrap_or_default();
-            let error = |make: fn(String, String) -> SelectorError| {
-                Err(make(expr.key.clone(), expr.operator.clone()))
-            };
-            let requirement = match (expr.operator.as_str(), values.is_empty()) {
-                ("In", false) => Requirement::In(key, values),
-                ("NotIn", false) => Requirement::NotIn(key, values),
-                ("Exists", true) => Requirement::Exists(key),
-                ("DoesNotExist", true) => Requirement::DoesNotExist(key),
-                ("In" | "NotIn", true) => {
-                    return error(|key, operator| SelectorError::ValuesRequired { key, operator })
-                }
-                ("Exists" | "DoesNotExist", false) => {
-                    return error(|key, operator| SelectorError::ValuesForbidden { key, operator })
-                }
-                _ => {
-                    return error(|key, operator| SelectorError::UnknownOperator { key, operator })
-                }
-            };
-            requirements.push(requirement);
-        }
-        Ok(Self { requirements })
+        Self::new_at(selector, UNNAMED_FIELD)
     }
 
-    /// Validates the selector of `object` (a `LabelSelector` as JSON, e.g. a resource's
-    /// `spec.deploymentSelector`).
+    /// Validates `selector`, found at `field` of the resource (e.g. `spec.deploymentSelector`),
+    /// which errors name.
     ///
     /// # Errors
-    /// As [`Selector::new`]; a value that is not a `LabelSelector` is
-    /// [`SelectorError::Malformed`].
+    /// As [`Selector::new`].
+    pub fn new_at(selector: &LabelSelector, field: &str) -> Result<Self, SelectorError> {
+        let no_labels = BTreeMap::new();
+        wasmpilot_selection::LabelSelector::from_parts(
+            selector.match_labels.as_ref().unwrap_or(&no_labels),
+            selector.match_expressions.as_deref().unwrap_or_default(),
+            field,
+        )
+        .map(Self)
+    }
+
+    /// Validates a selector as JSON (e.g. a resource's `spec.deploymentSelector`; errors name
+    /// it `selector`).
+    ///
+    /// # Errors
+    /// As [`Selector::new`], and a value that is not a `LabelSelector`.
     pub fn from_json(object: &serde_json::Value) -> Result<Self, SelectorError> {
-        let selector: LabelSelector = serde_json::from_value(object.clone())
-            .map_err(|err| SelectorError::Malformed(err.to_string()))?;
-        Self::new(&selector)
+        Self::from_json_at(object, UNNAMED_FIELD)
+    }
+
+    /// Validates a selector as JSON found at `field` of the resource, which errors name.
+    ///
+    /// # Errors
+    /// As [`Selector::from_json`].
+    pub fn from_json_at(object: &serde_json::Value, field: &str) -> Result<Self, SelectorError> {
+        wasmpilot_selection::LabelSelector::from_json(object, field).map(Self)
     }
 
     /// Whether the labels of a Kubernetes object (its `metadata.labels`; none: no labels)
     /// satisfy every requirement.
-    pub fn selects(
-        &self,
-        metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) -> bool {
-        let none = BTreeMap::new();
-        self.matches(metadata.labels.as_ref().unwrap_or(&none))
+    pub fn selects(&self, metadata: &ObjectMeta) -> bool {
+        self.0.matches(metadata.labels.as_ref())
     }
 
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| r.matches(labels))
+        self.0.matches(Some(labels))
     }
 }
 
@@ -179,94 +120,60 @@ mod tests {
         let s = selector(&[], vec![]);
         assert!(s.matches(&labels(&[])));
         assert!(s.matches(&labels(&[("a", "b")])));
+        assert!(s.selects(&ObjectMeta::default()));
     }
 
     #[test]
-    fn match_labels_must_all_match() {
-        let s = selector(&[("app", "web"), ("tier", "front")], vec![]);
-        assert!(s.matches(&labels(&[("app", "web"), ("tier", "front"), ("x", "y")])));
-        assert!(!s.matches(&labels(&[("app", "web")])));
-        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "back")])));
-    }
-
-    #[test]
-    fn expressions() {
-        let s = selector(&[], vec![expr("env", "In", &["prod", "staging"])]);
-        assert!(s.matches(&labels(&[("env", "prod")])));
-        assert!(!s.matches(&labels(&[("env", "dev")])));
-        assert!(!s.matches(&labels(&[])));
-
-        let s = selector(&[], vec![expr("env", "NotIn", &["dev"])]);
-        assert!(s.matches(&labels(&[("env", "prod")])));
-        assert!(s.matches(&labels(&[])), "NotIn matches a missing key");
-        assert!(!s.matches(&labels(&[("env", "dev")])));
-
-        let s = selector(&[], vec![expr("canary", "Exists", &[])]);
-        assert!(s.matches(&labels(&[("canary", "")])));
-        assert!(!s.matches(&labels(&[])));
-
-        let s = selector(&[], vec![expr("canary", "DoesNotExist", &[])]);
-        assert!(s.matches(&labels(&[])));
-        assert!(!s.matches(&labels(&[("canary", "true")])));
-    }
-
-    #[test]
-    fn labels_and_expressions_are_anded() {
-        let s = selector(&[("app", "web")], vec![expr("env", "In", &["prod"])]);
+    fn match_labels_and_expressions_are_anded() {
+        let s = selector(&[("app", "web")], vec![expr("env", "NotIn", &["dev"])]);
         assert!(s.matches(&labels(&[("app", "web"), ("env", "prod")])));
+        assert!(
+            s.matches(&labels(&[("app", "web")])),
+            "NotIn matches a missing key"
+        );
         assert!(!s.matches(&labels(&[("app", "web"), ("env", "dev")])));
         assert!(!s.matches(&labels(&[("app", "api"), ("env", "prod")])));
+        assert!(
+            !s.selects(&ObjectMeta::default()),
+            "no labels: app is missing"
+        );
     }
 
     #[test]
-    fn invalid_selectors() {
-        let new = |e| {
-            Selector::new(&LabelSelector {
-                match_expressions: Some(vec![e]),
-                ..Default::default()
-            })
+    fn refused_in_the_hosts_words_naming_the_field() {
+        let unknown = LabelSelector {
+            match_expressions: Some(vec![expr("env", "Equals", &["x"])]),
+            ..Default::default()
         };
-        let err = new(expr("env", "Equals", &["x"])).unwrap_err();
         assert_eq!(
-            err,
-            SelectorError::UnknownOperator {
-                key: "env".into(),
-                operator: "Equals".into()
-            }
+            Selector::new(&unknown).unwrap_err().to_string(),
+            r#"selector.matchExpressions[0].operator: "Equals" is not In, NotIn, Exists or DoesNotExist"#
         );
-        assert!(
-            err.to_string().contains("unknown operator \"Equals\""),
-            "{err}"
-        );
-        assert!(matches!(
-            new(expr("env", "In", &[])),
-            Err(SelectorError::ValuesRequired { .. })
-        ));
-        assert!(matches!(
-            new(expr("env", "Exists", &["x"])),
-            Err(SelectorError::ValuesForbidden { .. })
-        ));
-        // Operators are case-sensitive, as in Kubernetes.
-        assert!(matches!(
-            new(expr("env", "in", &["x"])),
-            Err(SelectorError::UnknownOperator { .. })
-        ));
+        let err = Selector::new_at(
+            &LabelSelector {
+                match_expressions: Some(vec![expr("", "Exists", &[])]),
+                ..Default::default()
+            },
+            "spec.deploymentSelector",
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "spec.deploymentSelector.matchExpressions[0].key");
+        let err = Selector::from_json_at(
+            &serde_json::json!({ "matchLabels": "app=web" }),
+            "spec.deploymentSelector",
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "spec.deploymentSelector.matchLabels");
     }
 
     #[test]
     fn from_json_reads_a_resources_selector() {
         let s = Selector::from_json(&serde_json::json!({
             "matchLabels": { "app": "web" },
-            "matchExpressions": [{ "key": "tier", "operator": "NotIn", "values": ["db"] }],
+            "matchExpressions": [{ "key": "tier", "operator": "In", "values": ["front"] }],
         }))
         .unwrap();
         assert!(s.matches(&labels(&[("app", "web"), ("tier", "front")])));
         assert!(!s.matches(&labels(&[("app", "web"), ("tier", "db")])));
-        let err =
-            Selector::from_json(&serde_json::json!({ "matchLabels": "app=web" })).unwrap_err();
-        assert!(
-            err.to_string().starts_with("not a label selector: "),
-            "{err}"
-        );
     }
 }

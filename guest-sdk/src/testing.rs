@@ -34,6 +34,7 @@
 //! ```
 #![cfg(not(target_arch = "wasm32"))]
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -63,12 +64,10 @@ where
     T: Serialize,
     I: IntoIterator<Item = T>,
 {
-    let pointer = format!("/{}", selector_field.replace('.', "/"));
-    let selector = resource
-        .pointer(&pointer)
-        .map(crate::selector::Selector::from_json)
+    let selector = wasmpilot_selection::field_at(resource, selector_field)
+        .map(|value| wasmpilot_selection::LabelSelector::from_json(value, selector_field))
         .unwrap_or_else(|| panic!("the resource has no `{selector_field}`"))
-        .unwrap_or_else(|err| panic!("`{selector_field}` of the resource: {err}"));
+        .unwrap_or_else(|err| panic!("the host would report InvalidSelector: {err}"));
     let namespace = resource.pointer("/metadata/namespace");
     objects
         .into_iter()
@@ -79,11 +78,10 @@ where
             _ => true,
         })
         .filter(|o| {
-            let labels = o
+            let labels: Option<BTreeMap<String, String>> = o
                 .pointer("/metadata/labels")
-                .and_then(|l| serde_json::from_value(l.clone()).ok())
-                .unwrap_or_default();
-            selector.matches(&labels)
+                .and_then(|l| serde_json::from_value(l.clone()).ok());
+            selector.matches(labels.as_ref())
         })
         .collect()
 }

@@ -353,7 +353,7 @@ fn check_inputs<'a>(
             ));
         }
         check_kind(&KindRef::new(&input.api_version, &input.kind), &f)?;
-        crate::selector::LabelSelector::from_parts(
+        wasmpilot_selection::LabelSelector::from_parts(
             &input.match_labels,
             &input.match_expressions,
             &f,

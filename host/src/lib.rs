@@ -39,7 +39,6 @@ pub mod pipeline;
 pub mod promql;
 pub mod rbac;
 pub mod sandbox;
-pub mod selector;
 pub mod worker_text;
 
 /// The finalizer the host puts on resources of operators that declare a finalizer worker.

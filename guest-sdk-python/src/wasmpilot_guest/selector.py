@@ -1,6 +1,6 @@
 """Kubernetes label selectors (`matchLabels` AND `matchExpressions`) for workers that match
 objects themselves. Checked and matched as the host does for an input's selector
-(host/src/selector.rs), and an invalid one is reported in the host's words, naming the field.
+(selection/src/label_selector.rs), and an invalid one is reported in the host's words, naming the field.
 
     selector = LabelSelector.from_json(route["spec"]["deploymentSelector"], "spec.deploymentSelector")
     web = [d for d in deployments if selector.matches(d["metadata"].get("labels"))]

@@ -73,7 +73,7 @@ pub enum ReconcileError {
     #[error("an input selector of phase {phase} is invalid: {problem}")]
     InvalidSelector {
         phase: String,
-        problem: crate::selector::SelectorError,
+        problem: wasmpilot_selection::SelectorError,
     },
     #[error("status of the resource changed while the worker ran; deciding again")]
     StatusConflict,
@@ -91,7 +91,9 @@ pub enum ReconcileError {
 
 impl ReconcileError {
     /// Wraps a selector problem of phase `phase` (for `map_err`).
-    pub fn invalid_selector(phase: &str) -> impl FnOnce(crate::selector::SelectorError) -> Self {
+    pub fn invalid_selector(
+        phase: &str,
+    ) -> impl FnOnce(wasmpilot_selection::SelectorError) -> Self {
         let phase = phase.to_owned();
         move |problem| ReconcileError::InvalidSelector { phase, problem }
     }

@@ -5,11 +5,11 @@
 
 use crate::crd::{InputSpec, KindRef};
 use crate::sandbox::NamedObjects;
-use crate::selector::{self, LabelSelector, SelectorError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, PartialObjectMeta, TypeMeta};
 use std::sync::Arc;
 use wasmpilot_selection::Projection;
+use wasmpilot_selection::{field_at, LabelSelector, SelectorError};
 
 /// Where input objects come from: the watch caches on a cluster, files offline.
 pub trait ObjectSource {
@@ -129,7 +129,7 @@ pub fn input_selector(
     let Some(path) = &input.selector_from else {
         return Ok(declared);
     };
-    let value = selector::field(reader.data, path).ok_or_else(|| SelectorError {
+    let value = field_at(reader.data, path).ok_or_else(|| SelectorError {
         field: path.clone(),
         problem: format!(
             "is not set: input {} selects by the label selector there",

@@ -1,5 +1,6 @@
-//! Kubernetes label selectors (`matchLabels` + `matchExpressions`) as the host evaluates them
-//! for inputs: parsed and checked once per use, with the offending field named on error.
+//! Kubernetes label selectors (`matchLabels` + `matchExpressions`), as the host evaluates an
+//! input's and the Rust SDK's test harness and workers do: parsed and checked once per use, with
+//! the offending field named on error (the Python and JavaScript SDKs mirror these words).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use serde_json::Value;
@@ -127,8 +128,9 @@ fn optional<T: serde::de::DeserializeOwned + Default>(
     }
 }
 
-/// The value at a dotted field path (`spec.deploymentSelector`) of a resource's JSON.
-pub fn field<'a>(resource: &'a Value, path: &str) -> Option<&'a Value> {
+/// The value at a dotted field path (`spec.deploymentSelector`) of a resource's JSON; `null`
+/// counts as absent. How an input's `selectorFrom` finds the selector.
+pub fn field_at<'a>(resource: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.')
         .try_fold(resource, |v, key| v.get(key))
         .filter(|v| !v.is_null())
@@ -215,8 +217,8 @@ mod tests {
     #[test]
     fn field_paths_walk_the_resource() {
         let r = json!({"spec": {"deploymentSelector": {"matchLabels": {"a": "b"}}, "n": null}});
-        assert!(field(&r, "spec.deploymentSelector").is_some());
-        assert!(field(&r, "spec.missing").is_none());
-        assert!(field(&r, "spec.n").is_none());
+        assert!(field_at(&r, "spec.deploymentSelector").is_some());
+        assert!(field_at(&r, "spec.missing").is_none());
+        assert!(field_at(&r, "spec.n").is_none());
     }
 }
