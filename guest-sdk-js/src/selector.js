@@ -53,8 +53,9 @@ export class LabelSelector {
    *
    * Throws a SelectorError, as the host: a value that is not an object; `matchLabels` that is
    * not an object of strings; `matchExpressions` that is not an array of objects with string
-   * `key`, `operator` and `values`; an empty key; an unknown operator; `In` or `NotIn` without
-   * values; `Exists` or `DoesNotExist` with values. */
+   * `key`, `operator` and `values`; an empty key; a key or value Kubernetes does not accept as a
+   * label's; an unknown operator; `In` or `NotIn` without values; `Exists` or `DoesNotExist` with
+   * values. */
   static fromJSON(value, field = 'selector') {
     if (!isObject(value)) {
       throw new SelectorError(field, 'is not a label selector (an object with matchLabels and/or matchExpressions)');
@@ -63,7 +64,19 @@ export class LabelSelector {
     const expressions = parseMatchExpressions(value.matchExpressions, `${field}.matchExpressions`);
     const requirements = Object.keys(matchLabels)
       .sort(compareText)
-      .map((key) => ({ key, operator: 'In', values: [matchLabels[key]] }));
+      .map((key) => {
+        const text = matchLabels[key];
+        let why = labelKeyProblem(key);
+        if (why) throw new SelectorError(`${field}.matchLabels`, `${debugQuoted(key)} is not a valid label key: ${why}`);
+        why = labelValueProblem(text);
+        if (why) {
+          throw new SelectorError(
+            `${field}.matchLabels`,
+            `${debugQuoted(text)} (key ${debugQuoted(key)}) is not a valid label value: ${why}`,
+          );
+        }
+        return { key, operator: 'In', values: [text] };
+      });
     expressions.forEach((expression, index) =>
       requirements.push(checked(expression, `${field}.matchExpressions[${index}]`)),
     );
@@ -82,6 +95,14 @@ export class LabelSelector {
 /** A `matchExpressions` entry at `at`, if Kubernetes accepts it; else a SelectorError. */
 function checked({ key, operator, values }, at) {
   if (key === '') throw new SelectorError(`${at}.key`, 'must not be empty');
+  const why = labelKeyProblem(key);
+  if (why) throw new SelectorError(`${at}.key`, `${debugQuoted(key)} is not a valid label key: ${why}`);
+  values.forEach((text, index) => {
+    const problem = labelValueProblem(text);
+    if (problem) {
+      throw new SelectorError(`${at}.values[${index}]`, `${debugQuoted(text)} is not a valid label value: ${problem}`);
+    }
+  });
   if ((operator === 'In' || operator === 'NotIn') && values.length === 0) {
     throw new SelectorError(`${at}.values`, `must not be empty for operator ${operator}`);
   }
@@ -93,6 +114,47 @@ function checked({ key, operator, values }, at) {
   }
   return { key, operator, values };
 }
+
+const NAME_CHARACTERS = "consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character";
+
+/** Why `key` cannot be a label key (Kubernetes' qualified name: an optional DNS subdomain prefix
+ * and `/`, then a name), if it cannot; the host's words. */
+function labelKeyProblem(key) {
+  const parts = key.split('/');
+  if (parts.length > 2) return "at most one '/', between a DNS subdomain prefix and the name (e.g. example.com/name)";
+  let name = key;
+  if (parts.length === 2) {
+    const prefix = parts[0];
+    name = parts[1];
+    if (prefix === '') return "the prefix before '/' must not be empty";
+    if (!isDnsSubdomain(prefix)) return "the prefix before '/' must be a lowercase DNS subdomain (e.g. example.com)";
+    if (prefix.length > 253) return "the prefix before '/' must be no more than 253 characters";
+  }
+  if (name === '') return 'the name must not be empty';
+  const problem = nameProblem(name);
+  if (problem === 'characters') return `the name must ${NAME_CHARACTERS}`;
+  if (problem === 'length') return 'the name must be no more than 63 characters';
+  return undefined;
+}
+
+/** Why `value` cannot be a label value (empty, or a name of at most 63 characters), if it
+ * cannot; the host's words. */
+function labelValueProblem(value) {
+  const problem = value === '' ? undefined : nameProblem(value);
+  if (problem === 'characters') return `it must be empty or ${NAME_CHARACTERS}`;
+  if (problem === 'length') return 'it must be no more than 63 characters';
+  return undefined;
+}
+
+/** `'characters'` unless `text` is `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, then `'length'`
+ * if longer than 63 (characters first, so the length is of ASCII text). */
+function nameProblem(text) {
+  if (!/^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(text)) return 'characters';
+  return text.length > 63 ? 'length' : undefined;
+}
+
+/** A lowercase RFC 1123 subdomain: dot-separated labels of `[a-z0-9]([-a-z0-9]*[a-z0-9])?`. */
+const isDnsSubdomain = (text) => text.split('.').every((label) => /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(label));
 
 /** `matchLabels` (absent or null: none). Checked in key order, as the host's serde does. */
 function parseMatchLabels(value, field) {

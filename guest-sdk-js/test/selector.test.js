@@ -1,11 +1,39 @@
 // Label selectors: matched and refused as the host does (selection/src/label_selector.rs), in its words.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import { LabelSelector, Outcome, PhaseWorker, SelectorError, WorkerError } from '@wasmpilot/guest';
 import { selectedBy, SyncTest } from '@wasmpilot/guest/testing';
 
 const FIELD = 'spec.deploymentSelector';
+
+/** The cases the host's own tests run (selection/tests/label_selector_cases.rs), and the Python SDK's. */
+const CASES = JSON.parse(readFileSync(new URL('../../selection/tests/label_selectors.json', import.meta.url), 'utf8'));
+
+test('the shared cases select and reject as the host does', () => {
+  assert.ok(CASES.matching.length >= 9);
+  for (const c of CASES.matching) {
+    const selector = LabelSelector.fromJSON(c.selector, CASES.field);
+    for (const labels of c.selects) assert.ok(selector.matches(labels), JSON.stringify([c.selector, labels]));
+    for (const labels of c.rejects) assert.ok(!selector.matches(labels), JSON.stringify([c.selector, labels]));
+  }
+});
+
+test("the shared cases are refused in the host's words", () => {
+  assert.ok(CASES.refused.length >= 25);
+  for (const c of CASES.refused) {
+    assert.throws(
+      () => LabelSelector.fromJSON(c.selector, CASES.field),
+      (e) => {
+        assert.ok(e instanceof SelectorError, String(e));
+        assert.deepEqual({ field: e.field, problem: e.problem }, { field: c.error_field, problem: c.problem });
+        return true;
+      },
+      JSON.stringify(c.selector),
+    );
+  }
+});
 
 const expression = (key, operator, values) =>
   LabelSelector.fromJSON({ matchExpressions: [values === undefined ? { key, operator } : { key, operator, values }] });

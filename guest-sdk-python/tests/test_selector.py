@@ -1,5 +1,8 @@
 """Label selectors: matched and refused as the host does (selection/src/label_selector.rs), in its words."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 import wasmpilot_guest as guest
@@ -8,6 +11,31 @@ from wasmpilot_guest.selector import debug_quoted
 from wasmpilot_guest.testing import SyncTest, selected_by
 
 FIELD = "spec.deploymentSelector"
+
+#: The cases the host's own tests run (selection/tests/label_selector_cases.rs), and the JS SDK's.
+CASES = json.loads(
+    (Path(__file__).resolve().parents[2] / "selection" / "tests" / "label_selectors.json").read_text()
+)
+
+
+@pytest.mark.parametrize("case", CASES["matching"], ids=lambda c: json.dumps(c["selector"]))
+def test_shared_cases_select_and_reject_as_the_host(case):
+    selector = LabelSelector.from_json(case["selector"], CASES["field"])
+    for labels in case["selects"]:
+        assert selector.matches(labels), labels
+    for labels in case["rejects"]:
+        assert not selector.matches(labels), labels
+
+
+@pytest.mark.parametrize("case", CASES["refused"], ids=lambda c: json.dumps(c["selector"])[:80])
+def test_shared_cases_are_refused_in_the_hosts_words(case):
+    with pytest.raises(SelectorError) as refused:
+        LabelSelector.from_json(case["selector"], CASES["field"])
+    assert (refused.value.field, refused.value.problem) == (case["error_field"], case["problem"])
+
+
+def test_the_shared_cases_are_all_there():
+    assert len(CASES["matching"]) >= 9 and len(CASES["refused"]) >= 25
 
 
 def expression(key, operator, values=None):

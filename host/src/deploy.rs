@@ -3,7 +3,7 @@
 
 use crate::crd::{ConfigMapModule, ModuleRef, WasmOperator};
 use crate::modules::{digest_of, DEFAULT_MODULE_NAMESPACE};
-use crate::offline::{read_documents, read_operator};
+use crate::offline::{load_operator, read_documents};
 use anyhow::{anyhow, bail, Context};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -37,7 +37,9 @@ pub struct DeployOptions {
 
 pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<WasmOperator> {
     let manifest = opts.dir.join("operator.yaml");
-    let mut op = read_operator(&manifest)?;
+    // Validated as the host will (a malformed definition is refused here, before anything is
+    // built, stored or applied, in the words the host's InvalidDefinition would use).
+    let (mut op, _) = load_operator(&manifest)?;
     let op_name = op
         .metadata
         .name

@@ -450,6 +450,17 @@ spec:
         1,
         "the problem is said once: {err}"
     );
+    // A value Kubernetes would not accept as a label's (a space) is invalid too, not a
+    // selector that quietly matches nothing.
+    let out = run(serde_json::json!({"matchLabels": {"tier": "web server"}}));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(
+            r#"spec.pick.matchLabels: "web server" (key "tier") is not a valid label value"#
+        ),
+        "{err}"
+    );
     let out = run(Value::Null);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -520,4 +531,56 @@ fn run_phase_cli_runs_the_finalizer() {
     assert_eq!(v["phase"], "finalizer");
     assert_eq!(v["done"], true);
     assert_eq!(v["statusInfo"]["finalizedAt"], "2026-11-21T12:00:00Z");
+}
+
+/// `wasmpilot deploy` validates the definition as the host will before it builds, stores or
+/// applies anything: an input selector Kubernetes would refuse (a label key with a space) is
+/// named by field, and no cluster is contacted (the kubeconfig names a port nothing listens on).
+#[test]
+fn deploy_refuses_an_invalid_definition_before_touching_the_cluster() {
+    let root = common::repo_root();
+    let text = std::fs::read_to_string(root.join("examples/autoroute/operator.yaml")).unwrap();
+    let mut op: Value = serde_yaml::from_str(&text).unwrap();
+    let phases = op["spec"]["phases"].as_array_mut().unwrap();
+    let (index, phase) = phases
+        .iter_mut()
+        .enumerate()
+        .find(|(_, p)| p["inputs"].as_array().is_some_and(|i| !i.is_empty()))
+        .expect("the example has a phase with inputs");
+    phase["inputs"][0]["matchExpressions"] =
+        serde_json::json!([{"key": "app name", "operator": "Exists"}]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("operator.yaml"),
+        serde_yaml::to_string(&op).unwrap(),
+    )
+    .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n\
+         current-context: x\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+        .args(["deploy", "--no-build"])
+        .arg(dir.path())
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("running wasmpilot");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "spec.phases[{index}].inputs[0].matchExpressions[0].key: \"app name\" is not a valid label key"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("applying")
+            && !stderr.contains("storing")
+            && !stderr.contains("127.0.0.1"),
+        "nothing was applied or stored: {stderr}"
+    );
 }

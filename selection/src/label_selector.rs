@@ -43,16 +43,43 @@ impl LabelSelector {
         match_expressions: &[LabelSelectorRequirement],
         field: &str,
     ) -> Result<Self, SelectorError> {
-        let mut requirements: Vec<(String, Operator)> = match_labels
-            .iter()
-            .map(|(k, v)| (k.clone(), Operator::In(vec![v.clone()])))
-            .collect();
+        let mut requirements = Vec::with_capacity(match_labels.len() + match_expressions.len());
+        for (key, value) in match_labels {
+            let at = format!("{field}.matchLabels");
+            label_key_problem(key).map_or(Ok(()), |why| {
+                Err(error(
+                    at.clone(),
+                    format!("{key:?} is not a valid label key: {why}"),
+                ))
+            })?;
+            label_value_problem(value).map_or(Ok(()), |why| {
+                Err(error(
+                    at,
+                    format!("{value:?} (key {key:?}) is not a valid label value: {why}"),
+                ))
+            })?;
+            requirements.push((key.clone(), Operator::In(vec![value.clone()])));
+        }
         for (i, e) in match_expressions.iter().enumerate() {
             let at = format!("{field}.matchExpressions[{i}]");
             if e.key.is_empty() {
                 return Err(error(format!("{at}.key"), "must not be empty"));
             }
+            if let Some(why) = label_key_problem(&e.key) {
+                return Err(error(
+                    format!("{at}.key"),
+                    format!("{:?} is not a valid label key: {why}", e.key),
+                ));
+            }
             let values = e.values.clone().unwrap_or_default();
+            for (j, value) in values.iter().enumerate() {
+                if let Some(why) = label_value_problem(value) {
+                    return Err(error(
+                        format!("{at}.values[{j}]"),
+                        format!("{value:?} is not a valid label value: {why}"),
+                    ));
+                }
+            }
             let op = match e.operator.as_str() {
                 "In" | "NotIn" if values.is_empty() => {
                     return Err(error(
@@ -113,6 +140,83 @@ impl LabelSelector {
             }
         })
     }
+}
+
+/// Why `key` cannot be a label key (Kubernetes' qualified name: an optional DNS subdomain
+/// prefix and `/`, then a name), if it cannot.
+fn label_key_problem(key: &str) -> Option<&'static str> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((_, name)) if name.contains('/') => return Some(
+            "at most one '/', between a DNS subdomain prefix and the name (e.g. example.com/name)",
+        ),
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() {
+            return Some("the prefix before '/' must not be empty");
+        }
+        if !is_dns_subdomain(prefix) {
+            return Some(
+                "the prefix before '/' must be a lowercase DNS subdomain (e.g. example.com)",
+            );
+        }
+        if prefix.len() > 253 {
+            return Some("the prefix before '/' must be no more than 253 characters");
+        }
+    }
+    if name.is_empty() {
+        return Some("the name must not be empty");
+    }
+    name_problem(name).map(|why| match why {
+        NameProblem::Characters => "the name must consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character",
+        NameProblem::Length => "the name must be no more than 63 characters",
+    })
+}
+
+/// Why `value` cannot be a label value (empty, or a name of at most 63 characters), if it cannot.
+fn label_value_problem(value: &str) -> Option<&'static str> {
+    if value.is_empty() {
+        return None;
+    }
+    name_problem(value).map(|why| match why {
+        NameProblem::Characters => "it must be empty or consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character",
+        NameProblem::Length => "it must be no more than 63 characters",
+    })
+}
+
+enum NameProblem {
+    Characters,
+    Length,
+}
+
+/// A non-empty label name or value: `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, at most 63
+/// characters (characters checked first, so the length is of ASCII text in every SDK).
+fn name_problem(text: &str) -> Option<NameProblem> {
+    let bytes = text.as_bytes();
+    let inner_ok = bytes
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    let ends_ok = bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric);
+    if !(inner_ok && ends_ok) {
+        Some(NameProblem::Characters)
+    } else if bytes.len() > 63 {
+        Some(NameProblem::Length)
+    } else {
+        None
+    }
+}
+
+/// A lowercase RFC 1123 subdomain: dot-separated labels of `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
+fn is_dns_subdomain(text: &str) -> bool {
+    text.split('.').all(|label| {
+        let b = label.as_bytes();
+        b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b.first().is_some_and(|c| *c != b'-')
+            && b.last().is_some_and(|c| *c != b'-')
+    })
 }
 
 /// The selector part `key` of `value` (absent: empty), or the field where it is malformed.

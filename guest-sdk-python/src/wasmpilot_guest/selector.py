@@ -67,15 +67,27 @@ class LabelSelector:
 
         Raises SelectorError, as the host: a value that is not an object; `matchLabels` that
         is not an object of strings; `matchExpressions` that is not an array of objects with
-        string `key`, `operator` and `values`; an empty key; an unknown operator; `In` or
-        `NotIn` without values; `Exists` or `DoesNotExist` with values."""
+        string `key`, `operator` and `values`; an empty key; a key or value Kubernetes does not
+        accept as a label's; an unknown operator; `In` or `NotIn` without values; `Exists` or
+        `DoesNotExist` with values."""
         if not isinstance(value, dict):
             raise SelectorError(
                 field, "is not a label selector (an object with matchLabels and/or matchExpressions)"
             )
         match_labels = parse_match_labels(value.get("matchLabels"), f"{field}.matchLabels")
         expressions = parse_match_expressions(value.get("matchExpressions"), f"{field}.matchExpressions")
-        requirements = [Requirement(key, "In", (text,)) for key, text in sorted(match_labels.items())]
+        requirements = []
+        for key, text in sorted(match_labels.items()):
+            why = label_key_problem(key)
+            if why:
+                raise SelectorError(f"{field}.matchLabels", f"{debug_quoted(key)} is not a valid label key: {why}")
+            why = label_value_problem(text)
+            if why:
+                raise SelectorError(
+                    f"{field}.matchLabels",
+                    f"{debug_quoted(text)} (key {debug_quoted(key)}) is not a valid label value: {why}",
+                )
+            requirements.append(Requirement(key, "In", (text,)))
         for index, (key, operator, values) in enumerate(expressions):
             requirements.append(checked(key, operator, values, f"{field}.matchExpressions[{index}]"))
         return cls(tuple(requirements))
@@ -93,6 +105,13 @@ def checked(key: str, operator: str, values: list[str], at: str) -> Requirement:
     """A `matchExpressions` entry at `at`, if Kubernetes accepts it; else SelectorError."""
     if not key:
         raise SelectorError(f"{at}.key", "must not be empty")
+    why = label_key_problem(key)
+    if why:
+        raise SelectorError(f"{at}.key", f"{debug_quoted(key)} is not a valid label key: {why}")
+    for index, text in enumerate(values):
+        why = label_value_problem(text)
+        if why:
+            raise SelectorError(f"{at}.values[{index}]", f"{debug_quoted(text)} is not a valid label value: {why}")
     if operator in ("In", "NotIn") and not values:
         raise SelectorError(f"{at}.values", f"must not be empty for operator {operator}")
     if operator in ("Exists", "DoesNotExist") and values:
@@ -100,6 +119,73 @@ def checked(key: str, operator: str, values: list[str], at: str) -> Requirement:
     if operator not in OPERATORS:
         raise SelectorError(f"{at}.operator", f"{debug_quoted(operator)} is not In, NotIn, Exists or DoesNotExist")
     return Requirement(key, operator, tuple(values))
+
+
+NAME_CHARACTERS = "consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character"
+
+
+def label_key_problem(key: str) -> Optional[str]:
+    """Why `key` cannot be a label key (Kubernetes' qualified name: an optional DNS subdomain
+    prefix and `/`, then a name), if it cannot; the host's words."""
+    parts = key.split("/")
+    if len(parts) > 2:
+        return "at most one '/', between a DNS subdomain prefix and the name (e.g. example.com/name)"
+    if len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            return "the prefix before '/' must not be empty"
+        if not is_dns_subdomain(prefix):
+            return "the prefix before '/' must be a lowercase DNS subdomain (e.g. example.com)"
+        if len(prefix) > 253:
+            return "the prefix before '/' must be no more than 253 characters"
+    else:
+        name = key
+    if not name:
+        return "the name must not be empty"
+    problem = name_problem(name)
+    if problem == "characters":
+        return f"the name must {NAME_CHARACTERS}"
+    if problem == "length":
+        return "the name must be no more than 63 characters"
+    return None
+
+
+def label_value_problem(value: str) -> Optional[str]:
+    """Why `value` cannot be a label value (empty, or a name of at most 63 characters), if it
+    cannot; the host's words."""
+    problem = name_problem(value) if value else None
+    if problem == "characters":
+        return f"it must be empty or {NAME_CHARACTERS}"
+    if problem == "length":
+        return "it must be no more than 63 characters"
+    return None
+
+
+def is_alphanumeric(ch: str) -> bool:
+    return ch.isascii() and ch.isalnum()
+
+
+def name_problem(text: str) -> Optional[str]:
+    """`"characters"` unless `text` is `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, then
+    `"length"` if longer than 63 (characters first, so the length is of ASCII text)."""
+    if not (
+        all(is_alphanumeric(ch) or ch in "-_." for ch in text)
+        and is_alphanumeric(text[0])
+        and is_alphanumeric(text[-1])
+    ):
+        return "characters"
+    return "length" if len(text) > 63 else None
+
+
+def is_dns_subdomain(text: str) -> bool:
+    """A lowercase RFC 1123 subdomain: dot-separated labels of `[a-z0-9]([-a-z0-9]*[a-z0-9])?`."""
+    return all(
+        label
+        and all((ch.isascii() and (ch.islower() or ch.isdigit())) or ch == "-" for ch in label)
+        and label[0] != "-"
+        and label[-1] != "-"
+        for label in text.split(".")
+    )
 
 
 def parse_match_labels(value: Any, field: str) -> dict[str, str]:
