@@ -233,15 +233,19 @@ impl Cli {
                 no_build,
                 module_namespace,
             } => {
-                let client = wasmpilot::api_client::connect()
-                    .await
-                    .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
                 let opts = wasmpilot::deploy::DeployOptions {
                     dir,
                     no_build,
                     module_namespace,
                 };
-                wasmpilot::deploy::deploy(client, &opts).await.map(|_| ())
+                // Everything that can be checked without the cluster is, first.
+                let prepared = wasmpilot::deploy::prepare(&opts)?;
+                let client = wasmpilot::api_client::connect()
+                    .await
+                    .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+                wasmpilot::deploy::deploy(client, &opts, prepared)
+                    .await
+                    .map(|_| ())
             }
             Command::RunPhase {
                 operator,

@@ -35,18 +35,82 @@ pub struct DeployOptions {
     pub module_namespace: String,
 }
 
-pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<WasmOperator> {
+/// An operator ready to deploy, checked without the cluster: its definition valid as the host
+/// will find it, its components built and every `file` module among them.
+pub struct Prepared {
+    op: WasmOperator,
+    op_name: String,
+    /// The built components by file name.
+    components: BTreeMap<String, Vec<u8>>,
+}
+
+/// Reads and validates `operator.yaml` as the host will, builds the components (unless
+/// `no_build`) and checks each `file` module is one of them: a malformed definition or a missing
+/// component is refused here, before the cluster is contacted or anything stored or applied.
+pub fn prepare(opts: &DeployOptions) -> anyhow::Result<Prepared> {
     let manifest = opts.dir.join("operator.yaml");
-    // Validated as the host will (a malformed definition is refused here, before anything is
-    // built, stored or applied, in the words the host's InvalidDefinition would use).
-    let (mut op, _) = load_operator(&manifest)?;
+    let (op, _) = load_operator(&manifest)?;
     let op_name = op
         .metadata
         .name
         .clone()
         .ok_or_else(|| anyhow!("{}: metadata.name is required", manifest.display()))?;
     let components = crate::component_build::build(&opts.dir, !opts.no_build)?.components;
+    let phase_modules = op
+        .spec
+        .phases
+        .iter()
+        .flat_map(|p| {
+            [
+                (p.name.clone(), p.module.as_ref()),
+                (format!("{}-shadow", p.name), p.shadow.as_ref()),
+            ]
+        })
+        .filter_map(|(role, m)| m.map(|m| (role, m)));
+    let finalizer_module = op
+        .spec
+        .finalizer
+        .as_ref()
+        .map(|f| (crate::definition::FINALIZER_ROLE.to_string(), &f.module));
+    for (role, module) in phase_modules.chain(finalizer_module) {
+        if let Some(file) = &module.file {
+            built(&components, &role, &file.path)?;
+        }
+    }
+    Ok(Prepared {
+        op,
+        op_name,
+        components,
+    })
+}
 
+/// The built component a module of `role` names by file `path`.
+fn built<'a>(
+    components: &'a BTreeMap<String, Vec<u8>>,
+    role: &str,
+    path: &str,
+) -> anyhow::Result<&'a Vec<u8>> {
+    components.get(path).ok_or_else(|| {
+        anyhow!(
+            "phase {role}: module file {path} is not one of the built components ({})",
+            components.keys().cloned().collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+/// Applies a [`prepare`]d operator: the WasmOperator CRD and the operator's CRDs, its
+/// components as ConfigMaps pinned by sha256 (owned by the WasmOperator), the WasmOperator,
+/// then deletes the module ConfigMaps it no longer references.
+pub async fn deploy(
+    client: Client,
+    opts: &DeployOptions,
+    prepared: Prepared,
+) -> anyhow::Result<WasmOperator> {
+    let Prepared {
+        mut op,
+        op_name,
+        components,
+    } = prepared;
     let crd_dir = opts.dir.join("crds");
     eprintln!(
         "applying the WasmOperator CRD{} (each waits until Established) …",
@@ -103,13 +167,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         let Some(file) = module.file.clone() else {
             continue;
         };
-        let bytes = components.get(&file.path).ok_or_else(|| {
-            anyhow!(
-                "phase {role}: module file {} is not one of the built components ({})",
-                file.path,
-                components.keys().cloned().collect::<Vec<_>>().join(", ")
-            )
-        })?;
+        let bytes = built(&components, &role, &file.path)?;
         let digest = digest_of(bytes);
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
         gz.write_all(bytes)?;
@@ -190,7 +248,7 @@ pub async fn deploy(client: Client, opts: &DeployOptions) -> anyhow::Result<Wasm
         .with_context(|| {
             format!(
                 "applying WasmOperator {op_name}: fix the field of {} the API server names below, or check access (kubectl auth can-i patch wasmoperators.wasmpilot.io)",
-                manifest.display()
+                opts.dir.join("operator.yaml").display()
             )
         })?;
     println!(
