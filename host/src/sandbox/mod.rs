@@ -402,23 +402,32 @@ impl Sandbox {
         Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))
     }
 
+    /// Why `component` does not link as a worker of `world`: imports the host does not provide,
+    /// or else the world's exports missing.
+    fn link_error(
+        &self,
+        world: &'static str,
+        component: &Component,
+        error: wasmtime::Error,
+    ) -> LoadError {
+        let imports = unprovided_imports(&self.engine, component);
+        if imports.is_empty() {
+            LoadError::WrongWorld {
+                world,
+                message: format!("{error:#}"),
+            }
+        } else {
+            LoadError::MissingImports { imports }
+        }
+    }
+
     /// Links a compiled component as a phase worker; fails if it lacks the `phase-worker` export.
     pub fn phase_module(
         &self,
         digest: &str,
         component: &Component,
     ) -> Result<PhaseModule, LoadError> {
-        let wrong = |e: wasmtime::Error| {
-            let imports = unprovided_imports(&self.engine, component);
-            if imports.is_empty() {
-                LoadError::WrongWorld {
-                    world: "phase",
-                    message: format!("{e:#}"),
-                }
-            } else {
-                LoadError::MissingImports { imports }
-            }
-        };
+        let wrong = |e| self.link_error("phase", component, e);
         let pre = self.linker.instantiate_pre(component).map_err(wrong)?;
         let pre = PhasePre::new(pre).map_err(wrong)?;
         Ok(PhaseModule {
@@ -435,17 +444,7 @@ impl Sandbox {
         digest: &str,
         component: &Component,
     ) -> Result<FinalizerModule, LoadError> {
-        let wrong = |e: wasmtime::Error| {
-            let imports = unprovided_imports(&self.engine, component);
-            if imports.is_empty() {
-                LoadError::WrongWorld {
-                    world: "finalizer",
-                    message: format!("{e:#}"),
-                }
-            } else {
-                LoadError::MissingImports { imports }
-            }
-        };
+        let wrong = |e| self.link_error("finalizer", component, e);
         let pre = self.linker.instantiate_pre(component).map_err(wrong)?;
         let pre = FinalizerPre::new(pre).map_err(wrong)?;
         Ok(FinalizerModule {
