@@ -265,7 +265,7 @@ pub async fn deploy(
             store_config_map(&maps, cm, Some(&applied_owner)).await?;
         }
     }
-    prune_modules(&maps, &op_name, &stored).await?;
+    prune_modules(&client, &opts.module_namespace, &op_name, &stored).await?;
     Ok(applied)
 }
 
@@ -301,18 +301,31 @@ async fn store_config_map(
 
 /// Deletes the module ConfigMaps an earlier deploy of WasmOperator `op_name` stored that this one
 /// no longer references: a phase removed, a module now from OCI, a component now split into
-/// fewer parts.
+/// fewer parts, or all of them after `--module-namespace` changed (in every namespace when the
+/// deployer may list ConfigMaps cluster-wide, else in this deploy's namespace).
 async fn prune_modules(
-    maps: &Api<ConfigMap>,
+    client: &Client,
+    module_namespace: &str,
     op_name: &str,
     stored: &BTreeMap<String, Value>,
 ) -> anyhow::Result<()> {
-    let earlier = maps
-        .list(&ListParams::default().labels(&module_labels_selector(op_name)))
-        .await
-        .with_context(|| format!("listing the module ConfigMaps of WasmOperator {op_name}"))?;
+    let selector = ListParams::default().labels(&module_labels_selector(op_name));
+    let listing = |what: String| {
+        move || format!("listing the module ConfigMaps of WasmOperator {op_name} ({what})")
+    };
+    let earlier = match Api::<ConfigMap>::all(client.clone()).list(&selector).await {
+        Ok(all) => all,
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            Api::<ConfigMap>::namespaced(client.clone(), module_namespace)
+                .list(&selector)
+                .await
+                .with_context(listing(format!("namespace {module_namespace}")))?
+        }
+        Err(e) => return Err(e).with_context(listing("all namespaces".into())),
+    };
     for cm in earlier {
         let name = cm.name_any();
+        let namespace = cm.namespace().unwrap_or_default();
         let ours = cm.annotations().contains_key(DIGEST_ANNOTATION)
             && cm
                 .metadata
@@ -320,19 +333,21 @@ async fn prune_modules(
                 .iter()
                 .flatten()
                 .any(|f| f.manager.as_deref() == Some(FIELD_MANAGER));
-        if stored.contains_key(&name) || !ours {
+        let referenced = namespace == module_namespace && stored.contains_key(&name);
+        if referenced || !ours {
             continue;
         }
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
         match maps.delete(&name, &DeleteParams::default()).await {
             Ok(_) => eprintln!(
-                "deleted ConfigMap {name}: WasmOperator {op_name} no longer references it"
+                "deleted ConfigMap {namespace}/{name}: WasmOperator {op_name} no longer references it"
             ),
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
                 return Err(e).with_context(|| {
                     format!(
-                    "deleting ConfigMap {name}, which WasmOperator {op_name} no longer references"
-                )
+                        "deleting ConfigMap {namespace}/{name}, which WasmOperator {op_name} no longer references"
+                    )
                 })
             }
         }

@@ -214,6 +214,23 @@ async fn modules_follow_their_operator(client: &Client) -> anyhow::Result<()> {
     stored_modules_are_referenced(client)
         .await
         .context("deleted and deployed again at once")?;
+    // Moved to another namespace and back: each deploy leaves the modules in one namespace only.
+    let elsewhere = create_namespace(client, "e2e-modules-elsewhere").await?;
+    deploy_example_with("examples/autoroute", &["--module-namespace", &elsewhere]);
+    let moved = stored_modules_are_referenced(client)
+        .await
+        .context("deployed with --module-namespace");
+    deploy_example("examples/autoroute");
+    let back = stored_modules_are_referenced(client)
+        .await
+        .context("deployed back to wasmpilot-system");
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    let _ = namespaces
+        .delete(&elsewhere, &kube::api::DeleteParams::default())
+        .await;
+    moved?;
+    back?;
     Ok(())
 }
 
@@ -225,6 +242,7 @@ async fn stored_modules_are_referenced(client: &Client) -> anyhow::Result<usize>
         get(client, OPERATOR.0, OPERATOR.1, None, "autoroute").await?,
         "operator",
     )?;
+    // (namespace, name) of each referenced ConfigMap.
     let mut referenced = std::collections::BTreeSet::new();
     let spec = &op["spec"];
     let modules = spec["phases"]
@@ -238,25 +256,29 @@ async fn stored_modules_are_referenced(client: &Client) -> anyhow::Result<usize>
         let Some(name) = m["configMap"]["name"].as_str() else {
             continue;
         };
+        let namespace = m["configMap"]["namespace"]
+            .as_str()
+            .unwrap_or("wasmpilot-system")
+            .to_string();
         match m["configMap"]["parts"].as_u64() {
             Some(n) => {
                 split += n as usize;
-                referenced.extend((0..n).map(|i| format!("{name}-{i}")));
+                referenced.extend((0..n).map(|i| (namespace.clone(), format!("{name}-{i}"))));
             }
             None => {
-                referenced.insert(name.to_string());
+                referenced.insert((namespace, name.to_string()));
             }
         }
     }
-    let maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(client.clone(), "wasmpilot-system");
+    // In every namespace: a deploy to another module namespace leaves none in the old one.
+    let maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::all(client.clone());
     let stored = maps
         .list(&kube::api::ListParams::default().labels("wasmpilot.io/operator=autoroute"))
         .await?
         .items;
-    let names: std::collections::BTreeSet<String> = stored
+    let names: std::collections::BTreeSet<(String, String)> = stored
         .iter()
-        .filter_map(|c| c.metadata.name.clone())
+        .filter_map(|c| Some((c.metadata.namespace.clone()?, c.metadata.name.clone()?)))
         .collect();
     ensure!(
         names == referenced,

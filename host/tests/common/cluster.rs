@@ -290,14 +290,20 @@ pub fn metric_value(text: &str, name: &str) -> Option<f64> {
 /// `wasmpilot deploy --no-build <example>` from the repository root, as a user ships an operator
 /// (the test command built the components already).
 pub fn deploy_example(example: &str) {
+    deploy_example_with(example, &[]);
+}
+
+/// `wasmpilot deploy --no-build <example>` with `extra` arguments.
+pub fn deploy_example_with(example: &str, extra: &[&str]) {
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
         .args(["deploy", "--no-build", example])
+        .args(extra)
         .current_dir(super::repo_root())
         .status()
         .expect("running wasmpilot deploy");
     assert!(
         status.success(),
-        "wasmpilot deploy --no-build {example} failed"
+        "wasmpilot deploy --no-build {example} {extra:?} failed"
     );
 }
 
