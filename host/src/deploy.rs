@@ -465,3 +465,135 @@ pub async fn apply_document(
 pub fn default_module_namespace() -> String {
     DEFAULT_MODULE_NAMESPACE.to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock_api_server::{failure, scripted, Exchange};
+    use http::{Method, StatusCode};
+
+    /// A module ConfigMap as listed: in `namespace`, written by deploy (`ours`) or by someone else.
+    fn module_map(namespace: &str, name: &str, ours: bool) -> Value {
+        let manager = if ours { FIELD_MANAGER } else { "kubectl" };
+        json!({
+            "metadata": {
+                "name": name, "namespace": namespace,
+                "labels": module_labels("web"),
+                "annotations": {DIGEST_ANNOTATION: format!("sha256:{}", "0".repeat(64))},
+                "managedFields": [{"manager": manager, "operation": "Apply"}],
+            }
+        })
+    }
+
+    fn list(items: Vec<Value>) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {}, "items": items})
+    }
+
+    fn deleted() -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+    }
+
+    /// What this deploy stored: `web-ready` in wasmpilot-system.
+    fn stored() -> BTreeMap<String, Value> {
+        BTreeMap::from([("web-ready".to_string(), json!({}))])
+    }
+
+    #[tokio::test]
+    async fn pruning_deletes_what_no_longer_is_referenced_in_every_namespace() {
+        let selector = "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dwasmpilot%2Cwasmpilot.io%2Foperator%3Dweb";
+        let (client, server) = scripted(vec![
+            Exchange::new(
+                Method::GET,
+                "/api/v1/configmaps",
+                StatusCode::OK,
+                list(vec![
+                    module_map("wasmpilot-system", "web-ready", true),
+                    module_map("old-modules", "web-ready", true),
+                    module_map("wasmpilot-system", "web-handmade", false),
+                    module_map("wasmpilot-system", "web-removed-phase", true),
+                ]),
+            )
+            .checking(move |parts, _| {
+                let query = parts.uri.query().unwrap_or_default();
+                assert!(
+                    query.contains(selector),
+                    "only this operator's modules: {query}"
+                );
+            }),
+            // The referenced one and the one another manager wrote stay.
+            Exchange::new(
+                Method::DELETE,
+                "/api/v1/namespaces/old-modules/configmaps/web-ready",
+                StatusCode::OK,
+                deleted(),
+            ),
+            Exchange::new(
+                Method::DELETE,
+                "/api/v1/namespaces/wasmpilot-system/configmaps/web-removed-phase",
+                StatusCode::OK,
+                deleted(),
+            ),
+        ]);
+        prune_modules(&client, "wasmpilot-system", "web", &stored())
+            .await
+            .expect("pruned");
+        drop(client);
+        server.await.expect("the API server's script");
+    }
+
+    #[tokio::test]
+    async fn pruning_falls_back_to_the_module_namespace_without_cluster_wide_list() {
+        let (client, server) = scripted(vec![
+            Exchange::new(
+                Method::GET,
+                "/api/v1/configmaps",
+                StatusCode::FORBIDDEN,
+                failure(
+                    403,
+                    "Forbidden",
+                    "configmaps is forbidden: cannot list at the cluster scope",
+                ),
+            ),
+            Exchange::new(
+                Method::GET,
+                "/api/v1/namespaces/wasmpilot-system/configmaps",
+                StatusCode::OK,
+                list(vec![
+                    module_map("wasmpilot-system", "web-ready", true),
+                    module_map("wasmpilot-system", "web-removed-phase", true),
+                ]),
+            ),
+            Exchange::new(
+                Method::DELETE,
+                "/api/v1/namespaces/wasmpilot-system/configmaps/web-removed-phase",
+                StatusCode::OK,
+                deleted(),
+            ),
+        ]);
+        prune_modules(&client, "wasmpilot-system", "web", &stored())
+            .await
+            .expect("pruned");
+        drop(client);
+        server.await.expect("the API server's script");
+    }
+
+    #[tokio::test]
+    async fn pruning_stops_on_other_errors_naming_what_it_listed() {
+        let (client, server) = scripted(vec![Exchange::new(
+            Method::GET,
+            "/api/v1/configmaps",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            failure(500, "InternalError", "etcd is down"),
+        )]);
+        let error = prune_modules(&client, "wasmpilot-system", "web", &stored())
+            .await
+            .expect_err("a server error is not a reason to prune less");
+        assert!(
+            format!("{error:#}")
+                .contains("listing the module ConfigMaps of WasmOperator web (all namespaces)"),
+            "{error:#}"
+        );
+        drop(client);
+        server.await.expect("the API server's script");
+    }
+}
