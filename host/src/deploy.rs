@@ -22,6 +22,8 @@ const FIELD_MANAGER: &str = "wasmpilot-deploy";
 const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The annotation naming the digest of the component a module ConfigMap holds.
 const DIGEST_ANNOTATION: &str = "wasmpilot.io/sha256";
+/// The annotation naming the file the component a module ConfigMap holds was built as.
+const SOURCE_ANNOTATION: &str = "wasmpilot.io/source";
 /// The binaryData key modules are stored under (gzip: a ConfigMap holds at most 1 MiB).
 pub const MODULE_KEY: &str = "component.wasm.gz";
 /// The most of a compressed component one ConfigMap holds (under the 1 MiB limit, with room
@@ -49,30 +51,14 @@ pub struct Prepared {
 /// component is refused here, before the cluster is contacted or anything stored or applied.
 pub fn prepare(opts: &DeployOptions) -> anyhow::Result<Prepared> {
     let manifest = opts.dir.join("operator.yaml");
-    let (op, _) = load_operator(&manifest)?;
+    let (mut op, _) = load_operator(&manifest)?;
     let op_name = op
         .metadata
         .name
         .clone()
         .ok_or_else(|| anyhow!("{}: metadata.name is required", manifest.display()))?;
     let components = crate::component_build::build(&opts.dir, !opts.no_build)?.components;
-    let phase_modules = op
-        .spec
-        .phases
-        .iter()
-        .flat_map(|p| {
-            [
-                (p.name.clone(), p.module.as_ref()),
-                (format!("{}-shadow", p.name), p.shadow.as_ref()),
-            ]
-        })
-        .filter_map(|(role, m)| m.map(|m| (role, m)));
-    let finalizer_module = op
-        .spec
-        .finalizer
-        .as_ref()
-        .map(|f| (crate::definition::FINALIZER_ROLE.to_string(), &f.module));
-    for (role, module) in phase_modules.chain(finalizer_module) {
+    for (role, module) in module_roles(&mut op) {
         if let Some(file) = &module.file {
             built(&components, &role, &file.path)?;
         }
@@ -82,6 +68,24 @@ pub fn prepare(opts: &DeployOptions) -> anyhow::Result<Prepared> {
         op_name,
         components,
     })
+}
+
+/// Each module of `op` with the role it is stored and reported under: a phase's name, the
+/// phase's name + `-shadow`, `finalizer`.
+fn module_roles(op: &mut WasmOperator) -> Vec<(String, &mut ModuleRef)> {
+    let mut roles = Vec::new();
+    for p in op.spec.phases.iter_mut() {
+        if let Some(m) = p.module.as_mut() {
+            roles.push((p.name.clone(), m));
+        }
+        if let Some(m) = p.shadow.as_mut() {
+            roles.push((format!("{}-shadow", p.name), m));
+        }
+    }
+    if let Some(f) = op.spec.finalizer.as_mut() {
+        roles.push((crate::definition::FINALIZER_ROLE.to_string(), &mut f.module));
+    }
+    roles
 }
 
 /// The built component a module of `role` names by file `path`.
@@ -139,18 +143,7 @@ pub async fn deploy(
     }
     ensure_namespace(&client, &opts.module_namespace).await?;
 
-    let mut roles: Vec<(String, &mut ModuleRef)> = Vec::new();
-    for p in op.spec.phases.iter_mut() {
-        if let Some(m) = p.module.as_mut() {
-            roles.push((p.name.clone(), m));
-        }
-        if let Some(m) = p.shadow.as_mut() {
-            roles.push((format!("{}-shadow", p.name), m));
-        }
-    }
-    if let Some(f) = op.spec.finalizer.as_mut() {
-        roles.push(("finalizer".into(), &mut f.module));
-    }
+    let roles = module_roles(&mut op);
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &opts.module_namespace);
     let ops: Api<WasmOperator> = Api::all(client.clone());
     // The WasmOperator owns its module ConfigMaps. When it exists, they name it as owner as they
@@ -206,7 +199,7 @@ pub async fn deploy(
                     "name": name,
                     "namespace": opts.module_namespace,
                     "labels": module_labels(&op_name),
-                    "annotations": {DIGEST_ANNOTATION: digest, "wasmpilot.io/source": file.path},
+                    "annotations": {DIGEST_ANNOTATION: digest, SOURCE_ANNOTATION: file.path},
                 },
                 "binaryData": {MODULE_KEY: ByteString(piece.to_vec())},
             });
@@ -290,7 +283,7 @@ async fn store_config_map(
     .with_context(|| {
         format!(
             "storing module {} in ConfigMap {}/{name}",
-            cm["metadata"]["annotations"]["wasmpilot.io/source"]
+            cm["metadata"]["annotations"][SOURCE_ANNOTATION]
                 .as_str()
                 .unwrap_or_default(),
             cm["metadata"]["namespace"].as_str().unwrap_or_default()
@@ -489,8 +482,14 @@ mod tests {
         json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {}, "items": items})
     }
 
-    fn deleted() -> Value {
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+    /// The DELETE of ConfigMap `namespace/name`, answered with success.
+    fn deletes(namespace: &str, name: &str) -> Exchange {
+        Exchange::new(
+            Method::DELETE,
+            &format!("/api/v1/namespaces/{namespace}/configmaps/{name}"),
+            StatusCode::OK,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+        )
     }
 
     /// What this deploy stored: `web-ready` in wasmpilot-system.
@@ -521,18 +520,8 @@ mod tests {
                 );
             }),
             // The referenced one and the one another manager wrote stay.
-            Exchange::new(
-                Method::DELETE,
-                "/api/v1/namespaces/old-modules/configmaps/web-ready",
-                StatusCode::OK,
-                deleted(),
-            ),
-            Exchange::new(
-                Method::DELETE,
-                "/api/v1/namespaces/wasmpilot-system/configmaps/web-removed-phase",
-                StatusCode::OK,
-                deleted(),
-            ),
+            deletes("old-modules", "web-ready"),
+            deletes("wasmpilot-system", "web-removed-phase"),
         ]);
         prune_modules(&client, "wasmpilot-system", "web", &stored())
             .await
@@ -563,12 +552,7 @@ mod tests {
                     module_map("wasmpilot-system", "web-removed-phase", true),
                 ]),
             ),
-            Exchange::new(
-                Method::DELETE,
-                "/api/v1/namespaces/wasmpilot-system/configmaps/web-removed-phase",
-                StatusCode::OK,
-                deleted(),
-            ),
+            deletes("wasmpilot-system", "web-removed-phase"),
         ]);
         prune_modules(&client, "wasmpilot-system", "web", &stored())
             .await

@@ -45,19 +45,19 @@ impl LabelSelector {
     ) -> Result<Self, SelectorError> {
         let mut requirements = Vec::with_capacity(match_labels.len() + match_expressions.len());
         for (key, value) in match_labels {
-            let at = format!("{field}.matchLabels");
-            label_key_problem(key).map_or(Ok(()), |why| {
-                Err(error(
-                    at.clone(),
+            let at = || format!("{field}.matchLabels");
+            if let Some(why) = label_key_problem(key) {
+                return Err(error(
+                    at(),
                     format!("{key:?} is not a valid label key: {why}"),
-                ))
-            })?;
-            label_value_problem(value).map_or(Ok(()), |why| {
-                Err(error(
-                    at,
+                ));
+            }
+            if let Some(why) = label_value_problem(value) {
+                return Err(error(
+                    at(),
                     format!("{value:?} (key {key:?}) is not a valid label value: {why}"),
-                ))
-            })?;
+                ));
+            }
             requirements.push((key.clone(), Operator::In(vec![value.clone()])));
         }
         for (i, e) in match_expressions.iter().enumerate() {

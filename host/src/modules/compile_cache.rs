@@ -60,6 +60,11 @@ pub struct CompileCache {
     max_bytes: u64,
 }
 
+/// The integrity sidecar of the entry `<hex>.cwasm`: `<hex>.cwasm.sha256`.
+fn sidecar_of(entry: &Path) -> PathBuf {
+    entry.with_extension("cwasm.sha256")
+}
+
 /// Feeds `Hash` output into sha256, so the engine key is stable across processes.
 struct Sha256Hasher(Sha256);
 
@@ -116,10 +121,9 @@ impl CompileCache {
         let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
         // Digests are computed by the host; refuse anything that is not plain hex anyway.
         let hex: String = hex.chars().filter(char::is_ascii_hexdigit).collect();
-        (
-            self.dir.join(format!("{hex}.cwasm")),
-            self.dir.join(format!("{hex}.cwasm.sha256")),
-        )
+        let entry = self.dir.join(format!("{hex}.cwasm"));
+        let sidecar = sidecar_of(&entry);
+        (entry, sidecar)
     }
 
     fn integrity(&self, digest: &str, cwasm: &[u8]) -> String {
@@ -237,7 +241,7 @@ impl CompileCache {
             }
             match std::fs::remove_file(&path) {
                 Ok(()) => {
-                    let _ = std::fs::remove_file(path.with_extension("cwasm.sha256"));
+                    let _ = std::fs::remove_file(sidecar_of(&path));
                     total -= len;
                     removed += 1;
                 }
