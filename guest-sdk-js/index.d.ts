@@ -197,6 +197,11 @@ export declare function exportFinalizer(worker: new () => FinalizerWorker): {
 
 /** Compact JSON with object keys sorted by code point, as the Rust SDK writes it. */
 export declare function toJson(value: unknown): string;
+/** The UTF-8 length of `JSON.stringify(value)`, counted without building the text. */
+export declare function jsonSize(value: unknown): number;
+/** What was thrown, as text: an Error's `name: message`, anything else (an engine's plain
+ * string such as `out of memory`) as a string. */
+export declare function describeThrown(err: unknown): string;
 /** Orders strings by Unicode code point (as Rust and Python compare strings). */
 export declare function compareText(a: string, b: string): number;
 

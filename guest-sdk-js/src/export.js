@@ -3,10 +3,11 @@
 // `runSync` and `runFinalize` take and return the WIT records (JSON strings inside), so the
 // component export and `@wasmpilot/guest/testing` run the same code.
 import { hostFinalizerInputs } from '#finalizer-inputs';
+import '#sandbox-globals';
 import { Context } from './context.js';
 import { ErrorKind, WorkerError } from './errors.js';
 import { identity, Inputs, parseAs, typeName } from './inputs.js';
-import { toJson } from './json.js';
+import { serializeFor } from './json.js';
 
 /** The phase name a finalizer worker's `Context.phase` reports. */
 export const FINALIZER_PHASE = 'finalizer';
@@ -65,7 +66,7 @@ export function runSync(worker, request) {
     const result = {
       nextPhase: outcome.nextPhase,
       statusInfo: statusJson(outcome.statusPatch),
-      outputs: outcome.outputs.map(toJson),
+      outputs: outcome.outputs.map((output, index) => serializeFor(`output #${index}`, output)),
       requeueAfterMs: optionalMillis(outcome.requeueAfterMs),
     };
     return { result, logs: ctx.takeLogs() };
@@ -166,11 +167,7 @@ function parseResource(type, resourceJson) {
 
 function statusJson(status) {
   if (status === undefined || Object.keys(status).length === 0) return undefined;
-  try {
-    return toJson(status);
-  } catch (err) {
-    throw WorkerError.fatal(`JSON error: ${err.message}`);
-  }
+  return serializeFor('the status', status);
 }
 
 /** Milliseconds as the WIT `u64` (a BigInt in the bindings), or undefined. */

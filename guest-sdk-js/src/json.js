@@ -1,6 +1,8 @@
 // JSON as the Rust SDK (serde_json) writes it: compact, object keys sorted by code point, so a
 // worker's decision is the same bytes whichever language it is written in.
 
+import { WorkerError } from './errors.js';
+
 /** Orders strings by Unicode code point (as Rust and Python compare strings). */
 export function compareText(a, b) {
   const left = [...a];
@@ -33,6 +35,104 @@ export function toJson(value) {
   });
   if (text === undefined) throw new TypeError(`${typeof value} is not JSON`);
   return text;
+}
+
+/** `toJson(value)` for the host, or a fatal `WorkerError` saying why not. `what` names the value
+ * (`the status`, `output #2`). A value JSON cannot hold (a BigInt, a cycle) is
+ * `{what} does not serialize to JSON: {why}`, as in the Rust SDK. A value the engine could not
+ * serialize at all — it throws `RangeError: Invalid string length`, or the string
+ * `out of memory` — is `{what} ({n} bytes of JSON) could not be serialized: {cause}`, its size
+ * counted without building it: the host reports that as its own limit (status info or outputs,
+ * in the words it uses for every language) when `n` is beyond it. */
+export function serializeFor(what, value) {
+  try {
+    return toJson(value);
+  } catch (err) {
+    if (err instanceof TypeError) throw WorkerError.fatal(`${what} does not serialize to JSON: ${err.message}`);
+    let size;
+    try {
+      size = jsonSize(value);
+    } catch (sizing) {
+      throw WorkerError.fatal(`${what} could not be serialized: ${describeThrown(err)} (nor measured: ${describeThrown(sizing)})`);
+    }
+    throw WorkerError.fatal(`${what} (${size} bytes of JSON) could not be serialized: ${describeThrown(err)}`);
+  }
+}
+
+/** What was thrown, as text: an Error's `name: message`; anything else as a string (engines
+ * throw plain strings too, e.g. SpiderMonkey's `out of memory`). */
+export function describeThrown(err) {
+  if (err instanceof Error) return err.message ? `${err.name}: ${err.message}` : err.name;
+  try {
+    return String(err);
+  } catch {
+    return `a thrown ${typeof err}`;
+  }
+}
+
+/** Printable ASCII other than `"` and `\`: written as is, one byte a character. */
+const PLAIN_TEXT = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
+
+/** The UTF-8 length of `JSON.stringify(text)`. */
+function stringSize(text) {
+  if (PLAIN_TEXT.test(text)) return text.length + 2;
+  let size = 2;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22 || c === 0x5c || c === 0x08 || c === 0x09 || c === 0x0a || c === 0x0c || c === 0x0d) size += 2;
+    else if (c < 0x20) size += 6;
+    else if (c < 0x80) size += 1;
+    else if (c < 0x800) size += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      size += 4;
+      i++;
+    } else if (c >= 0xd800 && c <= 0xdfff) size += 6; // a lone surrogate is escaped: \udxxx
+    else size += 3;
+  }
+  return size;
+}
+
+/** The UTF-8 length of `JSON.stringify(value)`, counted without building the text (which the
+ * engine could not: this is asked when it failed). Follows `toJSON` as `JSON.stringify` does. */
+export function jsonSize(value) {
+  const open = new Set();
+  const measure = (v, inArray) => {
+    if (v !== null && typeof v === 'object' && typeof v.toJSON === 'function') v = v.toJSON();
+    switch (typeof v) {
+      case 'string':
+        return stringSize(v);
+      case 'number':
+        return Number.isFinite(v) ? String(v).length : 4;
+      case 'boolean':
+        return v ? 4 : 5;
+      case 'undefined':
+      case 'function':
+      case 'symbol':
+        return inArray ? 4 : undefined;
+      case 'bigint':
+        return String(v).length;
+      default:
+        break;
+    }
+    if (v === null) return 4;
+    if (open.has(v)) throw new TypeError('the value refers to itself');
+    open.add(v);
+    let size = 2;
+    if (Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) size += measure(v[i], true) + (i > 0 ? 1 : 0);
+    } else {
+      let members = 0;
+      for (const key of Object.keys(v)) {
+        const member = measure(v[key], false);
+        if (member === undefined) continue;
+        size += stringSize(key) + 1 + member + (members > 0 ? 1 : 0);
+        members++;
+      }
+    }
+    open.delete(v);
+    return size;
+  };
+  return measure(value, true);
 }
 
 /** `a string`, `an object`, …: how error messages name a JSON value's type. */

@@ -1,6 +1,6 @@
 // What a worker decided: the next phase, a status patch, objects to apply, when to run again.
 import { WorkerError } from './errors.js';
-import { jsonType, toJson } from './json.js';
+import { jsonType, serializeFor } from './json.js';
 
 /** The `.status` fields the host writes itself; removed from a worker's status patch so a
  * worker cannot fight the host over them (see `HostStatus`). */
@@ -118,10 +118,6 @@ function outputValue(object, index) {
     const what = [kind, name].filter((p) => p !== undefined).join(' ');
     throw WorkerError.fatal(`output #${index}${what ? ` (${what})` : ''} has no ${missing.join(', no ')}`);
   }
-  try {
-    // A deep copy through JSON: later changes to `object` do not change the decision.
-    return JSON.parse(toJson(object));
-  } catch (err) {
-    throw WorkerError.fatal(`output #${index} does not serialize to JSON: ${err.message}`);
-  }
+  // A deep copy through JSON: later changes to `object` do not change the decision.
+  return JSON.parse(serializeFor(`output #${index}`, object));
 }

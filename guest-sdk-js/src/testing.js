@@ -17,6 +17,7 @@ import { parseAllDocuments } from 'yaml';
 import { WorkerError } from './errors.js';
 import { runFinalize, runSync } from './export.js';
 import { toJson } from './json.js';
+import { withSandboxGlobals } from './sandbox-globals.js';
 import { LabelSelector, SelectorError } from './selector.js';
 
 /** The clock a test request carries unless `SyncTest.now` sets another. */
@@ -146,14 +147,14 @@ export class SyncTest {
   /** Runs `worker` through the component export's code path. Throws a FailedRun with the
    * worker's WorkerError and the log lines written before it. */
   run(worker) {
-    const { result, error, logs } = runSync(worker, this.request());
+    const { result, error, logs } = withSandboxGlobals(() => runSync(worker, this.request()));
     if (error) throw new FailedRun(error, logs);
     return new SyncReport(result, logs);
   }
 
   /** Runs `worker` expecting a WorkerError; returns the FailedRun. Throws if it decided. */
   fail(worker) {
-    const { result, error, logs } = runSync(worker, this.request());
+    const { result, error, logs } = withSandboxGlobals(() => runSync(worker, this.request()));
     if (!error) throw new Error(`expected a WorkerError, the worker decided ${JSON.stringify(result)}`);
     return new FailedRun(error, logs);
   }
@@ -212,7 +213,7 @@ export class FinalizeTest {
   run(worker) {
     const request = { operator: this.#operator, resource: this.#resource, now: this.#now };
     const inputs = this.#inputs.map(([name, objects]) => ({ name, objects: [...objects] }));
-    const { result, error, logs } = runFinalize(worker, request, inputs);
+    const { result, error, logs } = withSandboxGlobals(() => runFinalize(worker, request, inputs));
     if (error) throw new FailedRun(error, logs);
     return {
       done: result.done,

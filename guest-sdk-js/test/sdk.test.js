@@ -3,12 +3,14 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import {
+  describeThrown,
   exportFinalizer,
   exportPhase,
   Finalized,
   FinalizerWorker,
   HostStatus,
   Inputs,
+  jsonSize,
   Outcome,
   PhaseWorker,
   Sample,
@@ -228,4 +230,94 @@ test('JSON is written as serde_json writes it: compact, keys sorted by code poin
 
 test('bad YAML names the document', () => {
   assert.throws(() => objectsFromYaml('a: 1\n---\n['), { message: /^YAML document #1/ });
+});
+
+test('a value JSON cannot hold is named, as in the Rust SDK', () => {
+  class Big extends PhaseWorker {
+    sync() {
+      return Outcome.next('Done').status({ n: 10n });
+    }
+  }
+  assert.throws(
+    () => exportPhase(Big).sync(new SyncTest({}).request()),
+    (err) => err.payload.tag === 'fatal' && err.payload.val === 'the status does not serialize to JSON: a BigInt (10) is not JSON',
+  );
+});
+
+test('what the engine throws while serializing is kept, with the size of what it could not write', () => {
+  // An engine out of memory throws a plain string (SpiderMonkey: `out of memory`), not an Error;
+  // here a toJSON that throws one stands in for the engine, once, as an allocation failure would.
+  let failed = false;
+  const huge = {
+    toJSON() {
+      if (!failed) {
+        failed = true;
+        throw 'out of memory';
+      }
+      return { blob: 'x'.repeat(300000), note: 'é"\n' };
+    },
+  };
+  class Hoarder extends PhaseWorker {
+    sync() {
+      return Outcome.next('Done').status({ huge });
+    }
+  }
+  const expected = JSON.stringify({ huge: { blob: 'x'.repeat(300000), note: 'é"\n' } });
+  const bytes = new TextEncoder().encode(expected).length;
+  assert.throws(
+    () => exportPhase(Hoarder).sync(new SyncTest({}).request()),
+    (err) => {
+      assert.equal(err.payload.tag, 'fatal');
+      assert.equal(err.payload.val, `the status (${bytes} bytes of JSON) could not be serialized: out of memory`);
+      return true;
+    },
+  );
+  failed = false;
+  class Lister extends PhaseWorker {
+    sync() {
+      return Outcome.next('Done').output({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c' }, data: huge });
+    }
+  }
+  assert.throws(
+    () => exportPhase(Lister).sync(new SyncTest({}).request()),
+    (err) => err.payload.val.startsWith('output #0 (') && err.payload.val.endsWith(' bytes of JSON) could not be serialized: out of memory'),
+  );
+});
+
+test('JSON sizes are counted as the text would be written', () => {
+  const values = [
+    { a: [1, -0, 2.5e-7, null, undefined, () => 1, true, false, 'tab\there', '\u0001', '\u{1F600}', '\uD800'] },
+    { nested: { deep: [[], {}, ''] }, skipped: undefined, fn() {}, date: new Date(0) },
+    'plain',
+    ['é', 'ü€', '"\\/'],
+  ];
+  for (const value of values) {
+    assert.equal(jsonSize(value), new TextEncoder().encode(JSON.stringify(value)).length, JSON.stringify(value));
+  }
+});
+
+test('a thrown value is described whatever it is', () => {
+  assert.equal(describeThrown(new RangeError('Invalid string length')), 'RangeError: Invalid string length');
+  assert.equal(describeThrown('out of memory'), 'out of memory');
+  assert.equal(describeThrown(undefined), 'undefined');
+  assert.equal(describeThrown(Object.create(null)), 'a thrown object');
+});
+
+test('fetch throws an error a worker can catch, saying workers have no network', () => {
+  class Fetcher extends PhaseWorker {
+    sync() {
+      try {
+        fetch('http://169.254.169.254/');
+        return Outcome.next('Reached');
+      } catch (err) {
+        return Outcome.next('Refused').status({ error: `${err.name}: ${err.message}` });
+      }
+    }
+  }
+  const report = new SyncTest({}).run(new Fetcher());
+  assert.equal(report.nextPhase, 'Refused');
+  assert.match(report.status.error, /^TypeError: fetch\(\) is not available in a wasmpilot worker: workers have no network/);
+  assert.equal(typeof globalThis.fetch, 'function', 'the native fetch is back after the run');
+  assert.doesNotThrow(() => globalThis.fetch.toString());
+  assert.notEqual(globalThis.fetch.name, 'unavailable');
 });

@@ -351,8 +351,10 @@ pub struct WasmOperatorStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ShadowStatus {
     pub phase: String,
-    /// The shadow component's digest (`sha256:…`); empty when it could not be loaded.
-    pub module: String,
+    /// The shadow component's digest (`sha256:…`); absent when it could not be loaded (see
+    /// `message`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
     /// Shadow decisions equal to the live one.
     pub same: u64,
     pub different: u64,

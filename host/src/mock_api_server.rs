@@ -72,7 +72,7 @@ pub fn scripted(script: Vec<Exchange>) -> (Client, JoinHandle<()>) {
             assert_eq!(
                 (&parts.method, path),
                 (&exchange.method, exchange.path.as_str()),
-                "request {i}"
+                "request {i}, with body {body}"
             );
             (exchange.check)(&parts, &body);
             let answer = Response::builder()

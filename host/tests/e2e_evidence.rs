@@ -264,6 +264,55 @@ async fn scenario(
     );
     let (ok, text) = common::replay_autoroute(&captured, &[]);
     ensure!(ok && text.contains("1 cases: 1 same"), "{text}");
+
+    // 7. A shadow whose bytes are not the sha256 it pins is not loaded; the operator stays
+    // Ready and the reason reaches status.shadows[].message (a write the API server once
+    // refused for its shape: a failed shadow's module was null).
+    let wrong = "0".repeat(64);
+    let api = dynamic_api(client, OPERATOR.0, OPERATOR.1, None).await?;
+    let op = serde_json::to_value(api.get("autoroute").await?)?;
+    let mut phases = op["spec"]["phases"].clone();
+    for p in phases.as_array_mut().context("spec.phases")? {
+        if p["name"] == "Syncing" {
+            p["shadow"] =
+                json!({"file": {"path": "wasmpilot_test_relabeled.wasm", "sha256": wrong}});
+        }
+    }
+    api.patch(
+        "autoroute",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"phases": phases}})),
+    )
+    .await?;
+    let reported = wait_for(
+        "status.shadows of autoroute to report the shadow that did not load",
+        T,
+        || async {
+            let op = must(
+                get(client, OPERATOR.0, OPERATOR.1, None, "autoroute").await?,
+                "WasmOperator autoroute",
+            )?;
+            let syncing = op["status"]["shadows"]
+                .as_array()
+                .and_then(|s| s.iter().find(|c| c["phase"] == "Syncing"))
+                .cloned();
+            let ready = condition(&op, "Ready").is_some_and(|c| c["status"] == "True");
+            Ok(syncing.filter(|c| ready && c["message"].is_string()))
+        },
+    )
+    .await?;
+    let message = reported["message"].as_str().unwrap_or_default();
+    ensure!(
+        message.contains("shadow not loaded (ModuleDigestMismatch)") && message.contains(&wrong),
+        "status.shadows[].message names the mismatch and the pinned digest: {reported}"
+    );
+    ensure!(
+        reported.get("module").is_none() && reported["same"] == 0,
+        "a shadow that did not load names no module and counts nothing: {reported}"
+    );
+    let late = "after-bad-shadow";
+    create_route(client, ns, late, 1).await?;
+    wait_ready(client, ns, late, 1).await?;
     Ok(())
 }
 

@@ -209,7 +209,7 @@ def status_json(status: Optional[dict[str, Any]]) -> Optional[str]:
     try:
         return to_json(status)
     except (TypeError, ValueError) as err:
-        raise WorkerError.fatal(f"JSON error: {err}") from err
+        raise WorkerError.fatal(f"the status does not serialize to JSON: {err}") from err
 
 
 def optional_millis(delay: Any) -> Optional[int]:

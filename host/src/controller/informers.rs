@@ -205,6 +205,28 @@ impl<T: Cached> Informer<T> {
     }
 }
 
+#[cfg(test)]
+impl<T: Cached> Informer<T> {
+    /// An informer that holds `objects` and is synced, watching nothing: the caches of a
+    /// reconcile run against a scripted API server.
+    pub fn holding(kind: &ResolvedKind, objects: Vec<T>) -> Self {
+        let cache = Arc::new(Cache::default());
+        for obj in objects {
+            cache.insert(Arc::new(obj));
+        }
+        let (changes, _) = broadcast::channel(EVENT_BUFFER);
+        let (_, ready) = tokio::sync::watch::channel(true);
+        Informer {
+            kind: kind.kind.clone(),
+            api: kind.api.clone(),
+            cache,
+            changes,
+            ready,
+            task: tokio::spawn(async {}),
+        }
+    }
+}
+
 /// Objects by namespace (`""`: cluster-scoped) and name.
 type ByNamespace<T> = HashMap<String, BTreeMap<String, Arc<T>>>;
 

@@ -21,7 +21,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{predicates, Controller, WatchStreamExt};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -545,13 +545,10 @@ impl ManagerContext {
         {
             tracing::warn!(operator = %name, error = %e, "could not update WasmOperator status");
         }
-        let mut reference = op.object_ref(&());
-        // WasmOperators are cluster-scoped; the events API (1.20) insists that the
-        // event's namespace matches the object's, so both say `default`.
-        reference.namespace = Some("default".into());
-        status::publish_event(
+        status::publish_operator_event(
             &self.recorder,
-            &reference,
+            &name,
+            op.uid(),
             true,
             failure.reason(),
             "Load",
@@ -776,11 +773,19 @@ impl ManagerContext {
                 }
             }
         }
-        (!loaded.is_empty() || !failed.is_empty())
-            .then(|| Shadows::start(self.client.clone(), name, loaded, failed))
+        (!loaded.is_empty() || !failed.is_empty()).then(|| {
+            Shadows::start(
+                self.client.clone(),
+                self.recorder.clone(),
+                name,
+                loaded,
+                failed,
+            )
+        })
     }
 
-    /// Writes Ready and ModulesLoaded conditions, active digests and observedGeneration.
+    /// Writes Ready and ModulesLoaded conditions, active digests and observedGeneration. A write
+    /// the API server refuses for its shape is also reported as an Event on the WasmOperator.
     async fn report(
         &self,
         op: &WasmOperator,
@@ -789,64 +794,94 @@ impl ManagerContext {
         digests: BTreeMap<String, String>,
     ) -> Result<(), kube::Error> {
         let now = crate::pipeline::step::now_rfc3339();
-        let current = op
-            .status
-            .as_ref()
-            .map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
-        let ready = status::ConditionUpdate {
-            type_: "Ready",
-            status: failure.is_none(),
-            reason: failure.unwrap_or("ControllerRunning").into(),
-            message: message.into(),
-        };
-        let modules_ok = failure.is_none();
-        let modules = status::ConditionUpdate {
-            type_: "ModulesLoaded",
-            status: modules_ok,
-            reason: if modules_ok {
-                "Loaded".into()
-            } else {
-                failure.unwrap_or("NotLoaded").into()
-            },
-            message: if modules_ok {
-                format!("{} module(s) verified and compiled", digests.len())
-            } else {
-                "modules were not loaded: see the Ready condition".into()
-            },
-        };
-        let mut patch = status::StatusUpdate {
-            observed_generation: op.metadata.generation,
-            condition: Some(ready),
-            ..Default::default()
-        };
-        let mut body =
-            status::status_patch(current.as_ref(), &patch, &now).unwrap_or_else(|| json!({}));
-        let mut merged = current.clone().unwrap_or_else(|| json!({}));
-        json_patch::merge(&mut merged, &body);
-        patch.condition = Some(modules);
-        if let Some(more) = status::status_patch(Some(&merged), &patch, &now) {
-            json_patch::merge(&mut body, &more);
-        }
-        if failure.is_none() {
-            body["modules"] = modules_patch(current.as_ref(), &digests);
-        }
-        let shadowed = op.spec.phases.iter().any(|p| p.shadow.is_some());
-        if !shadowed && current.as_ref().is_some_and(|s| s.get("shadows").is_some()) {
-            // The counts of shadows no longer declared go with them.
-            body["shadows"] = Value::Null;
-        }
-        if body.as_object().is_some_and(|m| m.is_empty()) {
+        let Some(body) = report_patch(op, failure, message, &digests, &now) else {
             return Ok(());
-        }
+        };
         let api: Api<WasmOperator> = Api::all(self.client.clone());
-        api.patch_status(
-            &op.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "status": body })),
-        )
-        .await?;
-        Ok(())
+        let written = api
+            .patch_status(
+                &op.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&body),
+            )
+            .await;
+        if let Err(e) = &written {
+            if status::refused_for_shape(e) {
+                status::publish_operator_event(
+                    &self.recorder,
+                    &op.name_any(),
+                    op.uid(),
+                    true,
+                    "StatusRefused",
+                    "WriteStatus",
+                    format!("the API server refused the WasmOperator's status: {e}"),
+                )
+                .await;
+            }
+        }
+        written.map(|_| ())
     }
+}
+
+/// The merge patch of a WasmOperator's status the manager writes: `Ready` and `ModulesLoaded`
+/// (with `failure` as their reason, if any), the active `digests`, observedGeneration, and
+/// `shadows` cleared once no phase declares one. `None` when it would change nothing.
+pub fn report_patch(
+    op: &WasmOperator,
+    failure: Option<&str>,
+    message: &str,
+    digests: &BTreeMap<String, String>,
+    now: &str,
+) -> Option<Value> {
+    let current = op
+        .status
+        .as_ref()
+        .map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
+    let ready = status::ConditionUpdate {
+        type_: "Ready",
+        status: failure.is_none(),
+        reason: failure.unwrap_or("ControllerRunning").into(),
+        message: message.into(),
+    };
+    let modules_ok = failure.is_none();
+    let modules = status::ConditionUpdate {
+        type_: "ModulesLoaded",
+        status: modules_ok,
+        reason: if modules_ok {
+            "Loaded".into()
+        } else {
+            failure.unwrap_or("NotLoaded").into()
+        },
+        message: if modules_ok {
+            format!("{} module(s) verified and compiled", digests.len())
+        } else {
+            "modules were not loaded: see the Ready condition".into()
+        },
+    };
+    let mut patch = status::StatusUpdate {
+        observed_generation: op.metadata.generation,
+        condition: Some(ready),
+        ..Default::default()
+    };
+    let mut body = status::status_patch(current.as_ref(), &patch, now).unwrap_or_else(|| json!({}));
+    let mut merged = current.clone().unwrap_or_else(|| json!({}));
+    json_patch::merge(&mut merged, &body);
+    patch.condition = Some(modules);
+    if let Some(more) = status::status_patch(Some(&merged), &patch, now) {
+        json_patch::merge(&mut body, &more);
+    }
+    if failure.is_none() {
+        body["modules"] = modules_patch(current.as_ref(), digests);
+    }
+    let shadowed = op.spec.phases.iter().any(|p| p.shadow.is_some());
+    if !shadowed && current.as_ref().is_some_and(|s| s.get("shadows").is_some()) {
+        // The counts of shadows no longer declared go with them.
+        body["shadows"] = Value::Null;
+    }
+    if body.as_object().is_some_and(|m| m.is_empty()) {
+        return None;
+    }
+    Some(json!({ "status": body }))
 }
 
 /// Whether the WasmOperator's status already reports its current generation as running:

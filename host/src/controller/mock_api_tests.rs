@@ -507,3 +507,186 @@ async fn a_kind_not_served_yet_is_reported_and_retried_with_a_growing_delay() {
     drop(ctx);
     server.await.expect("the scripted API server");
 }
+
+/// `wasmpilot_test_scripted.wasm` as built for the sandbox tests, if it is.
+fn scripted_component() -> Option<Vec<u8>> {
+    let dir = match std::env::var("WASMPILOT_WASM_DIR") {
+        Ok(dir) => std::path::PathBuf::from(dir),
+        Err(_) => std::env::current_exe()
+            .ok()?
+            .ancestors()
+            .nth(3)?
+            .join("wasm32-wasip2/release"),
+    };
+    std::fs::read(dir.join("wasmpilot_test_scripted.wasm")).ok()
+}
+
+fn resolved(group: &str, version: &str, kind: &str, plural: &str) -> ResolvedKind {
+    let api_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    ResolvedKind {
+        kind: KindRef::new(&api_version, kind),
+        api: ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, version, kind),
+            plural,
+        ),
+        namespaced: true,
+    }
+}
+
+/// A Widget whose Syncing applies ConfigMap `settings` and moves to Ready, where the worker
+/// reports the owned ConfigMaps it was given. The reconcile chains Ready right after Syncing;
+/// the ConfigMap watch has not delivered `settings` yet (the cache is empty), as under load.
+/// Ready must still see it, as the API server answered the apply: a Ready that reads its own
+/// outputs from a lagging cache sees them missing and sends the resource back (the AutoRoute
+/// Ready → Syncing → Ready flap).
+#[tokio::test]
+async fn a_chained_phase_reads_the_outputs_just_applied_though_the_cache_lags() {
+    use crate::controller::informers::Informer;
+    use crate::controller::reconcile::{reconcile, InputCaches, OperatorContext, OutputCaches};
+    use crate::definition::OperatorDefinition;
+    use crate::pipeline::inputs::WorkerObject;
+    use crate::sandbox::{Sandbox, SandboxLimits};
+    use std::sync::Arc;
+
+    let Some(bytes) = scripted_component() else {
+        eprintln!(
+            "SKIPPED: wasmpilot_test_scripted.wasm is not built (cargo build --release --target \
+             wasm32-wasip2 -p wasmpilot-test-scripted; deploy/local/test.sh does)"
+        );
+        return;
+    };
+    let spec: crate::crd::WasmOperatorSpec = serde_yaml::from_str(
+        r#"
+resource: {apiVersion: examples.io/v1, kind: Widget}
+phases:
+- name: Syncing
+  initial: true
+  module: {file: {path: scripted.wasm}}
+  outputs: [{apiVersion: v1, kind: ConfigMap}]
+  next: [Ready]
+- name: Ready
+  module: {file: {path: scripted.wasm}}
+  inputs: [{name: mine, apiVersion: v1, kind: ConfigMap, owned: true}]
+"#,
+    )
+    .expect("the definition");
+    let definition = OperatorDefinition::validate("widgets", &spec).expect("a valid definition");
+    let widget = resolved("examples.io", "v1", "Widget", "widgets");
+    let configmaps = resolved("", "v1", "ConfigMap", "configmaps");
+    let owner = json!([{"apiVersion": "examples.io/v1", "kind": "Widget", "name": "w1",
+                        "uid": "w1-uid", "controller": true}]);
+    let resource = |rv: &str, phase: &str| {
+        json!({"apiVersion": "examples.io/v1", "kind": "Widget",
+               "metadata": {"name": "w1", "namespace": "team-a", "uid": "w1-uid",
+                            "resourceVersion": rv, "generation": 1},
+               "spec": {"phases": {
+                   "Syncing": {"next": "Ready", "outputs": [
+                       {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "settings", "namespace": "team-a"},
+                        "data": {"k": "v"}}]},
+                   "Ready": {"next": "Ready", "countInputs": true}}},
+               "status": {"phase": phase}})
+    };
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "team-a", "uid": "settings-uid",
+                     "resourceVersion": "11", "ownerReferences": owner,
+                     "labels": {crate::OPERATOR_LABEL: "widgets", crate::PHASE_LABEL: "Syncing"}},
+        "data": {"k": "v"}});
+    let widget_path = "/apis/examples.io/v1/namespaces/team-a/widgets/w1";
+    let (client, server) = scripted(vec![
+        // Syncing, decided from the cache: the resource is checked unchanged before applying.
+        Exchange::new(
+            Method::GET,
+            widget_path,
+            StatusCode::OK,
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                   "metadata": {"name": "w1", "namespace": "team-a", "uid": "w1-uid",
+                                "resourceVersion": "10", "generation": 1}}),
+        ),
+        Exchange::new(
+            Method::PATCH,
+            "/api/v1/namespaces/team-a/configmaps/settings",
+            StatusCode::OK,
+            applied,
+        ),
+        Exchange::new(
+            Method::PATCH,
+            &format!("{widget_path}/status"),
+            StatusCode::OK,
+            resource("12", "Ready"),
+        )
+        .checking(|_, body| assert_eq!(body["status"]["phase"], "Ready", "{body}")),
+        Exchange::new(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/team-a/events",
+            StatusCode::CREATED,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                   "metadata": {"name": "w1.1", "namespace": "team-a"}, "eventTime": null,
+                   "reportingController": "wasmpilot", "reason": "PhaseChanged", "action": "SyncingToReady"}),
+        ),
+        // Ready, chained: it was handed the ConfigMap the cache does not hold yet, and stays.
+        Exchange::new(
+            Method::PATCH,
+            &format!("{widget_path}/status"),
+            StatusCode::OK,
+            resource("13", "Ready"),
+        )
+        .checking(|_, body| {
+            assert_eq!(
+                body["status"]["inputCounts"]["mine"], 1,
+                "Ready saw the ConfigMap Syncing applied: {body}"
+            );
+            let phase = &body["status"]["phase"];
+            assert!(phase.is_null() || phase == "Ready", "no move back: {body}");
+        }),
+    ]);
+    let sandbox = Sandbox::new(SandboxLimits::default()).expect("the sandbox");
+    let component = sandbox.compile(&bytes).expect("the scripted component");
+    let module = sandbox
+        .phase_module("sha256:scripted", &component)
+        .expect("a phase worker");
+    let mut inputs = InputCaches::default();
+    inputs.add(configmaps.kind.clone(), &[], || {
+        Arc::new(Informer::<WorkerObject>::holding(&configmaps, Vec::new()))
+    });
+    let outputs = OutputCaches(HashMap::from([(
+        configmaps.kind.clone(),
+        Arc::new(Informer::holding(&configmaps, Vec::new())),
+    )]));
+    let reporter = kube::runtime::events::Reporter {
+        controller: "wasmpilot".into(),
+        instance: None,
+    };
+    let ctx = Arc::new(OperatorContext {
+        definition,
+        client: client.clone(),
+        resource: widget,
+        workers: HashMap::from([
+            ("Syncing".to_string(), module.clone()),
+            ("Ready".to_string(), module),
+        ]),
+        finalizer: None,
+        kinds: HashMap::from([(configmaps.kind.clone(), configmaps.clone())]),
+        namespaced: HashMap::from([(configmaps.kind.clone(), true)]),
+        inputs,
+        outputs,
+        sandbox,
+        recorder: kube::runtime::events::Recorder::new(client.clone(), reporter),
+        backoff: Default::default(),
+        metrics_source: Default::default(),
+        finalized: Default::default(),
+        record_sink: None,
+        shadows: None,
+        input_requeue: Default::default(),
+    });
+    let obj: DynamicObject = serde_json::from_value(resource("10", "Syncing")).expect("a Widget");
+    let result = reconcile(Arc::new(obj), ctx.clone()).await;
+    drop(ctx);
+    drop(client);
+    server.await.expect("the API server's script");
+    assert!(result.is_ok(), "{result:?}");
+}

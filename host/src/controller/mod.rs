@@ -15,3 +15,5 @@ pub mod watch;
 
 #[cfg(test)]
 mod mock_api_tests;
+#[cfg(test)]
+mod status_shapes_tests;

@@ -12,7 +12,7 @@ use crate::definition::OperatorDefinition;
 use crate::evidence::case::RecordedResult;
 use crate::kinds::ResolvedKind;
 use crate::pipeline::decision::{self, DecisionInput};
-use crate::pipeline::inputs::{ObjectSource, WorkerObject};
+use crate::pipeline::inputs::{JustWritten, ObjectSource, WithWrites, WorkerObject};
 use crate::pipeline::outputs::{self, CheckedOutput, ObjectKey, OutputError};
 use crate::pipeline::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
 use crate::pipeline::step::{self, now_rfc3339, Samples, Standing};
@@ -192,7 +192,9 @@ pub async fn reconcile(
             .unwrap_or(&ctx.definition.initial_phase)
             .to_string();
         let api = ctx.api_for(obj.namespace().as_deref());
-        let mut step = decide_fresh(&ctx, &api, obj.clone(), Read::FromCache).await;
+        // What this reconcile applied and pruned: a chained phase reads its inputs through it.
+        let mut written = JustWritten::default();
+        let mut step = decide_fresh(&ctx, &api, obj.clone(), Read::FromCache, &mut written).await;
         // The object the last decision was made from: a failure is reported on it.
         let mut latest = obj.clone();
         // A phase that moved on is followed at once, from the object as written, rather than
@@ -205,7 +207,14 @@ pub async fn reconcile(
                 break;
             };
             latest = next.clone();
-            step = decide_fresh(&ctx, &api, latest.clone(), Read::FromApiServer).await;
+            step = decide_fresh(
+                &ctx,
+                &api,
+                latest.clone(),
+                Read::FromApiServer,
+                &mut written,
+            )
+            .await;
         }
         let result = step.map(|s| s.action);
         metrics.reconciles_in_flight.dec();
@@ -242,20 +251,22 @@ struct Step {
 
 /// One decision on `obj` ([`decide_recorded`]); when the cached object
 /// turns out stale (its status write or outputs refused), decided once more at once from the
-/// object as the API server has it, instead of waiting for the watch.
+/// object as the API server has it, instead of waiting for the watch. Its inputs are read
+/// through what the reconcile wrote so far, and what it writes is added there.
 async fn decide_fresh(
     ctx: &Arc<OperatorContext>,
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
+    written: &mut JustWritten,
 ) -> Result<Step, ReconcileError> {
-    let (result, next) = decide_recorded(ctx, api, obj.clone(), read).await;
+    let (result, next) = decide_recorded(ctx, api, obj.clone(), read, written).await;
     let (result, next) = match result {
         Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) => {
             match api.get_opt(&obj.name_any()).await {
                 Ok(Some(fresh)) => {
                     tracing::info!("{stale}");
-                    decide_recorded(ctx, api, Arc::new(fresh), Read::FromApiServer).await
+                    decide_recorded(ctx, api, Arc::new(fresh), Read::FromApiServer, written).await
                 }
                 Ok(None) => (Ok(Action::await_change()), None),
                 Err(_) => (Err(stale), None),
@@ -273,12 +284,14 @@ async fn decide_recorded(
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
+    written: &mut JustWritten,
 ) -> (Result<Action, ReconcileError>, Option<Arc<DynamicObject>>) {
     let mut effects = Effects::default();
-    let result = decide(ctx, api, obj.clone(), read, &mut effects).await;
+    let result = decide(ctx, api, obj.clone(), read, written, &mut effects).await;
     if let Some(call) = effects.live.take() {
         crate::controller::live_evidence::after_live_call(ctx, &obj, call);
     }
+    written.extend(effects.written);
     (result, effects.next)
 }
 
@@ -293,12 +306,13 @@ enum Read {
     FromApiServer,
 }
 
-/// What a decision leaves besides its action: the worker call for the evidence step, and the
-/// resource as written when its phase changed.
+/// What a decision leaves besides its action: the worker call for the evidence step, the
+/// resource as written when its phase changed, and the outputs it applied and pruned.
 #[derive(Default)]
 struct Effects {
     live: Option<LiveCall>,
     next: Option<Arc<DynamicObject>>,
+    written: JustWritten,
 }
 
 /// Finalizer bookkeeping, then the phase worker (or the finalizer worker on deletion). The
@@ -309,6 +323,7 @@ async fn decide(
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
+    written: &JustWritten,
     effects: &mut Effects,
 ) -> Result<Action, ReconcileError> {
     if ctx.finalizer.is_some() {
@@ -324,7 +339,7 @@ async fn decide(
             return Ok(Action::await_change());
         }
         if !deleting {
-            return run_phase(ctx, api, obj, read, effects).await;
+            return run_phase(ctx, api, obj, read, written, effects).await;
         }
         let uid = obj.uid().unwrap_or_default();
         if !ctx.finalized.contains(&uid) {
@@ -341,7 +356,7 @@ async fn decide(
     } else if obj.meta().deletion_timestamp.is_some() {
         Ok(Action::await_change())
     } else {
-        run_phase(ctx, api, obj, read, effects).await
+        run_phase(ctx, api, obj, read, written, effects).await
     }
 }
 
@@ -370,6 +385,7 @@ async fn run_phase(
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
+    written: &JustWritten,
     effects: &mut Effects,
 ) -> Result<Action, ReconcileError> {
     let def = &ctx.definition;
@@ -399,7 +415,12 @@ async fn run_phase(
         prometheus: &ctx.metrics_source.client,
         fallback_url: ctx.metrics_source.default_url.as_deref(),
     };
-    let request = step::request(def, phase, &obj, &ctx.inputs, samples, &now).await?;
+    // The watch caches, seen through what this reconcile's earlier phases applied and pruned.
+    let source = WithWrites {
+        source: &ctx.inputs,
+        writes: written,
+    };
+    let request = step::request(def, phase, &obj, &source, samples, &now).await?;
     let kept_request =
         crate::controller::live_evidence::wanted(ctx, &current).then(|| request.clone());
     let input = DecisionInput {
@@ -450,6 +471,9 @@ async fn run_phase(
     let report =
         outputs::apply_outputs(&ctx.client, &def.name, &current, &uid, &ctx.kinds, checked).await;
     let applied = report.applied;
+    for (kind, object) in report.written {
+        effects.written.applied(kind, object);
+    }
     failures.extend(report.failed);
     if !report.converged.is_empty() {
         let reference = obj.object_ref(&ctx.resource.api);
@@ -457,6 +481,16 @@ async fn run_phase(
             report_convergence(ctx, &reference, object, how).await;
         }
     }
+    let pruning: Vec<(KindRef, Option<String>, String)> = prunable
+        .iter()
+        .map(|(k, m)| {
+            (
+                k.clone(),
+                m.namespace.clone(),
+                m.name.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
     let pruned = match outputs::prune_outputs(&ctx.client, &ctx.kinds, prunable).await {
         Ok(pruned) => pruned,
         Err((pruned, e)) => {
@@ -466,6 +500,11 @@ async fn run_phase(
     };
     if pruned > 0 {
         tracing::info!(pruned, "deleted outputs the worker no longer returns");
+    }
+    if failures.is_empty() {
+        for (kind, namespace, name) in pruning {
+            effects.written.pruned(kind, namespace, name);
+        }
     }
     if !failures.is_empty() {
         return Err(ReconcileError::Apply {

@@ -9,10 +9,12 @@ use crate::crd::{ShadowStatus, WasmOperator};
 use crate::evidence::case::{compare, summarize, CaseSource, RecordedResult, Verdict};
 use crate::evidence::record::PendingRecord;
 use crate::pipeline::decision::{self, DecisionInput};
+use crate::pipeline::status;
 use crate::sandbox::PhaseModule;
 use crate::worker_text::{bounded, MESSAGE_BYTES};
 use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::{Api, Client, Resource};
+use kube::runtime::events::Recorder;
+use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -49,34 +51,25 @@ impl Shadows {
     /// starts the operator's shadow lane, which writes the counts to the WasmOperator `operator`.
     pub fn start(
         client: Client,
+        recorder: Recorder,
         operator: &str,
         modules: HashMap<String, PhaseModule>,
         failed: BTreeMap<String, String>,
     ) -> Self {
-        let mut stats = BTreeMap::new();
-        for (phase, module) in &modules {
-            stats.insert(
-                phase.clone(),
-                ShadowStatus {
-                    phase: phase.clone(),
-                    module: module.digest.clone(),
-                    ..Default::default()
-                },
-            );
-        }
-        for (phase, why) in failed {
-            stats.insert(
-                phase.clone(),
-                ShadowStatus {
-                    phase,
-                    message: Some(why),
-                    ..Default::default()
-                },
-            );
-        }
-        let stats = Arc::new(Mutex::new(stats));
+        let digests = modules
+            .iter()
+            .map(|(phase, m)| (phase.clone(), m.digest.clone()))
+            .collect();
+        let stats = Arc::new(Mutex::new(initial_counts(digests, failed)));
         let (queue, jobs) = mpsc::channel(QUEUE);
-        tokio::spawn(lane(client, operator.to_string(), jobs, stats.clone()));
+        let writer = CountsWriter {
+            client,
+            recorder,
+            operator: operator.to_string(),
+            written: None,
+            refused: None,
+        };
+        tokio::spawn(lane(writer, jobs, stats.clone()));
         Shadows {
             modules,
             queue,
@@ -125,16 +118,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `status.shadows`) already owns the field — a late write from here would overwrite it with
 /// the old module's counts, and the new lane, which writes only on change, would never fix it.
 async fn lane(
-    client: Client,
-    operator: String,
+    mut writer: CountsWriter,
     mut jobs: mpsc::Receiver<ShadowJob>,
     stats: Arc<Mutex<BTreeMap<String, ShadowStatus>>>,
 ) {
     let mut last_event: HashMap<String, Instant> = HashMap::new();
-    let mut written: Option<Vec<ShadowStatus>> = None;
     let mut last_write = Instant::now() - STATUS_INTERVAL;
     // The initial counts (and load failures) show up at once.
-    write_counts(&client, &operator, &stats, &mut written).await;
+    writer.write(&stats).await;
     loop {
         let wait = STATUS_INTERVAL.saturating_sub(last_write.elapsed());
         match tokio::time::timeout(wait, jobs.recv()).await {
@@ -143,32 +134,101 @@ async fn lane(
             Err(_) => {}
         }
         if last_write.elapsed() >= STATUS_INTERVAL {
-            write_counts(&client, &operator, &stats, &mut written).await;
+            writer.write(&stats).await;
             last_write = Instant::now();
         }
     }
 }
 
-/// Merge-patches `status.shadows` when the counts differ from what was last written.
-async fn write_counts(
-    client: &Client,
-    operator: &str,
-    stats: &Mutex<BTreeMap<String, ShadowStatus>>,
-    written: &mut Option<Vec<ShadowStatus>>,
-) {
-    let counts: Vec<ShadowStatus> = lock(stats).values().cloned().collect();
-    if written.as_ref() == Some(&counts) {
-        return;
+/// The counts `status.shadows` starts with: each loaded shadow's digest, each failed one's
+/// reason (and no digest).
+pub fn initial_counts(
+    loaded: BTreeMap<String, String>,
+    failed: BTreeMap<String, String>,
+) -> BTreeMap<String, ShadowStatus> {
+    let mut stats = BTreeMap::new();
+    for (phase, digest) in loaded {
+        let status = ShadowStatus {
+            phase: phase.clone(),
+            module: Some(digest),
+            ..Default::default()
+        };
+        stats.insert(phase, status);
     }
-    let api: Api<WasmOperator> = Api::all(client.clone());
-    let patch = serde_json::json!({ "status": { "shadows": counts } });
-    match api
-        .patch_status(operator, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => *written = Some(counts),
-        Err(e) => {
-            tracing::debug!(operator, error = %e, "could not write shadow counts (retrying later)")
+    for (phase, why) in failed {
+        let status = ShadowStatus {
+            phase: phase.clone(),
+            message: Some(why),
+            ..Default::default()
+        };
+        stats.insert(phase, status);
+    }
+    stats
+}
+
+/// The WasmOperator status patch that writes `counts` as `status.shadows`.
+pub fn counts_patch(counts: &[ShadowStatus]) -> serde_json::Value {
+    serde_json::json!({ "status": { "shadows": counts } })
+}
+
+/// Writes an operator's shadow counts to its WasmOperator, and reports a write the API server
+/// refuses for its shape once (Event and log line), not at every retry.
+struct CountsWriter {
+    client: Client,
+    recorder: Recorder,
+    operator: String,
+    /// What was last written.
+    written: Option<Vec<ShadowStatus>>,
+    /// The API server's last refusal, already reported.
+    refused: Option<String>,
+}
+
+impl CountsWriter {
+    /// Merge-patches `status.shadows` when the counts differ from what was last written.
+    async fn write(&mut self, stats: &Mutex<BTreeMap<String, ShadowStatus>>) {
+        let counts: Vec<ShadowStatus> = lock(stats).values().cloned().collect();
+        if self.written.as_ref() == Some(&counts) {
+            return;
+        }
+        let operator = self.operator.as_str();
+        let api: Api<WasmOperator> = Api::all(self.client.clone());
+        let patch = counts_patch(&counts);
+        match api
+            .patch_status(operator, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                self.written = Some(counts);
+                self.refused = None;
+            }
+            Err(e) if status::refused_for_shape(&e) => {
+                let why = bounded(&e.to_string(), MESSAGE_BYTES).into_owned();
+                if self.refused.as_deref() == Some(why.as_str()) {
+                    tracing::debug!(operator, error = %why, "shadow counts still refused");
+                    return;
+                }
+                tracing::warn!(operator, error = %why, "the API server refused the shadow counts (status.shadows); retrying every {}s", STATUS_INTERVAL.as_secs());
+                let uid = api
+                    .get_opt(operator)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|o| o.uid());
+                status::publish_operator_event(
+                    &self.recorder,
+                    operator,
+                    uid,
+                    true,
+                    "StatusRefused",
+                    "WriteShadowCounts",
+                    format!("the API server refused status.shadows: {why}"),
+                )
+                .await;
+                self.refused = Some(why);
+            }
+            Err(e) => {
+                tracing::debug!(operator, error = %e, "could not write shadow counts (retrying later)")
+            }
         }
     }
 }

@@ -98,6 +98,109 @@ pub fn worker_objects_of(
         .collect()
 }
 
+/// What one reconcile wrote — outputs as the API server answered their apply, and outputs it
+/// pruned — which the watch caches may not hold yet (an event takes its own path back, and
+/// under load it lags). A phase chained right after the one that wrote reads its inputs
+/// through these, so it decides on what was just applied, not on what the cache still shows
+/// (AutoRoute's Ready would see the Gateway Syncing just applied as missing and go back).
+#[derive(Debug, Default)]
+pub struct JustWritten {
+    applied: Vec<(KindRef, Arc<DynamicObject>)>,
+    pruned: Vec<(KindRef, Option<String>, String)>,
+}
+
+impl JustWritten {
+    pub fn applied(&mut self, kind: KindRef, object: DynamicObject) {
+        let key = |o: &DynamicObject| (o.metadata.namespace.clone(), o.metadata.name.clone());
+        self.applied
+            .retain(|(k, o)| !(*k == kind && key(o) == key(&object)));
+        self.applied.push((kind, Arc::new(object)));
+    }
+
+    pub fn pruned(&mut self, kind: KindRef, namespace: Option<String>, name: String) {
+        self.applied.retain(|(k, o)| {
+            !(*k == kind
+                && o.metadata.namespace == namespace
+                && o.metadata.name.as_ref() == Some(&name))
+        });
+        self.pruned.push((kind, namespace, name));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.applied.is_empty() && self.pruned.is_empty()
+    }
+
+    /// Adds what `later` wrote (a later phase of the same reconcile) to what is known.
+    pub fn extend(&mut self, later: JustWritten) {
+        for (kind, ns, name) in later.pruned {
+            self.pruned(kind, ns, name);
+        }
+        for (kind, object) in later.applied {
+            self.applied(kind, Arc::unwrap_or_clone(object));
+        }
+    }
+}
+
+/// An object source seen through a reconcile's own writes: the objects it applied replace (or
+/// join) the source's, those it pruned are gone.
+pub struct WithWrites<'a, S> {
+    pub source: &'a S,
+    pub writes: &'a JustWritten,
+}
+
+impl<S: ObjectSource> ObjectSource for WithWrites<'_, S> {
+    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+        let mut objects = self.source.worker_objects(input, namespace);
+        if self.writes.is_empty() {
+            return objects;
+        }
+        let kind = KindRef::new(&input.api_version, &input.kind);
+        let at = |m: &ObjectMeta, ns: &Option<String>, name: &str| {
+            m.namespace == *ns && m.name.as_deref() == Some(name)
+        };
+        for (k, ns, name) in &self.writes.pruned {
+            if *k == kind {
+                objects.retain(|o| !at(o.metadata(), ns, name));
+            }
+        }
+        let projection = projection(input);
+        for (k, written) in &self.writes.applied {
+            let m = &written.metadata;
+            // As the source: the resource's namespace, and cluster-scoped objects.
+            let visible = match (namespace, m.namespace.as_deref()) {
+                (Some(ns), Some(ons)) => ns == ons,
+                _ => true,
+            };
+            if *k != kind || !visible {
+                continue;
+            }
+            let name = m.name.as_deref().unwrap_or_default();
+            let fresh = || Arc::new(WorkerObject::new(written, &kind, projection.as_ref()));
+            match objects
+                .iter_mut()
+                .find(|o| at(o.metadata(), &m.namespace, name))
+            {
+                // The cache caught up already (or holds a later change): keep it.
+                Some(cached) if !is_older(cached.metadata(), m) => {}
+                Some(cached) => *cached = fresh(),
+                None => objects.push(fresh()),
+            }
+        }
+        objects
+    }
+}
+
+/// Whether `cached` is an earlier version of the object than `written`. resourceVersions are
+/// opaque to clients, but every API server in use issues etcd revisions, which order writes;
+/// one that is not a number is taken as older (the write is what this reconcile knows).
+fn is_older(cached: &ObjectMeta, written: &ObjectMeta) -> bool {
+    let revision = |m: &ObjectMeta| m.resource_version.as_deref()?.parse::<u64>().ok();
+    match (revision(cached), revision(written)) {
+        (Some(c), Some(w)) => c < w,
+        _ => cached.resource_version != written.resource_version,
+    }
+}
+
 /// The resource whose inputs are gathered: where it is, its uid (for `owned` inputs) and its
 /// fields (for `selectorFrom`).
 #[derive(Clone, Copy, Debug)]

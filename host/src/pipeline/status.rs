@@ -231,6 +231,37 @@ pub async fn patch_status(
         .await
 }
 
+/// Publishes an Event on the WasmOperator `operator` with `uid` (see [`publish_event`]).
+pub async fn publish_operator_event(
+    recorder: &Recorder,
+    operator: &str,
+    uid: Option<String>,
+    warning: bool,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    use crate::crd::WasmOperator;
+    use kube::Resource;
+    let reference = ObjectReference {
+        api_version: Some(WasmOperator::api_version(&()).into_owned()),
+        kind: Some(WasmOperator::kind(&()).into_owned()),
+        name: Some(operator.to_string()),
+        uid,
+        // WasmOperators are cluster-scoped; the events API (1.20) insists that the event's
+        // namespace matches the object's, so both say `default`.
+        namespace: Some("default".into()),
+        ..Default::default()
+    };
+    publish_event(recorder, &reference, warning, reason, action, note).await;
+}
+
+/// Whether the API server refused a write for the object's shape (422 Invalid: the body does
+/// not fit the schema), which no retry of the same body will change.
+pub fn refused_for_shape(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 422)
+}
+
 /// Publishes an Event; failures are logged, never fatal to the reconcile.
 pub async fn publish_event(
     recorder: &Recorder,

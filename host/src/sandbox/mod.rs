@@ -123,16 +123,33 @@ pub enum RunError {
     RequestTooLarge { size: usize, limit: usize },
     #[error("the worker returned {count} outputs, more than the limit of {limit}")]
     TooManyOutputs { count: usize, limit: usize },
-    #[error("the worker returned {size} bytes of outputs, more than the limit of {limit}")]
-    OutputsTooLarge { size: usize, limit: usize },
-    #[error("the worker returned {size} bytes of status info, more than the limit of {limit} (raise it with the phase's limits.maxStatusKib, or keep less in the status)")]
-    StatusTooLarge { size: usize, limit: usize },
+    #[error("the worker returned {size} bytes of outputs, more than the limit of {limit}{}", unserialized_suffix(.unserialized))]
+    OutputsTooLarge {
+        size: usize,
+        limit: usize,
+        /// Why the worker could not even serialize them (its engine's words), when it reported
+        /// their size instead: see [`SerializeFailure`].
+        unserialized: Option<String>,
+    },
+    #[error("the worker returned {size} bytes of status info, more than the limit of {limit} (raise it with the phase's limits.maxStatusKib, or keep less in the status){}", unserialized_suffix(.unserialized))]
+    StatusTooLarge {
+        size: usize,
+        limit: usize,
+        unserialized: Option<String>,
+    },
     #[error("the worker sent more than its {lines} log lines or {} KiB of log per call", .bytes >> 10)]
     LogLimit { lines: usize, bytes: usize },
     #[error("could not instantiate the component: {0}")]
     Instantiate(String),
     #[error("the sandbox is shutting down")]
     ShuttingDown,
+}
+
+fn unserialized_suffix(cause: &Option<String>) -> String {
+    match cause {
+        Some(cause) => format!("; the worker could not serialize it: {cause}"),
+        None => String::new(),
+    }
 }
 
 fn stderr_suffix(stderr: &str) -> String {
@@ -501,7 +518,7 @@ impl Sandbox {
         })
         .await;
         call.finish();
-        let result = result?.map_err(worker_error)?;
+        let result = result?.map_err(|e| worker_error(e, &limits))?;
         Self::check_outputs(&result.outputs, &limits)?;
         Self::check_status_info(result.status_info.as_deref(), &limits)?;
         Ok(result)
@@ -543,7 +560,7 @@ impl Sandbox {
         })
         .await;
         call.finish();
-        let result = result?.map_err(worker_error)?;
+        let result = result?.map_err(|e| worker_error(e, &limits))?;
         Self::check_status_info(result.status_info.as_deref(), &limits)?;
         Ok(result)
     }
@@ -607,6 +624,7 @@ impl Sandbox {
             return Err(RunError::StatusTooLarge {
                 size,
                 limit: limits.max_status_bytes,
+                unserialized: None,
             });
         }
         Ok(())
@@ -624,6 +642,7 @@ impl Sandbox {
             return Err(RunError::OutputsTooLarge {
                 size,
                 limit: limits.max_output_bytes,
+                unserialized: None,
             });
         }
         Ok(())
@@ -683,11 +702,65 @@ async fn within_deadline<T>(
 }
 
 /// A worker's own error, its message bounded: it ends in Conditions, Events and logs.
-fn worker_error(e: WorkerError) -> RunError {
+/// The worker's own error, bounded. A fatal error that is an SDK's report of a decision too
+/// large to serialize ([`SerializeFailure`]) beyond the call's limit is that limit's error, in
+/// the words the host uses when it measures the JSON itself (a Rust or Python worker's case).
+fn worker_error(e: WorkerError, limits: &CallLimits) -> RunError {
     use crate::worker_text::{bound_owned, MESSAGE_BYTES};
     match e {
         WorkerError::Retryable(m) => RunError::Retryable(bound_owned(m, MESSAGE_BYTES)),
-        WorkerError::Fatal(m) => RunError::Fatal(bound_owned(m, MESSAGE_BYTES)),
+        WorkerError::Fatal(m) => match SerializeFailure::parse(&m) {
+            Some(f) if f.is_status() && f.size > limits.max_status_bytes => {
+                RunError::StatusTooLarge {
+                    size: f.size,
+                    limit: limits.max_status_bytes,
+                    unserialized: Some(bound_owned(f.cause.to_string(), MESSAGE_BYTES)),
+                }
+            }
+            Some(f) if f.is_output() && f.size > limits.max_output_bytes => {
+                RunError::OutputsTooLarge {
+                    size: f.size,
+                    limit: limits.max_output_bytes,
+                    unserialized: Some(bound_owned(f.cause.to_string(), MESSAGE_BYTES)),
+                }
+            }
+            _ => RunError::Fatal(bound_owned(m, MESSAGE_BYTES)),
+        },
+    }
+}
+
+/// A guest SDK's report that its engine could not serialize part of a decision, with the size
+/// the JSON would have had: `{what} ({size} bytes of JSON) could not be serialized: {cause}`,
+/// `what` being `the status` or `output #{index}` (the JavaScript SDK's `serializeFor`; its
+/// engine throws rather than grow a string of tens of MB, where Rust and Python return the JSON
+/// and the host measures it). A worker that claims a size it did not have misreports only its
+/// own failure.
+#[derive(Debug, PartialEq)]
+struct SerializeFailure<'a> {
+    what: &'a str,
+    size: usize,
+    cause: &'a str,
+}
+
+impl<'a> SerializeFailure<'a> {
+    fn parse(message: &'a str) -> Option<Self> {
+        let (head, cause) = message.split_once(" bytes of JSON) could not be serialized: ")?;
+        let (what, size) = head.rsplit_once(" (")?;
+        Some(SerializeFailure {
+            what,
+            size: size.parse().ok()?,
+            cause,
+        })
+    }
+
+    fn is_status(&self) -> bool {
+        self.what == "the status"
+    }
+
+    fn is_output(&self) -> bool {
+        self.what
+            .strip_prefix("output #")
+            .is_some_and(|i| i.parse::<usize>().is_ok())
     }
 }
 
@@ -743,6 +816,74 @@ fn forward_stdio(store: &Store<HostState>) {
         if !bytes.is_empty() {
             let dropped = pipe.dropped();
             tracing::info!(target: "wasmpilot::guest", stream, dropped_bytes = dropped, "{}", String::from_utf8_lossy(&bytes).trim_end());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> CallLimits {
+        let l = SandboxLimits::default();
+        CallLimits {
+            deadline: l.deadline,
+            memory_bytes: l.memory_bytes,
+            max_outputs: l.max_outputs,
+            max_output_bytes: l.max_output_bytes,
+            log_lines: l.log_lines,
+            log_bytes: l.log_bytes,
+            max_status_bytes: l.max_status_bytes,
+        }
+    }
+
+    #[test]
+    fn an_sdks_report_of_a_status_beyond_the_limit_is_the_hosts_limit_error() {
+        let e = worker_error(
+            WorkerError::Fatal(
+                "the status (52428812 bytes of JSON) could not be serialized: out of memory".into(),
+            ),
+            &limits(),
+        );
+        assert_eq!(e.reason(), "StatusInfoLimitExceeded");
+        assert_eq!(
+            e.to_string(),
+            "the worker returned 52428812 bytes of status info, more than the limit of 262144 \
+             (raise it with the phase's limits.maxStatusKib, or keep less in the status); the \
+             worker could not serialize it: out of memory"
+        );
+        let e = worker_error(
+            WorkerError::Fatal(
+                "output #3 (9000000 bytes of JSON) could not be serialized: RangeError: Invalid string length".into(),
+            ),
+            &limits(),
+        );
+        assert_eq!(e.reason(), "OutputLimitExceeded");
+        assert!(
+            e.to_string().starts_with(
+                "the worker returned 9000000 bytes of outputs, more than the limit of 8388608; \
+                 the worker could not serialize it: RangeError: Invalid string length"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_sdks_report_within_the_limit_or_of_another_shape_stays_the_workers_error() {
+        for message in [
+            // Within the limit: the engine's failure (memory) is the news, kept as it is.
+            "the status (1000 bytes of JSON) could not be serialized: out of memory",
+            "output #x (99999999 bytes of JSON) could not be serialized: out of memory",
+            "the resource (99999999 bytes of JSON) could not be serialized: out of memory",
+            "the status (lots of bytes of JSON) could not be serialized: out of memory",
+            "the status does not serialize to JSON: a BigInt (10) is not JSON",
+        ] {
+            let e = worker_error(WorkerError::Fatal(message.into()), &limits());
+            assert_eq!(e.reason(), "WorkerFatalError", "{message}");
+            assert_eq!(
+                e.to_string(),
+                format!("the worker returned a fatal error: {message}")
+            );
         }
     }
 }

@@ -365,6 +365,9 @@ pub enum Convergence {
 #[derive(Debug, Default)]
 pub struct ApplyReport {
     pub applied: usize,
+    /// Each applied object as the API server answered its last write (a watch cache may not
+    /// hold it yet: see [`crate::pipeline::inputs::JustWritten`]).
+    pub written: Vec<(KindRef, DynamicObject)>,
     /// Objects that needed more than a server-side apply, and what was done.
     pub converged: Vec<(String, Convergence)>,
     pub failed: Vec<OutputError>,
@@ -398,9 +401,10 @@ pub async fn apply_outputs(
         label(&mut out.object, operator, phase);
         let api = resolved.api(client, out.namespace.as_deref());
         match apply_one(&api, &out, &manager, owner_uid).await {
-            Ok(how) => {
+            Ok((how, written)) => {
                 tracing::debug!(object = %out.describe(), ?how, "applied output");
                 report.applied += 1;
+                report.written.push((out.kind.clone(), written));
                 if how != Convergence::Applied {
                     report.converged.push((out.describe(), how));
                 }
@@ -415,12 +419,13 @@ pub async fn apply_outputs(
 }
 
 /// Applies one output; converges it another way when apply alone cannot (see [`Convergence`]).
+/// Also the object as the API server answered the last write.
 async fn apply_one(
     api: &Api<DynamicObject>,
     out: &CheckedOutput,
     manager: &str,
     owner_uid: &str,
-) -> Result<Convergence, OutputError> {
+) -> Result<(Convergence, DynamicObject), OutputError> {
     let failed = |source| OutputError::ApplyFailed {
         object: out.describe(),
         source,
@@ -450,23 +455,22 @@ async fn apply_one(
         }
         Err(source) => return Err(failed(source)),
     };
-    let foreign = drift::foreign_lists(&live, &out.object, manager);
-    if foreign.is_empty() || !controlled_by(&live, owner_uid) {
-        return Ok(Convergence::Applied);
+    let live_json = serde_json::to_value(&live).map_err(|e| failed(kube::Error::SerdeError(e)))?;
+    let foreign = drift::foreign_lists(&live_json, &out.object, manager);
+    if foreign.is_empty() || !controlled_by(&live_json, owner_uid) {
+        return Ok((Convergence::Applied, live));
     }
-    replace_lists(api, out, manager, &live, foreign).await
+    replace_lists(api, out, manager, &live_json, foreign).await
 }
 
 async fn server_side_apply(
     api: &Api<DynamicObject>,
     out: &CheckedOutput,
     manager: &str,
-) -> Result<Value, kube::Error> {
+) -> Result<DynamicObject, kube::Error> {
     let params = PatchParams::apply(manager).force();
-    let applied = api
-        .patch(&out.name, &params, &Patch::Apply(&out.object))
-        .await?;
-    serde_json::to_value(&applied).map_err(kube::Error::SerdeError)
+    api.patch(&out.name, &params, &Patch::Apply(&out.object))
+        .await
 }
 
 /// Replaces the lists holding other managers' entries with the worker's (only if the object is
@@ -477,7 +481,7 @@ async fn replace_lists(
     manager: &str,
     live: &Value,
     foreign: Vec<drift::ForeignList>,
-) -> Result<Convergence, OutputError> {
+) -> Result<(Convergence, DynamicObject), OutputError> {
     let converge_failed = |step: &'static str, source| OutputError::ConvergeFailed {
         object: out.describe(),
         step,
@@ -496,7 +500,7 @@ async fn replace_lists(
     api.patch(&out.name, &params, &Patch::<()>::Json(patch))
         .await
         .map_err(|e| converge_failed("replacing lists held by other field managers", e))?;
-    server_side_apply(api, out, manager)
+    let written = server_side_apply(api, out, manager)
         .await
         .map_err(|e| converge_failed("applying after the replacement", e))?;
     let mut managers = BTreeSet::new();
@@ -507,7 +511,7 @@ async fn replace_lists(
             f.path()
         })
         .collect();
-    Ok(Convergence::Replaced { lists, managers })
+    Ok((Convergence::Replaced { lists, managers }, written))
 }
 
 /// Deletes the object (only this one: uid precondition) and creates it from the worker's decision.
@@ -517,7 +521,7 @@ async fn recreate(
     manager: &str,
     live: &Value,
     refused: &kube::Error,
-) -> Result<Convergence, OutputError> {
+) -> Result<(Convergence, DynamicObject), OutputError> {
     let converge_failed = |step: &'static str, source| OutputError::ConvergeFailed {
         object: out.describe(),
         step,
@@ -535,14 +539,14 @@ async fn recreate(
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(converge_failed("deleting it to recreate it", e)),
     }
-    server_side_apply(api, out, manager)
+    let written = server_side_apply(api, out, manager)
         .await
         .map_err(|e| converge_failed("creating it again", e))?;
     let reason = match refused {
         kube::Error::Api(s) => crate::worker_text::bound_owned(s.message.clone(), 512),
         other => other.to_string(),
     };
-    Ok(Convergence::Recreated { reason })
+    Ok((Convergence::Recreated { reason }, written))
 }
 
 /// Whether the resource with `uid` is the object's controller.

@@ -1,0 +1,190 @@
+//! Every WasmOperator status the host writes, checked against the CRD's own schema as the API
+//! server checks it: the status the merge patch leaves must fit `status` of the CRD.
+//! Kubernetes 1.20's validator refuses an empty string where the schema says `type: string`
+//! without `nullable` (it takes the zero value for null): a failed shadow's `module: ""` was
+//! refused that way on every write, so `status.shadows` never reported it.
+
+use crate::controller::manager::report_patch;
+use crate::controller::shadow::{counts_patch, initial_counts};
+use crate::crd::{ShadowStatus, WasmOperator};
+use kube::CustomResourceExt;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// Why `value` does not fit `schema` (OpenAPI v3 as a CRD states it), by field path.
+fn violations(schema: &Value, value: &Value, path: &str, found: &mut Vec<String>) {
+    let nullable = schema["nullable"] == true;
+    let empty_string = value.as_str().is_some_and(str::is_empty);
+    if value.is_null() || (empty_string && schema["type"] == "string") {
+        if !nullable {
+            found.push(format!(
+                "{path}: null (or \"\") where the schema wants {}",
+                schema["type"]
+            ));
+        }
+        return;
+    }
+    let fits = match schema["type"].as_str() {
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        Some("array") => value.is_array(),
+        Some("object") => value.is_object(),
+        _ => true,
+    };
+    if !fits {
+        found.push(format!("{path}: {value} is not of type {}", schema["type"]));
+        return;
+    }
+    if let Some(items) = value.as_array() {
+        for (i, item) in items.iter().enumerate() {
+            violations(&schema["items"], item, &format!("{path}[{i}]"), found);
+        }
+    }
+    if let Some(fields) = value.as_object() {
+        for required in schema["required"].as_array().into_iter().flatten() {
+            let name = required.as_str().unwrap_or_default();
+            if !fields.contains_key(name) {
+                found.push(format!("{path}.{name}: required"));
+            }
+        }
+        for (name, v) in fields {
+            let field = if let Some(s) = schema["properties"].get(name) {
+                s
+            } else if schema["additionalProperties"].is_object() {
+                &schema["additionalProperties"]
+            } else {
+                // Unknown fields are pruned by the API server, not refused.
+                continue;
+            };
+            violations(field, v, &format!("{path}.{name}"), found);
+        }
+    }
+}
+
+/// The status after merge-patching `patch` onto `op`, checked against the CRD.
+fn check(op: &WasmOperator, patch: &Value, what: &str) -> Value {
+    let crd = serde_json::to_value(WasmOperator::crd()).expect("the CRD");
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+    let mut object = serde_json::to_value(op).expect("the WasmOperator");
+    json_patch::merge(&mut object, patch);
+    let mut found = Vec::new();
+    violations(schema, &object["status"], "status", &mut found);
+    assert!(
+        found.is_empty(),
+        "{what}: the API server would refuse {found:?} in {patch}"
+    );
+    object["status"].clone()
+}
+
+fn operator(status: Option<Value>) -> WasmOperator {
+    serde_json::from_value(json!({
+        "apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
+        "metadata": {"name": "autoroute", "generation": 3},
+        "spec": {"resource": {"apiVersion": "examples.io/v1", "kind": "AutoRoute"},
+                 "phases": [{"name": "Syncing", "initial": true,
+                             "module": {"file": {"path": "s.wasm"}},
+                             "shadow": {"file": {"path": "c.wasm", "sha256": "0".repeat(64)}}}]},
+        "status": status,
+    }))
+    .expect("a WasmOperator")
+}
+
+#[test]
+fn the_schema_check_refuses_what_the_api_server_refused() {
+    // Premise: the check sees what Kubernetes 1.20 refuses (its message for the shadow that
+    // did not load: `status.shadows.module: Invalid value: "null": … must be of type string`;
+    // `module` is optional now, so here `phase`, which is not).
+    let refused = json!({"status": {"shadows": [
+        {"phase": "", "same": 0, "different": 0, "errors": 0, "message": "x"}]}});
+    let crd = serde_json::to_value(WasmOperator::crd()).expect("the CRD");
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+    let mut found = Vec::new();
+    violations(schema, &refused["status"], "status", &mut found);
+    assert_eq!(
+        found,
+        ["status.shadows[0].phase: null (or \"\") where the schema wants \"string\""]
+    );
+}
+
+#[test]
+fn every_wasmoperator_status_the_host_writes_fits_its_crd() {
+    let now = "2026-11-26T00:00:00Z";
+    let digests = BTreeMap::from([("Syncing".to_string(), format!("sha256:{}", "a".repeat(64)))]);
+
+    // Never started: the first load failed.
+    let never = operator(None);
+    let failed = report_patch(
+        &never,
+        Some("ModuleDigestMismatch"),
+        "phase Syncing: sha256 mismatch",
+        &BTreeMap::new(),
+        now,
+    )
+    .expect("a status to write");
+    let after_failure = check(&never, &failed, "an operator that never started");
+
+    // Running, after that failure.
+    let running = report_patch(
+        &operator(Some(after_failure)),
+        None,
+        "controller running for AutoRoute",
+        &digests,
+        now,
+    )
+    .expect("a status to write");
+    let running_status = check(&never, &running, "a running operator");
+
+    // Its shadow counts: one loaded, one that did not load (no module), then counted.
+    let loaded = BTreeMap::from([("Syncing".to_string(), format!("sha256:{}", "b".repeat(64)))]);
+    let not_loaded = BTreeMap::from([(
+        "Ready".to_string(),
+        "shadow not loaded (ModuleDigestMismatch): sha256 mismatch".to_string(),
+    )]);
+    let mut counts: Vec<ShadowStatus> = initial_counts(loaded, not_loaded).into_values().collect();
+    let with_shadows = operator(Some(running_status));
+    let status = check(
+        &with_shadows,
+        &counts_patch(&counts),
+        "shadows, one not loaded",
+    );
+    assert!(status["shadows"][0].get("module").is_none(), "{status}");
+    assert_eq!(
+        status["shadows"][1]["module"],
+        format!("sha256:{}", "b".repeat(64))
+    );
+    counts[1].same = 4;
+    counts[1].different = 1;
+    counts[1].last_difference = Some(format!("{now} team-a/r1"));
+    let status = check(&with_shadows, &counts_patch(&counts), "shadow counts");
+
+    // Reloaded after a failure while shadows are reported; then the shadow removed from the
+    // spec, which clears the counts.
+    let reloading = operator(Some(status.clone()));
+    let failed_again = report_patch(
+        &reloading,
+        Some("KindNotServed"),
+        "spec.resource: not served",
+        &BTreeMap::new(),
+        now,
+    )
+    .expect("a status to write");
+    check(
+        &reloading,
+        &failed_again,
+        "a load failure with shadows reported",
+    );
+    let mut unshadowed = operator(Some(status));
+    unshadowed.spec.phases[0].shadow = None;
+    let cleared = report_patch(
+        &unshadowed,
+        None,
+        "controller running for AutoRoute",
+        &digests,
+        now,
+    )
+    .expect("a status to write");
+    let status = check(&unshadowed, &cleared, "shadows cleared");
+    assert!(status.get("shadows").is_none(), "{status}");
+}

@@ -1,0 +1,203 @@
+//! What a JavaScript worker is told when its engine cannot serialize its decision, or when it
+//! reaches for the network: a project from `wasmpilot init --lang javascript`, built with the
+//! pinned toolchain and run through the host's sandbox offline (`wasmpilot run-phase`). Needs
+//! the toolchains (`deploy/local/guest-toolchains.sh install`; the test command installs them).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
+    let text = text(&out);
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn wasmpilot(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmpilot"));
+    cmd.current_dir(dir)
+        .env("CARGO_TARGET_DIR", dir.join("target"));
+    cmd
+}
+
+const HOARD: &str = r#"import { exportPhase, Outcome, PhaseWorker } from '@wasmpilot/guest';
+
+/** Returns `spec.statusBytes` bytes of status info, or an output holding `spec.outputBytes`. */
+export class Hoard extends PhaseWorker {
+  sync(ctx, resource) {
+    const { statusBytes, outputBytes } = resource.spec;
+    if (outputBytes) {
+      return Outcome.next('Done').output({
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: 'hoard', namespace: 'default' },
+        data: { blob: 'o'.repeat(outputBytes) },
+      });
+    }
+    return Outcome.next('Done').status({ blob: 's'.repeat(statusBytes) });
+  }
+}
+
+export const phaseWorker = exportPhase(Hoard);
+"#;
+
+const REACH: &str = r#"import { exportPhase, Outcome, PhaseWorker } from '@wasmpilot/guest';
+
+/** Calls fetch(): caught when `spec.catch`, else the error leaves the worker. */
+export class Reach extends PhaseWorker {
+  sync(ctx, resource) {
+    if (!resource.spec.catch) fetch('http://169.254.169.254/latest/meta-data/');
+    try {
+      fetch('http://169.254.169.254/latest/meta-data/');
+      return Outcome.next('Done').status({ reached: true });
+    } catch (err) {
+      return Outcome.next('Done').status({ caught: `${err.name}: ${err.message}`, type: typeof fetch });
+    }
+  }
+}
+
+export const phaseWorker = exportPhase(Reach);
+"#;
+
+struct Project {
+    _work: tempfile::TempDir,
+    dir: PathBuf,
+    modules: PathBuf,
+}
+
+/// `wasmpilot init` with phases Hoard, Reach and Done; Hoard and Reach replaced by the workers
+/// above, Hoard allowed `memory_mib`; built.
+fn project(memory_mib: u32) -> Project {
+    let work = tempfile::tempdir().expect("temp dir");
+    run(
+        "wasmpilot init",
+        wasmpilot(work.path()).args([
+            "init",
+            "greedy",
+            "--lang",
+            "javascript",
+            "--kind",
+            "Greedy",
+            "--group",
+            "demo.io",
+            "--phases",
+            "Hoard,Reach,Done",
+        ]),
+    );
+    let dir = work.path().join("greedy");
+    std::fs::write(dir.join("workers/hoard/worker.js"), HOARD).expect("hoard");
+    std::fs::write(dir.join("workers/reach/worker.js"), REACH).expect("reach");
+    let manifest = dir.join("operator.yaml");
+    let operator = std::fs::read_to_string(&manifest).expect("operator.yaml");
+    let mut yaml: serde_yaml::Value = serde_yaml::from_str(&operator).expect("operator.yaml");
+    for phase in yaml["spec"]["phases"]
+        .as_sequence_mut()
+        .expect("spec.phases")
+    {
+        if phase["name"] == "Hoard" {
+            phase["limits"] =
+                serde_yaml::from_str(&format!("{{memoryMib: {memory_mib}}}")).expect("limits");
+            phase["outputs"] =
+                serde_yaml::from_str("[{apiVersion: v1, kind: ConfigMap}]").expect("outputs");
+        }
+    }
+    std::fs::write(&manifest, serde_yaml::to_string(&yaml).expect("yaml")).expect("write");
+    run(
+        "npm install",
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&dir),
+    );
+    let built = run("wasmpilot build", wasmpilot(&dir).args(["build", "."]));
+    let modules = built
+        .lines()
+        .find_map(|l| l.split_once(" into ").map(|(_, d)| PathBuf::from(d.trim())))
+        .unwrap_or_else(|| panic!("no output directory in:\n{built}"));
+    Project {
+        _work: work,
+        dir,
+        modules,
+    }
+}
+
+impl Project {
+    /// `wasmpilot run-phase` of `phase` on a Greedy with `spec`: success and what it printed.
+    fn run_phase(&self, phase: &str, spec: &str) -> (bool, String) {
+        let resource = self.dir.join("resource.yaml");
+        std::fs::write(
+            &resource,
+            format!(
+                "apiVersion: demo.io/v1\nkind: Greedy\nmetadata: {{name: g, namespace: default}}\nspec: {spec}\n"
+            ),
+        )
+        .expect("resource.yaml");
+        let out = wasmpilot(&self.dir)
+            .args(["run-phase", "--operator", "operator.yaml", "--module-dir"])
+            .arg(&self.modules)
+            .args(["--resource", "resource.yaml", "--phase", phase])
+            .output()
+            .expect("running wasmpilot run-phase");
+        (out.status.success(), text(&out))
+    }
+}
+
+#[test]
+fn a_javascript_decision_too_large_to_serialize_names_the_hosts_limit_and_the_engines_cause() {
+    for memory_mib in [64, 512] {
+        let project = project(memory_mib);
+        // Within the worker's memory: the host measures the JSON, as for Rust and Python.
+        let (ok, out) = project.run_phase("Hoard", "{statusBytes: 1048576}");
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("the worker returned 1048587 bytes of status info, more than the limit of 262144 (raise it with the phase's limits.maxStatusKib, or keep less in the status)"),
+            "memoryMib {memory_mib}, 1 MiB of status: {out}"
+        );
+        // 50 MB: the engine cannot build the text. Premise: it failed inside the worker (the
+        // engine's words are there), and the host still names its own limit and the real size.
+        let (ok, out) = project.run_phase("Hoard", "{statusBytes: 52428800}");
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("the worker returned 52428811 bytes of status info, more than the limit of 262144 (raise it with the phase's limits.maxStatusKib, or keep less in the status); the worker could not serialize it: "),
+            "memoryMib {memory_mib}, 50 MB of status: {out}"
+        );
+        assert!(!out.contains("undefined"), "the cause is named: {out}");
+        let (ok, out) = project.run_phase("Hoard", "{outputBytes: 52428800}");
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("bytes of outputs, more than the limit of 8388608; the worker could not serialize it: "),
+            "memoryMib {memory_mib}, a 50 MB output: {out}"
+        );
+        assert!(!out.contains("undefined"), "the cause is named: {out}");
+        if memory_mib == 64 {
+            fetch_is_an_error_not_a_trap(&project);
+        }
+    }
+}
+
+fn fetch_is_an_error_not_a_trap(project: &Project) {
+    let (ok, out) = project.run_phase("Reach", "{catch: true}");
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(
+            "TypeError: fetch() is not available in a wasmpilot worker: workers have no network"
+        ),
+        "the worker caught an error naming fetch and the network: {out}"
+    );
+    assert!(out.contains("type: function"), "{out}");
+    let (ok, out) = project.run_phase("Reach", "{catch: false}");
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("fetch() is not available in a wasmpilot worker"),
+        "uncaught, the host's report names the error (a worker's bug traps, as a Rust panic does): {out}"
+    );
+}
