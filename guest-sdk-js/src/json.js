@@ -51,12 +51,24 @@ export function serializeFor(what, value) {
     if (err instanceof TypeError) throw WorkerError.fatal(`${what} does not serialize to JSON: ${err.message}`);
     let size;
     try {
-      size = jsonSize(value);
-    } catch (sizing) {
-      throw WorkerError.fatal(`${what} could not be serialized: ${describeThrown(err)} (nor measured: ${describeThrown(sizing)})`);
+      size = `${jsonSize(value)}`;
+    } catch {
+      // Reading a string the engine holds as a rope (`'x'.repeat(n)`, concatenations) makes a
+      // flat copy of it, which may fail as the serialization did: count its length instead.
+      try {
+        size = `at least ${jsonSize(value, lengthAtLeast)}`;
+      } catch (sizing) {
+        throw WorkerError.fatal(`${what} could not be serialized: ${describeThrown(err)} (nor measured: ${describeThrown(sizing)})`);
+      }
     }
     throw WorkerError.fatal(`${what} (${size} bytes of JSON) could not be serialized: ${describeThrown(err)}`);
   }
+}
+
+/** A lower bound of `stringSize(text)` that does not read the text: each UTF-16 unit is at
+ * least one byte of UTF-8, escapes only add. */
+function lengthAtLeast(text) {
+  return text.length + 2;
 }
 
 /** What was thrown, as text: an Error's `name: message`; anything else as a string (engines
@@ -70,13 +82,34 @@ export function describeThrown(err) {
   }
 }
 
-/** Printable ASCII other than `"` and `\`: written as is, one byte a character. */
+/** Printable ASCII other than `"` and `\\`: written as is, one byte a character. */
 const PLAIN_TEXT = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
+
+/** Characters of a long string looked at at once: a string built by concatenation (a rope) is
+ * read a slice at a time, never made into one flat copy (which may be what just failed). */
+const SLICE = 1 << 16;
 
 /** The UTF-8 length of `JSON.stringify(text)`. */
 function stringSize(text) {
-  if (PLAIN_TEXT.test(text)) return text.length + 2;
   let size = 2;
+  let start = 0;
+  while (start < text.length) {
+    let part = text.slice(start, start + SLICE);
+    start += part.length;
+    // A surrogate pair cut by the slice is counted whole (4 bytes), not as two lone halves.
+    const last = part.charCodeAt(part.length - 1);
+    if (start < text.length && last >= 0xd800 && last <= 0xdbff) {
+      part += text.slice(start, start + 1);
+      start += 1;
+    }
+    size += sliceSize(part);
+  }
+  return size;
+}
+
+function sliceSize(text) {
+  if (PLAIN_TEXT.test(text)) return text.length;
+  let size = 0;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22 || c === 0x5c || c === 0x08 || c === 0x09 || c === 0x0a || c === 0x0c || c === 0x0d) size += 2;
@@ -93,14 +126,15 @@ function stringSize(text) {
 }
 
 /** The UTF-8 length of `JSON.stringify(value)`, counted without building the text (which the
- * engine could not: this is asked when it failed). Follows `toJSON` as `JSON.stringify` does. */
-export function jsonSize(value) {
+ * engine could not: this is asked when it failed). Follows `toJSON` as `JSON.stringify` does.
+ * `measureString`: how a string's quoted length is counted. */
+export function jsonSize(value, measureString = stringSize) {
   const open = new Set();
   const measure = (v, inArray) => {
     if (v !== null && typeof v === 'object' && typeof v.toJSON === 'function') v = v.toJSON();
     switch (typeof v) {
       case 'string':
-        return stringSize(v);
+        return measureString(v);
       case 'number':
         return Number.isFinite(v) ? String(v).length : 4;
       case 'boolean':
@@ -125,7 +159,7 @@ export function jsonSize(value) {
       for (const key of Object.keys(v)) {
         const member = measure(v[key], false);
         if (member === undefined) continue;
-        size += stringSize(key) + 1 + member + (members > 0 ? 1 : 0);
+        size += measureString(key) + 1 + member + (members > 0 ? 1 : 0);
         members++;
       }
     }

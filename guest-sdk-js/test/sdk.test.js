@@ -290,6 +290,8 @@ test('JSON sizes are counted as the text would be written', () => {
     { nested: { deep: [[], {}, ''] }, skipped: undefined, fn() {}, date: new Date(0) },
     'plain',
     ['é', 'ü€', '"\\/'],
+    // Longer than one slice read at a time, with a surrogate pair across each cut.
+    `${'a'.repeat(65535)}\u{1F600}${'b'.repeat(65534)}\u{1F600}"`,
   ];
   for (const value of values) {
     assert.equal(jsonSize(value), new TextEncoder().encode(JSON.stringify(value)).length, JSON.stringify(value));

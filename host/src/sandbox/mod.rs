@@ -123,19 +123,19 @@ pub enum RunError {
     RequestTooLarge { size: usize, limit: usize },
     #[error("the worker returned {count} outputs, more than the limit of {limit}")]
     TooManyOutputs { count: usize, limit: usize },
-    #[error("the worker returned {size} bytes of outputs, more than the limit of {limit}{}", unserialized_suffix(.unserialized))]
+    #[error("the worker returned {}{size} bytes of outputs, more than the limit of {limit}{}", at_least(.unserialized), unserialized_suffix(.unserialized))]
     OutputsTooLarge {
         size: usize,
         limit: usize,
-        /// Why the worker could not even serialize them (its engine's words), when it reported
-        /// their size instead: see [`SerializeFailure`].
-        unserialized: Option<String>,
+        /// When the worker could not even serialize them and reported their size instead (see
+        /// [`SerializeFailure`]): why, in its engine's words.
+        unserialized: Option<Unserialized>,
     },
-    #[error("the worker returned {size} bytes of status info, more than the limit of {limit} (raise it with the phase's limits.maxStatusKib, or keep less in the status){}", unserialized_suffix(.unserialized))]
+    #[error("the worker returned {}{size} bytes of status info, more than the limit of {limit} (raise it with the phase's limits.maxStatusKib, or keep less in the status){}", at_least(.unserialized), unserialized_suffix(.unserialized))]
     StatusTooLarge {
         size: usize,
         limit: usize,
-        unserialized: Option<String>,
+        unserialized: Option<Unserialized>,
     },
     #[error("the worker sent more than its {lines} log lines or {} KiB of log per call", .bytes >> 10)]
     LogLimit { lines: usize, bytes: usize },
@@ -145,9 +145,25 @@ pub enum RunError {
     ShuttingDown,
 }
 
-fn unserialized_suffix(cause: &Option<String>) -> String {
-    match cause {
-        Some(cause) => format!("; the worker could not serialize it: {cause}"),
+/// A decision the worker could not serialize, as its SDK reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unserialized {
+    /// Why, in the worker's engine's words (bounded).
+    pub cause: String,
+    /// The size is a lower bound: the worker could not read all of it either.
+    pub at_least: bool,
+}
+
+fn at_least(unserialized: &Option<Unserialized>) -> &'static str {
+    match unserialized {
+        Some(u) if u.at_least => "at least ",
+        _ => "",
+    }
+}
+
+fn unserialized_suffix(unserialized: &Option<Unserialized>) -> String {
+    match unserialized {
+        Some(u) => format!("; the worker could not serialize it: {}", u.cause),
         None => String::new(),
     }
 }
@@ -714,14 +730,14 @@ fn worker_error(e: WorkerError, limits: &CallLimits) -> RunError {
                 RunError::StatusTooLarge {
                     size: f.size,
                     limit: limits.max_status_bytes,
-                    unserialized: Some(bound_owned(f.cause.to_string(), MESSAGE_BYTES)),
+                    unserialized: Some(f.unserialized()),
                 }
             }
             Some(f) if f.is_output() && f.size > limits.max_output_bytes => {
                 RunError::OutputsTooLarge {
                     size: f.size,
                     limit: limits.max_output_bytes,
-                    unserialized: Some(bound_owned(f.cause.to_string(), MESSAGE_BYTES)),
+                    unserialized: Some(f.unserialized()),
                 }
             }
             _ => RunError::Fatal(bound_owned(m, MESSAGE_BYTES)),
@@ -730,15 +746,16 @@ fn worker_error(e: WorkerError, limits: &CallLimits) -> RunError {
 }
 
 /// A guest SDK's report that its engine could not serialize part of a decision, with the size
-/// the JSON would have had: `{what} ({size} bytes of JSON) could not be serialized: {cause}`,
-/// `what` being `the status` or `output #{index}` (the JavaScript SDK's `serializeFor`; its
-/// engine throws rather than grow a string of tens of MB, where Rust and Python return the JSON
-/// and the host measures it). A worker that claims a size it did not have misreports only its
-/// own failure.
+/// the JSON would have had: `{what} ([at least ]{size} bytes of JSON) could not be serialized:
+/// {cause}`, `what` being `the status` or `output #{index}` (the JavaScript SDK's
+/// `serializeFor`; its engine throws rather than grow a string of tens of MB, where Rust and
+/// Python return the JSON and the host measures it). A worker that claims a size it did not
+/// have misreports only its own failure.
 #[derive(Debug, PartialEq)]
 struct SerializeFailure<'a> {
     what: &'a str,
     size: usize,
+    at_least: bool,
     cause: &'a str,
 }
 
@@ -746,11 +763,26 @@ impl<'a> SerializeFailure<'a> {
     fn parse(message: &'a str) -> Option<Self> {
         let (head, cause) = message.split_once(" bytes of JSON) could not be serialized: ")?;
         let (what, size) = head.rsplit_once(" (")?;
+        let (size, at_least) = match size.strip_prefix("at least ") {
+            Some(size) => (size, true),
+            None => (size, false),
+        };
         Some(SerializeFailure {
             what,
             size: size.parse().ok()?,
+            at_least,
             cause,
         })
+    }
+
+    fn unserialized(&self) -> Unserialized {
+        Unserialized {
+            cause: crate::worker_text::bound_owned(
+                self.cause.to_string(),
+                crate::worker_text::MESSAGE_BYTES,
+            ),
+            at_least: self.at_least,
+        }
     }
 
     fn is_status(&self) -> bool {
@@ -859,12 +891,23 @@ mod tests {
             &limits(),
         );
         assert_eq!(e.reason(), "OutputLimitExceeded");
+
         assert!(
             e.to_string().starts_with(
                 "the worker returned 9000000 bytes of outputs, more than the limit of 8388608; \
                  the worker could not serialize it: RangeError: Invalid string length"
             ),
             "{e}"
+        );
+        let lower = worker_error(
+            WorkerError::Fatal(
+                "the status (at least 52428802 bytes of JSON) could not be serialized: out of memory".into(),
+            ),
+            &limits(),
+        );
+        assert!(
+            lower.to_string().starts_with("the worker returned at least 52428802 bytes of status info, more than the limit of 262144 ("),
+            "{lower}"
         );
     }
 
