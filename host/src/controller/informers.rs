@@ -12,6 +12,10 @@
 //! reads its namespace's objects only. Each operator's controller subscribes to the changes;
 //! one that falls more than [`EVENT_BUFFER`] changes behind is handed the whole cache once
 //! (its queue de-duplicates) instead of missing a change.
+//!
+//! The host reads its own writes: an object it applies (or prunes) enters the caches of its
+//! kind as the API server answered, ahead of the watch event, which then brings nothing new
+//! (an event of an older version than the cached one is not cached).
 
 use crate::crd::KindRef;
 use crate::kinds::ResolvedKind;
@@ -43,6 +47,10 @@ pub type MetadataInformer = Informer<PartialObjectMeta<DynamicObject>>;
 
 /// What an informer keeps per object: anything that knows its metadata.
 pub trait Cached: Send + Sync + 'static {
+    /// Whether a write this host made is announced to subscribers when it enters the cache
+    /// (see [`Informer::wrote`]); else only its watch event is.
+    const ANNOUNCE_OWN_WRITES: bool;
+
     fn meta(&self) -> &ObjectMeta;
 
     /// Whether an update from `previous` to `self` concerns no subscriber (then it is cached
@@ -51,6 +59,9 @@ pub trait Cached: Send + Sync + 'static {
 }
 
 impl Cached for WorkerObject {
+    /// Announced at once: the watch event that follows is then no news (the same JSON).
+    const ANNOUNCE_OWN_WRITES: bool = true;
+
     fn meta(&self) -> &ObjectMeta {
         self.metadata()
     }
@@ -61,6 +72,11 @@ impl Cached for WorkerObject {
 }
 
 impl Cached for PartialObjectMeta<DynamicObject> {
+    /// Not announced: the host's own output writes wake no reconcile (nor does their watch
+    /// event, which brings the version already cached); another writer's change is a later
+    /// version, announced by its watch event.
+    const ANNOUNCE_OWN_WRITES: bool = false;
+
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
     }
@@ -71,12 +87,16 @@ impl Cached for PartialObjectMeta<DynamicObject> {
     }
 }
 
+/// What an informer keeps of an object this host wrote (an apply's answer).
+type KeepWritten<T> = Arc<dyn Fn(&DynamicObject) -> T + Send + Sync>;
+
 /// A running watch of one kind across all namespaces, its cache, and its change feed.
 pub struct Informer<T: Cached> {
     pub kind: KindRef,
     pub api: ApiResource,
     pub cache: Arc<Cache<T>>,
     changes: broadcast::Sender<Arc<T>>,
+    keep_written: KeepWritten<T>,
     ready: tokio::sync::watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -93,6 +113,7 @@ impl<T: Cached> Informer<T> {
         client: &Client,
         kind: &ResolvedKind,
         keep: impl Fn(W) -> T + Send + 'static,
+        keep_written: KeepWritten<T>,
     ) -> Self
     where
         W: Resource<DynamicType = ApiResource> + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -113,9 +134,11 @@ impl<T: Cached> Informer<T> {
                 let obj = match event {
                     Ok(watcher::Event::Apply(obj)) => {
                         let obj = Arc::new(keep(obj));
-                        let previous = writer.insert(obj.clone());
-                        if previous.is_some_and(|p| obj.unchanged_from(&p)) {
-                            continue;
+                        match writer.insert_unless_older(obj.clone()) {
+                            // This host's own write got there first (Informer::wrote).
+                            Inserted::NotNewer => continue,
+                            Inserted::Replaced(p) if obj.unchanged_from(&p) => continue,
+                            _ => {}
                         }
                         obj
                     }
@@ -166,9 +189,35 @@ impl<T: Cached> Informer<T> {
             api: kind.api.clone(),
             cache,
             changes,
+            keep_written,
             ready,
             task,
         }
+    }
+
+    /// An object this host just wrote (as the API server answered the write), cached ahead of
+    /// its watch event: a reconcile that reads it next — the phase chained right after the one
+    /// that applied it, or the reconcile its status write brings — sees what was applied, not
+    /// what the watch had delivered so far (under load it lags; AutoRoute's Ready then saw the
+    /// Gateway Syncing had just applied as missing and went back to Syncing). A version older
+    /// than the cached one is not cached, nor is its watch event later.
+    pub fn wrote(&self, object: &DynamicObject) {
+        let obj = Arc::new((self.keep_written)(object));
+        match self.cache.insert_unless_older(obj.clone()) {
+            Inserted::NotNewer => {}
+            Inserted::Replaced(p) if obj.unchanged_from(&p) => {}
+            _ if T::ANNOUNCE_OWN_WRITES => {
+                // Err: no operator subscribed right now.
+                let _ = self.changes.send(obj);
+            }
+            _ => {}
+        }
+    }
+
+    /// An object this host just deleted, gone from the cache ahead of its watch event (which
+    /// announces it).
+    pub fn deleted(&self, namespace: Option<&str>, name: &str) {
+        self.cache.remove_named(namespace, name);
     }
 
     /// Waits for the first complete list; `false` if the watch stopped before it.
@@ -209,7 +258,7 @@ impl<T: Cached> Informer<T> {
 impl<T: Cached> Informer<T> {
     /// An informer that holds `objects` and is synced, watching nothing: the caches of a
     /// reconcile run against a scripted API server.
-    pub fn holding(kind: &ResolvedKind, objects: Vec<T>) -> Self {
+    pub fn holding(kind: &ResolvedKind, objects: Vec<T>, keep_written: KeepWritten<T>) -> Self {
         let cache = Arc::new(Cache::default());
         for obj in objects {
             cache.insert(Arc::new(obj));
@@ -221,6 +270,7 @@ impl<T: Cached> Informer<T> {
             api: kind.api.clone(),
             cache,
             changes,
+            keep_written,
             ready,
             task: tokio::spawn(async {}),
         }
@@ -290,6 +340,7 @@ impl<T: Cached> Cache<T> {
         self.len() == 0
     }
 
+    #[cfg(test)]
     fn insert(&self, obj: Arc<T>) -> Option<Arc<T>> {
         insert_into(
             &mut self.objects.write().unwrap_or_else(|p| p.into_inner()),
@@ -297,19 +348,66 @@ impl<T: Cached> Cache<T> {
         )
     }
 
-    fn remove(&self, meta: &ObjectMeta) {
-        let ns = meta.namespace.clone().unwrap_or_default();
+    /// Caches `obj` unless the cache holds a later version of it (by resourceVersion: this
+    /// host's own write, cached before the watch brought the version `obj` is).
+    fn insert_unless_older(&self, obj: Arc<T>) -> Inserted<T> {
         let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(names) = objects.get_mut(&ns) {
-            names.remove(meta.name.as_deref().unwrap_or_default());
+        let meta = obj.meta();
+        let cached = objects
+            .get(meta.namespace.as_deref().unwrap_or_default())
+            .and_then(|names| names.get(meta.name.as_deref().unwrap_or_default()));
+        if cached.is_some_and(|c| !is_newer(meta, c.meta())) {
+            return Inserted::NotNewer;
+        }
+        match insert_into(&mut objects, obj) {
+            Some(previous) => Inserted::Replaced(previous),
+            None => Inserted::New,
+        }
+    }
+
+    fn remove(&self, meta: &ObjectMeta) {
+        self.remove_named(
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+    }
+
+    fn remove_named(&self, namespace: Option<&str>, name: &str) {
+        let ns = namespace.unwrap_or_default();
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(names) = objects.get_mut(ns) {
+            names.remove(name);
             if names.is_empty() {
-                objects.remove(&ns);
+                objects.remove(ns);
             }
         }
     }
 
     fn replace(&self, listed: ByNamespace<T>) {
         *self.objects.write().unwrap_or_else(|p| p.into_inner()) = listed;
+    }
+}
+
+/// What [`Cache::insert_unless_older`] did.
+enum Inserted<T> {
+    New,
+    Replaced(Arc<T>),
+    /// The cache holds this version or a later one: nothing changed.
+    NotNewer,
+}
+
+/// Whether `incoming` is a later version than `cached`, or cannot be ordered against it.
+/// resourceVersions are opaque to clients, but every API server in use issues etcd
+/// revisions, which order the writes of an object; one that is not a number counts as newer
+/// when it differs (the watch's order is then the only order).
+fn is_newer(incoming: &ObjectMeta, cached: &ObjectMeta) -> bool {
+    let revision = |m: &ObjectMeta| m.resource_version.as_deref()?.parse::<u64>().ok();
+    match (revision(incoming), revision(cached)) {
+        (Some(i), Some(c)) => i > c,
+        _ => {
+            incoming.resource_version != cached.resource_version
+                || incoming.resource_version.is_none()
+        }
     }
 }
 
@@ -342,10 +440,11 @@ impl Informers {
     ) -> Arc<ObjectInformer> {
         let kind_ref = kind.kind.clone();
         let key = (kind.kind.clone(), projection.clone());
+        let view: KeepWritten<WorkerObject> =
+            Arc::new(move |o: &DynamicObject| WorkerObject::new(o, &kind_ref, projection.as_ref()));
         shared(&self.objects, key, kind, || {
-            Informer::start(&self.client, kind, move |o: DynamicObject| {
-                WorkerObject::new(&o, &kind_ref, projection.as_ref())
-            })
+            let keep = view.clone();
+            Informer::start(&self.client, kind, move |o: DynamicObject| keep(&o), view)
         })
     }
 
@@ -359,6 +458,7 @@ impl Informers {
                     strip_metadata(&mut m);
                     m
                 },
+                Arc::new(metadata_of),
             )
         })
     }
@@ -395,6 +495,17 @@ fn shared<K: std::hash::Hash + Eq, T: Cached>(
     map.retain(|_, w| w.strong_count() > 0);
     map.insert(key, Arc::downgrade(&informer));
     informer
+}
+
+/// The metadata an output informer keeps of an object this host wrote.
+pub fn metadata_of(o: &DynamicObject) -> PartialObjectMeta<DynamicObject> {
+    let mut m = PartialObjectMeta {
+        types: None,
+        metadata: o.metadata.clone(),
+        _phantom: std::marker::PhantomData,
+    };
+    strip_metadata(&mut m);
+    m
 }
 
 /// Output metadata keeps what pruning and owner requeues read.
@@ -454,5 +565,79 @@ mod tests {
         insert_into(&mut listed, obj(Some("d"), "w"));
         cache.replace(listed);
         assert_eq!(names(cache.all()), ["w"]);
+    }
+
+    fn version(name: &str, rv: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "a", "resourceVersion": rv},
+            "data": {"rv": rv}
+        }))
+        .unwrap()
+    }
+
+    /// The host's own write is cached at once and announced; the watch's older events of the
+    /// same object, arriving after it, change nothing; a later version replaces it.
+    #[tokio::test]
+    async fn own_writes_are_read_back_and_older_watch_events_do_not_undo_them() {
+        let kind = ResolvedKind {
+            kind: KindRef::new("v1", "ConfigMap"),
+            api: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespaced: true,
+        };
+        let kind_ref = kind.kind.clone();
+        let informer = Informer::holding(
+            &kind,
+            vec![WorkerObject::new(&version("c", "9"), &kind_ref, None)],
+            Arc::new(move |o: &DynamicObject| WorkerObject::new(o, &kind_ref, None)),
+        );
+        let mut changes = informer.changes.subscribe();
+        let json =
+            |i: &Informer<WorkerObject>| i.cache.get(Some("a"), "c").map(|o| o.json.to_string());
+
+        informer.wrote(&version("c", "11"));
+        assert!(json(&informer).is_some_and(|j| j.contains(r#""rv":"11""#)));
+        let announced = changes.try_recv().expect("the write is announced");
+        assert_eq!(announced.metadata().resource_version.as_deref(), Some("11"));
+
+        // The watch's event of version 10 (written before) comes late: not cached, not news.
+        let late = Arc::new(WorkerObject::new(&version("c", "10"), &kind.kind, None));
+        assert!(matches!(
+            informer.cache.insert_unless_older(late),
+            Inserted::NotNewer
+        ));
+        // The watch's event of version 11 itself: no news either.
+        let same = Arc::new(WorkerObject::new(&version("c", "11"), &kind.kind, None));
+        assert!(matches!(
+            informer.cache.insert_unless_older(same),
+            Inserted::NotNewer
+        ));
+        assert!(json(&informer).is_some_and(|j| j.contains(r#""rv":"11""#)));
+        let later = Arc::new(WorkerObject::new(&version("c", "12"), &kind.kind, None));
+        assert!(matches!(
+            informer.cache.insert_unless_older(later),
+            Inserted::Replaced(_)
+        ));
+
+        informer.deleted(Some("a"), "c");
+        assert!(json(&informer).is_none());
+        assert!(
+            changes.try_recv().is_err(),
+            "a deletion is announced by its watch event"
+        );
+    }
+
+    #[test]
+    fn versions_that_are_not_numbers_are_newer_when_they_differ() {
+        let meta = |rv: Option<&str>| ObjectMeta {
+            resource_version: rv.map(str::to_string),
+            ..Default::default()
+        };
+        assert!(is_newer(&meta(Some("12")), &meta(Some("9"))));
+        assert!(!is_newer(&meta(Some("9")), &meta(Some("12"))));
+        assert!(!is_newer(&meta(Some("9")), &meta(Some("9"))));
+        assert!(is_newer(&meta(Some("b")), &meta(Some("a"))));
+        assert!(!is_newer(&meta(Some("a")), &meta(Some("a"))));
+        assert!(is_newer(&meta(None), &meta(None)));
     }
 }

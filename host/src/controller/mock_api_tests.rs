@@ -263,7 +263,7 @@ async fn pruning_deletes_by_uid_counts_what_is_gone_and_stops_at_a_refusal() {
     let prunable = ["old-a", "old-b", "old-c", "old-d", "old-e"]
         .map(|n| (kind.clone(), meta(n)))
         .to_vec();
-    let result = outputs::prune_outputs(&client, &services(), prunable).await;
+    let result = outputs::prune_outputs(&client, &services(), prunable, |_, _| {}).await;
     drop(client);
     server.await.expect("the API server's script");
     let Err((deleted, e)) = result else {
@@ -540,9 +540,9 @@ fn resolved(group: &str, version: &str, kind: &str, plural: &str) -> ResolvedKin
 /// A Widget whose Syncing applies ConfigMap `settings` and moves to Ready, where the worker
 /// reports the owned ConfigMaps it was given. The reconcile chains Ready right after Syncing;
 /// the ConfigMap watch has not delivered `settings` yet (the cache is empty), as under load.
-/// Ready must still see it, as the API server answered the apply: a Ready that reads its own
-/// outputs from a lagging cache sees them missing and sends the resource back (the AutoRoute
-/// Ready → Syncing → Ready flap).
+/// Ready must still see it, as the API server answered the apply (the host caches its own
+/// writes): a Ready that reads its own outputs from a lagging cache sees them missing and sends
+/// the resource back (the AutoRoute Ready → Syncing → Ready flap).
 #[tokio::test]
 async fn a_chained_phase_reads_the_outputs_just_applied_though_the_cache_lags() {
     use crate::controller::informers::Informer;
@@ -649,13 +649,21 @@ phases:
     let module = sandbox
         .phase_module("sha256:scripted", &component)
         .expect("a phase worker");
+    // The watch caches as they are when the reconcile starts: the ConfigMap watch has not
+    // delivered `settings` (and will not during this test).
     let mut inputs = InputCaches::default();
+    let kind = configmaps.kind.clone();
     inputs.add(configmaps.kind.clone(), &[], || {
-        Arc::new(Informer::<WorkerObject>::holding(&configmaps, Vec::new()))
+        let view = move |o: &DynamicObject| WorkerObject::new(o, &kind, None);
+        Arc::new(Informer::holding(&configmaps, Vec::new(), Arc::new(view)))
     });
     let outputs = OutputCaches(HashMap::from([(
         configmaps.kind.clone(),
-        Arc::new(Informer::holding(&configmaps, Vec::new())),
+        Arc::new(Informer::holding(
+            &configmaps,
+            Vec::new(),
+            Arc::new(crate::controller::informers::metadata_of),
+        )),
     )]));
     let reporter = kube::runtime::events::Reporter {
         controller: "wasmpilot".into(),

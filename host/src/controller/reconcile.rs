@@ -12,7 +12,7 @@ use crate::definition::OperatorDefinition;
 use crate::evidence::case::RecordedResult;
 use crate::kinds::ResolvedKind;
 use crate::pipeline::decision::{self, DecisionInput};
-use crate::pipeline::inputs::{JustWritten, ObjectSource, WithWrites, WorkerObject};
+use crate::pipeline::inputs::{ObjectSource, WorkerObject};
 use crate::pipeline::outputs::{self, CheckedOutput, ObjectKey, OutputError};
 use crate::pipeline::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
 use crate::pipeline::step::{self, now_rfc3339, Samples, Standing};
@@ -96,6 +96,21 @@ impl InputCaches {
             .map(|(_, i)| i)
     }
 
+    /// Caches an object this host just wrote in every informer of its kind (see
+    /// [`ObjectInformer::wrote`]).
+    pub fn wrote(&self, kind: &KindRef, object: &DynamicObject) {
+        for (_, informer) in self.0.get(kind).into_iter().flatten() {
+            informer.wrote(object);
+        }
+    }
+
+    /// Drops an object this host just deleted from every informer of its kind.
+    pub fn deleted(&self, kind: &KindRef, namespace: Option<&str>, name: &str) {
+        for (_, informer) in self.0.get(kind).into_iter().flatten() {
+            informer.deleted(namespace, name);
+        }
+    }
+
     /// Every distinct informer, with its kind (two projections of a kind may share one).
     pub fn all(&self) -> Vec<(&KindRef, &Arc<ObjectInformer>)> {
         let mut all: Vec<(&KindRef, &Arc<ObjectInformer>)> = Vec::new();
@@ -132,6 +147,21 @@ impl ObjectSource for InputCaches {
 /// The shared metadata informers of every output kind (for pruning and owner requeues).
 #[derive(Clone, Default)]
 pub struct OutputCaches(pub HashMap<KindRef, Arc<MetadataInformer>>);
+
+impl OutputCaches {
+    /// Caches the metadata of an object this host just wrote (see [`MetadataInformer::wrote`]).
+    pub fn wrote(&self, kind: &KindRef, object: &DynamicObject) {
+        if let Some(informer) = self.0.get(kind) {
+            informer.wrote(object);
+        }
+    }
+
+    pub fn deleted(&self, kind: &KindRef, namespace: Option<&str>, name: &str) {
+        if let Some(informer) = self.0.get(kind) {
+            informer.deleted(namespace, name);
+        }
+    }
+}
 
 impl outputs::ExistingObjects for OutputCaches {
     fn get(
@@ -192,9 +222,7 @@ pub async fn reconcile(
             .unwrap_or(&ctx.definition.initial_phase)
             .to_string();
         let api = ctx.api_for(obj.namespace().as_deref());
-        // What this reconcile applied and pruned: a chained phase reads its inputs through it.
-        let mut written = JustWritten::default();
-        let mut step = decide_fresh(&ctx, &api, obj.clone(), Read::FromCache, &mut written).await;
+        let mut step = decide_fresh(&ctx, &api, obj.clone(), Read::FromCache).await;
         // The object the last decision was made from: a failure is reported on it.
         let mut latest = obj.clone();
         // A phase that moved on is followed at once, from the object as written, rather than
@@ -207,14 +235,7 @@ pub async fn reconcile(
                 break;
             };
             latest = next.clone();
-            step = decide_fresh(
-                &ctx,
-                &api,
-                latest.clone(),
-                Read::FromApiServer,
-                &mut written,
-            )
-            .await;
+            step = decide_fresh(&ctx, &api, latest.clone(), Read::FromApiServer).await;
         }
         let result = step.map(|s| s.action);
         metrics.reconciles_in_flight.dec();
@@ -251,22 +272,20 @@ struct Step {
 
 /// One decision on `obj` ([`decide_recorded`]); when the cached object
 /// turns out stale (its status write or outputs refused), decided once more at once from the
-/// object as the API server has it, instead of waiting for the watch. Its inputs are read
-/// through what the reconcile wrote so far, and what it writes is added there.
+/// object as the API server has it, instead of waiting for the watch.
 async fn decide_fresh(
     ctx: &Arc<OperatorContext>,
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
-    written: &mut JustWritten,
 ) -> Result<Step, ReconcileError> {
-    let (result, next) = decide_recorded(ctx, api, obj.clone(), read, written).await;
+    let (result, next) = decide_recorded(ctx, api, obj.clone(), read).await;
     let (result, next) = match result {
         Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) => {
             match api.get_opt(&obj.name_any()).await {
                 Ok(Some(fresh)) => {
                     tracing::info!("{stale}");
-                    decide_recorded(ctx, api, Arc::new(fresh), Read::FromApiServer, written).await
+                    decide_recorded(ctx, api, Arc::new(fresh), Read::FromApiServer).await
                 }
                 Ok(None) => (Ok(Action::await_change()), None),
                 Err(_) => (Err(stale), None),
@@ -284,14 +303,12 @@ async fn decide_recorded(
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
-    written: &mut JustWritten,
 ) -> (Result<Action, ReconcileError>, Option<Arc<DynamicObject>>) {
     let mut effects = Effects::default();
-    let result = decide(ctx, api, obj.clone(), read, written, &mut effects).await;
+    let result = decide(ctx, api, obj.clone(), read, &mut effects).await;
     if let Some(call) = effects.live.take() {
         crate::controller::live_evidence::after_live_call(ctx, &obj, call);
     }
-    written.extend(effects.written);
     (result, effects.next)
 }
 
@@ -306,13 +323,12 @@ enum Read {
     FromApiServer,
 }
 
-/// What a decision leaves besides its action: the worker call for the evidence step, the
-/// resource as written when its phase changed, and the outputs it applied and pruned.
+/// What a decision leaves besides its action: the worker call for the evidence step, and the
+/// resource as written when its phase changed.
 #[derive(Default)]
 struct Effects {
     live: Option<LiveCall>,
     next: Option<Arc<DynamicObject>>,
-    written: JustWritten,
 }
 
 /// Finalizer bookkeeping, then the phase worker (or the finalizer worker on deletion). The
@@ -323,7 +339,6 @@ async fn decide(
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
-    written: &JustWritten,
     effects: &mut Effects,
 ) -> Result<Action, ReconcileError> {
     if ctx.finalizer.is_some() {
@@ -339,7 +354,7 @@ async fn decide(
             return Ok(Action::await_change());
         }
         if !deleting {
-            return run_phase(ctx, api, obj, read, written, effects).await;
+            return run_phase(ctx, api, obj, read, effects).await;
         }
         let uid = obj.uid().unwrap_or_default();
         if !ctx.finalized.contains(&uid) {
@@ -356,7 +371,7 @@ async fn decide(
     } else if obj.meta().deletion_timestamp.is_some() {
         Ok(Action::await_change())
     } else {
-        run_phase(ctx, api, obj, read, written, effects).await
+        run_phase(ctx, api, obj, read, effects).await
     }
 }
 
@@ -385,7 +400,6 @@ async fn run_phase(
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
-    written: &JustWritten,
     effects: &mut Effects,
 ) -> Result<Action, ReconcileError> {
     let def = &ctx.definition;
@@ -415,12 +429,7 @@ async fn run_phase(
         prometheus: &ctx.metrics_source.client,
         fallback_url: ctx.metrics_source.default_url.as_deref(),
     };
-    // The watch caches, seen through what this reconcile's earlier phases applied and pruned.
-    let source = WithWrites {
-        source: &ctx.inputs,
-        writes: written,
-    };
-    let request = step::request(def, phase, &obj, &source, samples, &now).await?;
+    let request = step::request(def, phase, &obj, &ctx.inputs, samples, &now).await?;
     let kept_request =
         crate::controller::live_evidence::wanted(ctx, &current).then(|| request.clone());
     let input = DecisionInput {
@@ -471,8 +480,11 @@ async fn run_phase(
     let report =
         outputs::apply_outputs(&ctx.client, &def.name, &current, &uid, &ctx.kinds, checked).await;
     let applied = report.applied;
-    for (kind, object) in report.written {
-        effects.written.applied(kind, object);
+    // Read your own writes: the next decision on this resource (the phase chained below, or
+    // the reconcile the status write brings) reads its owned inputs from these caches.
+    for (kind, object) in &report.written {
+        ctx.inputs.wrote(kind, object);
+        ctx.outputs.wrote(kind, object);
     }
     failures.extend(report.failed);
     if !report.converged.is_empty() {
@@ -481,17 +493,12 @@ async fn run_phase(
             report_convergence(ctx, &reference, object, how).await;
         }
     }
-    let pruning: Vec<(KindRef, Option<String>, String)> = prunable
-        .iter()
-        .map(|(k, m)| {
-            (
-                k.clone(),
-                m.namespace.clone(),
-                m.name.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let pruned = match outputs::prune_outputs(&ctx.client, &ctx.kinds, prunable).await {
+    let gone = |kind: &KindRef, m: &kube::api::ObjectMeta| {
+        let name = m.name.as_deref().unwrap_or_default();
+        ctx.inputs.deleted(kind, m.namespace.as_deref(), name);
+        ctx.outputs.deleted(kind, m.namespace.as_deref(), name);
+    };
+    let pruned = match outputs::prune_outputs(&ctx.client, &ctx.kinds, prunable, gone).await {
         Ok(pruned) => pruned,
         Err((pruned, e)) => {
             failures.push(e);
@@ -500,11 +507,6 @@ async fn run_phase(
     };
     if pruned > 0 {
         tracing::info!(pruned, "deleted outputs the worker no longer returns");
-    }
-    if failures.is_empty() {
-        for (kind, namespace, name) in pruning {
-            effects.written.pruned(kind, namespace, name);
-        }
     }
     if !failures.is_empty() {
         return Err(ReconcileError::Apply {

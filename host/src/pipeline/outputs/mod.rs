@@ -609,11 +609,13 @@ pub fn prunable(
 /// Deletes objects this phase applied for this resource before and no longer returns (as
 /// [`prunable`] found them). Objects the host did not create are never touched: they lack
 /// the operator/phase labels or the controller reference to the resource, which workers cannot
-/// set. Each delete is preconditioned on the cached uid. Returns how many were deleted.
+/// set. Each delete is preconditioned on the cached uid. Returns how many were deleted;
+/// `gone` is told of each object that is gone now (deleted, or found already deleted).
 pub async fn prune_outputs(
     client: &Client,
     kinds: &HashMap<KindRef, ResolvedKind>,
     prunable: Vec<(KindRef, kube::api::ObjectMeta)>,
+    mut gone: impl FnMut(&KindRef, &kube::api::ObjectMeta),
 ) -> Result<usize, (usize, OutputError)> {
     let mut deleted = 0;
     for (kind, m) in prunable {
@@ -639,8 +641,11 @@ pub async fn prune_outputs(
                 Ok(_) => {
                     tracing::debug!(object = %describe, "pruned output");
                     deleted += 1;
+                    gone(&kind, &m);
                 }
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => gone(&kind, &m),
+                // Another object of that name now (the uid precondition): not ours to drop.
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(source) => {
                     return Err((
                         deleted,
