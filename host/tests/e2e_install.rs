@@ -293,6 +293,28 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         route_ready(client, ns, &name, &[&format!("{name}-a")]).await?;
     }
     route_ready(client, ns, "r1", &["r1-a", "r1-b"]).await?;
+    // Routes created during the failover and the rollout, whose Deployments never changed,
+    // went Initializing → Syncing → Ready once: no move back to Syncing without a cause (a
+    // chained Ready once read the Gateway Syncing had just applied as missing).
+    for name in ["r2", "r3", "r4", "r5"] {
+        let route = must(get(client, AR.0, AR.1, Some(ns), name).await?, name)?;
+        let moves: Vec<String> = route["status"]["history"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                format!(
+                    "{}>{}",
+                    t["from"].as_str().unwrap_or("?"),
+                    t["to"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        ensure!(
+            moves == ["Initializing>Syncing", "Syncing>Ready"],
+            "{name} moved {moves:?}, want Initializing>Syncing, Syncing>Ready"
+        );
+    }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), SYSTEM);
     let image = deployments
         .get("wasmpilot")

@@ -392,3 +392,78 @@ pub fn kept_cases(operator: Option<&str>) -> String {
 fn short(digest: &str) -> &str {
     digest.get(..19).unwrap_or(digest)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock_api_server::{failure, scripted, Exchange};
+    use http::{Method, StatusCode};
+
+    /// A counts write the API server refuses for its shape is reported once, as a Warning
+    /// Event on the WasmOperator naming the refusal; the same refusal again is not reported
+    /// again (the writer keeps retrying quietly).
+    #[tokio::test]
+    async fn a_refused_counts_write_becomes_one_event_on_the_wasmoperator() {
+        let path = "/apis/wasmpilot.io/v1alpha1/wasmoperators/autoroute/status";
+        let refusal = || {
+            Exchange::new(
+                Method::PATCH,
+                path,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                failure(
+                    422,
+                    "Invalid",
+                    "WasmOperator.wasmpilot.io \"autoroute\" is invalid: status.shadows.module: Invalid value: \"null\"",
+                ),
+            )
+        };
+        let (client, server) = scripted(vec![
+            refusal(),
+            Exchange::new(
+                Method::GET,
+                "/apis/wasmpilot.io/v1alpha1/wasmoperators/autoroute",
+                StatusCode::OK,
+                serde_json::json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
+                    "metadata": {"name": "autoroute", "uid": "op-uid"},
+                    "spec": {"resource": {"apiVersion": "examples.io/v1", "kind": "AutoRoute"},
+                             "phases": [{"name": "Syncing", "initial": true}]}}),
+            ),
+            Exchange::new(
+                Method::POST,
+                "/apis/events.k8s.io/v1/namespaces/default/events",
+                StatusCode::CREATED,
+                serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                    "metadata": {"name": "autoroute.1", "namespace": "default"}, "eventTime": null}),
+            )
+            .checking(|_, body| {
+                assert_eq!(body["reason"], "StatusRefused", "{body}");
+                assert_eq!(body["type"], "Warning", "{body}");
+                assert_eq!(body["regarding"]["kind"], "WasmOperator", "{body}");
+                assert_eq!(body["regarding"]["uid"], "op-uid", "{body}");
+                let note = body["note"].as_str().unwrap_or_default();
+                assert!(note.contains("status.shadows.module: Invalid value"), "{note}");
+            }),
+            refusal(),
+        ]);
+        let reporter = kube::runtime::events::Reporter {
+            controller: "wasmpilot".into(),
+            instance: None,
+        };
+        let mut writer = CountsWriter {
+            client: client.clone(),
+            recorder: Recorder::new(client.clone(), reporter),
+            operator: "autoroute".into(),
+            written: None,
+            refused: None,
+        };
+        let stats = Mutex::new(initial_counts(
+            BTreeMap::new(),
+            BTreeMap::from([("Syncing".to_string(), "shadow not loaded".to_string())]),
+        ));
+        writer.write(&stats).await;
+        writer.write(&stats).await;
+        drop(writer);
+        drop(client);
+        server.await.expect("the API server's script");
+    }
+}
