@@ -63,6 +63,8 @@ pub(super) enum LoadFailure {
     MissingPermissions(Vec<crate::rbac::Missing>),
     #[error("could not check the host's permissions: {0}")]
     PermissionCheck(#[source] kube::Error),
+    #[error("{kind} is managed by WasmOperator {by}, created before this one; one WasmOperator manages a resource kind: delete one of them, or give this one another kind")]
+    KindClaimed { kind: String, by: String },
 }
 
 impl LoadFailure {
@@ -75,12 +77,17 @@ impl LoadFailure {
             LoadFailure::Module { source, .. } => module_reason(source),
             LoadFailure::MissingPermissions(_) => "MissingPermissions",
             LoadFailure::PermissionCheck(_) => "PermissionCheckFailed",
+            LoadFailure::KindClaimed { .. } => "ResourceKindClaimed",
         }
     }
 
-    /// Invalid definitions wait for an edit; the rest may fix themselves (CRD installed, ConfigMap created).
+    /// Invalid definitions wait for an edit, a claimed kind for its holder to stop (the manager
+    /// then loads it again); the rest may fix themselves (CRD installed, ConfigMap created).
     fn retry(&self) -> bool {
-        !matches!(self, LoadFailure::Invalid(_))
+        !matches!(
+            self,
+            LoadFailure::Invalid(_) | LoadFailure::KindClaimed { .. }
+        )
     }
 }
 
@@ -111,6 +118,8 @@ fn module_reason(e: &ModuleError) -> &'static str {
 
 struct Running {
     spec: WasmOperatorSpec,
+    /// Which of two operators on one resource kind keeps it: the older (see [`Claim`]).
+    claim: Claim,
     /// The module digests by role and the Ready message, reported for every generation whose
     /// spec is this one.
     digests: BTreeMap<String, String>,
@@ -149,21 +158,85 @@ pub(super) enum OperatorLoadError {
     Status(#[source] kube::Error),
 }
 
+/// An older WasmOperator manages the resource kind `kind`: `by`.
+#[derive(Debug)]
+struct KindClaimed {
+    kind: String,
+    by: String,
+}
+
+impl From<KindClaimed> for LoadFailure {
+    fn from(KindClaimed { kind, by }: KindClaimed) -> Self {
+        LoadFailure::KindClaimed { kind, by }
+    }
+}
+
+/// A WasmOperator's standing among those naming the same resource kind: the one created
+/// first (then the first by name) manages the kind; a later one is refused while it runs. The
+/// same on every host and after every restart, whichever loads first.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Claim {
+    created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    name: String,
+}
+
+impl Claim {
+    fn of(op: &WasmOperator) -> Self {
+        Claim {
+            created: op.metadata.creation_timestamp.clone(),
+            name: op.name_any(),
+        }
+    }
+}
+
+/// The resource kind an operator manages, as the API server tells kinds apart: its group and
+/// kind (two versions of a kind are one set of objects).
+fn managed_kind(spec: &WasmOperatorSpec) -> (String, String) {
+    let group = spec
+        .resource
+        .api_version
+        .rsplit_once('/')
+        .map_or("", |(group, _)| group);
+    (group.to_string(), spec.resource.kind.clone())
+}
+
+/// `group Kind` (or `Kind` for the core group), as messages name a resource kind.
+fn kind_text((group, kind): &(String, String)) -> String {
+    if group.is_empty() {
+        kind.clone()
+    } else {
+        format!("{group} {kind}")
+    }
+}
+
 /// The per-operator controllers of this host, by WasmOperator name.
 #[derive(Default)]
 struct Controllers {
     running: HashMap<String, Running>,
+    /// Operators refused because another manages their kind, with that kind: loaded again
+    /// when the kind is free.
+    claimed_out: HashMap<String, (String, String)>,
     /// Stopped controllers that may still be finishing in-flight reconciles; a controller of the
     /// same name starts only after its predecessor's task ended.
     draining: HashMap<String, JoinHandle<()>>,
 }
 
 impl Controllers {
-    /// Stops the operator's controller (if any) and keeps its task to drain.
-    fn stop(&mut self, name: &str) {
+    /// Stops the operator's controller (if any) and keeps its task to drain. Returns the
+    /// operators refused for the kind it managed, now free.
+    fn stop(&mut self, name: &str) -> Vec<String> {
         self.draining.retain(|_, task| !task.is_finished());
+        self.claimed_out.remove(name);
+        let mut freed = Vec::new();
         if let Some(running) = self.running.remove(name) {
             tracing::info!(operator = %name, "stopping controller");
+            let kind = managed_kind(&running.spec);
+            freed = self
+                .claimed_out
+                .iter()
+                .filter(|(_, k)| **k == kind)
+                .map(|(n, _)| n.clone())
+                .collect();
             if let Some(task) = running.stop() {
                 self.draining.insert(name.to_string(), task);
             }
@@ -172,6 +245,16 @@ impl Controllers {
         crate::metrics::METRICS
             .operators_running
             .set(self.running.len() as i64);
+        freed
+    }
+
+    /// The running operator that manages `op`'s resource kind, if another does.
+    fn holder_of_kind(&self, op: &WasmOperator) -> Option<(&String, &Running)> {
+        let kind = managed_kind(&op.spec);
+        let name = op.name_any();
+        self.running
+            .iter()
+            .find(|(n, r)| **n != name && managed_kind(&r.spec) == kind)
     }
 }
 
@@ -192,6 +275,9 @@ pub(super) struct ManagerContext {
     client: Client,
     modules: Arc<ModuleCache>,
     recorder: Recorder,
+    /// WasmOperators to reconcile again now: those refused for a kind another operator held,
+    /// once it is free (or taken by an older one).
+    recheck: futures::channel::mpsc::UnboundedSender<ObjectRef<WasmOperator>>,
     metrics_source: crate::controller::reconcile::MetricsSource,
     /// Watches and caches per kind, shared by the operators that use them.
     informers: crate::controller::informers::Informers,
@@ -241,6 +327,7 @@ impl Manager {
         self,
         operators: Store<WasmOperator>,
         instance: Option<String>,
+        recheck: futures::channel::mpsc::UnboundedSender<ObjectRef<WasmOperator>>,
     ) -> Arc<ManagerContext> {
         let reporter = Reporter {
             controller: "wasmpilot".into(),
@@ -258,6 +345,7 @@ impl Manager {
             operators,
             first_listing_done: AtomicBool::new(false),
             controllers: Mutex::new(Controllers::default()),
+            recheck,
         })
     }
 
@@ -266,7 +354,8 @@ impl Manager {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
         let api: Api<WasmOperator> = Api::all(self.client.clone());
         let (operators, writer) = reflector::store();
-        let ctx = self.context(operators.clone(), std::env::var("POD_NAME").ok());
+        let (recheck, rechecks) = futures::channel::mpsc::unbounded();
+        let ctx = self.context(operators.clone(), std::env::var("POD_NAME").ok(), recheck);
         // Deletions (and objects gone while the watch was down) stop their controllers; every
         // other change that reaches the reconcile is a new generation: status writes, the
         // manager's own included, do not.
@@ -280,6 +369,7 @@ impl Manager {
         let (stop, stopped) = oneshot::channel::<()>();
         tracing::info!("watching WasmOperators");
         let controller = Controller::for_stream(changes, operators)
+            .reconcile_on(rechecks)
             .with_config(kube::runtime::controller::Config::default().concurrency(LOAD_CONCURRENCY))
             .graceful_shutdown_on(async move {
                 let _ = stopped.await;
@@ -344,9 +434,16 @@ pub(super) async fn reconcile_operator(
         }
         return Ok(Action::await_change());
     }
-    match ctx.load(&name, &op.spec).await {
-        Ok((operator, digests)) => {
-            let Some(message) = ctx.start(&op, operator, &digests) else {
+    let started = match ctx.load(&name, &op.spec).await {
+        Ok((operator, digests)) => ctx
+            .start(&op, operator, &digests)
+            .map(|message| (message, digests))
+            .map_err(LoadFailure::from),
+        Err(failure) => Err(failure),
+    };
+    match started {
+        Ok((message, digests)) => {
+            let Some(message) = message else {
                 tracing::info!(operator = %name, "deleted while loading; not started");
                 crate::metrics::READINESS.synced(&name);
                 return Ok(Action::await_change());
@@ -411,7 +508,8 @@ impl ManagerContext {
         let sandbox = crate::sandbox::Sandbox::new(Default::default())?;
         let modules = Arc::new(ModuleCache::new(sandbox, Some(client.clone()), None));
         let (operators, _) = reflector::store();
-        Ok(Manager::new(client, modules).context(operators, None))
+        let (recheck, _) = futures::channel::mpsc::unbounded();
+        Ok(Manager::new(client, modules).context(operators, None, recheck))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Controllers> {
@@ -429,7 +527,8 @@ impl ManagerContext {
             Event::Delete(op) => {
                 let name = op.name_any();
                 self.retries.reset(&name);
-                self.lock().stop(&name);
+                let freed = self.lock().stop(&name);
+                self.recheck(freed);
             }
             Event::InitDone => {
                 let mut controllers = self.lock();
@@ -439,13 +538,25 @@ impl ManagerContext {
                     .filter(|name| self.operators.get(&ObjectRef::new(name)).is_none())
                     .cloned()
                     .collect();
+                let mut freed = Vec::new();
                 for name in gone {
-                    controllers.stop(&name);
+                    freed.extend(controllers.stop(&name));
                 }
+                drop(controllers);
+                self.recheck(freed);
                 self.first_listing_done.store(true, Ordering::Relaxed);
                 crate::metrics::READINESS.mark_listed();
             }
             _ => {}
+        }
+    }
+
+    /// Has the manager reconcile these WasmOperators again now.
+    fn recheck(&self, names: Vec<String>) {
+        for name in names {
+            tracing::info!(operator = %name, "its resource kind is free: loading it again");
+            // Err: the manager is shutting down.
+            let _ = self.recheck.unbounded_send(ObjectRef::new(&name));
         }
     }
 
@@ -456,26 +567,50 @@ impl ManagerContext {
 
     /// Starts the loaded operator's controller in place of the running one (which drains
     /// first); returns the Ready message, or `None` when the WasmOperator was deleted meanwhile.
+    /// Refused when an older WasmOperator manages the same resource kind; a younger one that
+    /// does is stopped and refused in turn.
     fn start(
         &self,
         op: &WasmOperator,
         operator: Arc<OperatorContext>,
         digests: &BTreeMap<String, String>,
-    ) -> Option<String> {
+    ) -> Result<Option<String>, KindClaimed> {
         let name = op.name_any();
         let mut controllers = self.lock();
         // A deletion is observed after the store forgets the object, under this lock: either
         // it is gone here, or its stop comes after this start.
         let current = self.operators.get(&ObjectRef::new(&name));
         if current.is_none_or(|o| o.metadata.uid != op.metadata.uid) {
-            return None;
+            return Ok(None);
         }
+        let claim = Claim::of(op);
+        let kind = managed_kind(&op.spec);
+        if let Some((holder, running)) = controllers.holder_of_kind(op) {
+            let holder = holder.clone();
+            if running.claim < claim {
+                // Still running a definition of another kind: that stops too.
+                let freed = controllers.stop(&name);
+                controllers.claimed_out.insert(name, kind.clone());
+                drop(controllers);
+                self.recheck(freed);
+                return Err(KindClaimed {
+                    kind: kind_text(&kind),
+                    by: holder,
+                });
+            }
+            tracing::info!(operator = %name, displaced = %holder, "an older WasmOperator takes over its resource kind");
+            controllers.stop(&holder);
+            controllers.claimed_out.insert(holder.clone(), kind.clone());
+            self.recheck(vec![holder]);
+        }
+        controllers.claimed_out.remove(&name);
         let (tx, mut rx) = oneshot::channel::<()>();
         let swapped = controllers.running.contains_key(&name);
         // The previous controller shuts down gracefully: its in-flight reconciles finish on
         // the old modules. The new one starts once it has (bounded wait), so the two never
         // reconcile the same object at once.
-        controllers.stop(&name);
+        let freed = controllers.stop(&name);
+        self.recheck(freed);
         let previous = controllers.draining.remove(&name);
         let grace = self.drain_grace();
         let task_name = name.clone();
@@ -508,6 +643,7 @@ impl ManagerContext {
             name.clone(),
             Running {
                 spec: op.spec.clone(),
+                claim,
                 digests: digests.clone(),
                 message: message.clone(),
                 shutdown: Some(tx),
@@ -519,7 +655,7 @@ impl ManagerContext {
         crate::metrics::METRICS
             .operators_running
             .set(controllers.running.len() as i64);
-        Some(message)
+        Ok(Some(message))
     }
 
     /// Reports a failed load: log line, metric, `Ready=False` status, a Warning Event.
