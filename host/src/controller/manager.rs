@@ -3,6 +3,7 @@
 //! status; its error policy retries with a backoff. A swap drains the previous controller first
 //! (its in-flight reconciles finish on the old modules), so two never reconcile at the same time.
 
+use crate::controller::operator_removal;
 use crate::controller::reconcile::{InputCaches, OperatorContext, OutputCaches};
 use crate::controller::schedule::Backoff;
 use crate::controller::shadow::Shadows;
@@ -41,6 +42,10 @@ const LOAD_RETRY: Duration = Duration::from_secs(10);
 /// per compile: one module's compile alone peaks at 290–410 MiB), so only fetching, access
 /// reviews and loads from the compile cache overlap.
 const LOAD_CONCURRENCY: u16 = 4;
+
+/// How long one attempt at releasing a deleted operator's resources may take (then it is tried
+/// again with backoff).
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How much longer than the host's `--max-deadline` a stopped controller may take to finish its
 /// in-flight reconciles (a worker call, then the writes) before it is aborted.
@@ -156,6 +161,11 @@ pub(super) enum OperatorLoadError {
     /// The operator runs, but its status could not be written.
     #[error("could not update the WasmOperator's status: {0}")]
     Status(#[source] kube::Error),
+    /// The WasmOperator is being deleted and its resources are not all released yet.
+    #[error("{0}")]
+    Release(#[from] operator_removal::ReleaseError),
+    #[error("releasing the deleted operator's resources took longer than {0:?}")]
+    ReleaseTimedOut(Duration),
 }
 
 /// An older WasmOperator manages the resource kind `kind`: `by`.
@@ -416,6 +426,9 @@ pub(super) async fn reconcile_operator(
     ctx: Arc<ManagerContext>,
 ) -> Result<Action, OperatorLoadError> {
     let name = op.name_any();
+    if op.metadata.deletion_timestamp.is_some() {
+        return release(&op, &ctx).await;
+    }
     let running = ctx
         .lock()
         .running
@@ -450,6 +463,13 @@ pub(super) async fn reconcile_operator(
             };
             ctx.retries.reset(&name);
             tracing::info!(operator = %name, "{message}");
+            if operator_removal::lacks_release_finalizer(&op) {
+                // Its resources get the operator's finalizer: deleting the WasmOperator must
+                // release them first. Without the grant to patch WasmOperators it still runs.
+                if let Err(e) = operator_removal::add_release_finalizer(&ctx.client, &op).await {
+                    tracing::warn!(operator = %name, error = %e, "could not add {}: deleting this WasmOperator will leave its finalizer on its resources", operator_removal::RELEASE_FINALIZER);
+                }
+            }
             ctx.report(&op, None, &message, digests)
                 .await
                 .map_err(OperatorLoadError::Status)?;
@@ -463,6 +483,36 @@ pub(super) async fn reconcile_operator(
                 crate::metrics::READINESS.synced(&name);
             }
             Err(failure.into())
+        }
+    }
+}
+
+/// A WasmOperator being deleted: its controller stops, then its resources are released from
+/// the operator's finalizer (bounded; tried again with backoff until done).
+async fn release(
+    op: &WasmOperator,
+    ctx: &Arc<ManagerContext>,
+) -> Result<Action, OperatorLoadError> {
+    let name = op.name_any();
+    let freed = ctx.lock().stop(&name);
+    ctx.recheck(freed);
+    if !operator_removal::releasing(op) {
+        return Ok(Action::await_change());
+    }
+    let released = tokio::time::timeout(
+        RELEASE_TIMEOUT,
+        operator_removal::release(&ctx.client, &ctx.recorder, op),
+    )
+    .await
+    .map_err(|_| OperatorLoadError::ReleaseTimedOut(RELEASE_TIMEOUT))?;
+    match released {
+        Ok(count) => {
+            tracing::info!(operator = %name, released = count, "WasmOperator deleted: its resources are released from its finalizer");
+            Ok(Action::await_change())
+        }
+        Err(e) => {
+            tracing::warn!(operator = %name, error = %e, "releasing the deleted operator's resources; trying again");
+            Err(e.into())
         }
     }
 }
@@ -524,6 +574,10 @@ impl ManagerContext {
             Event::InitApply(op) if !self.first_listing_done.load(Ordering::Relaxed) => {
                 crate::metrics::READINESS.syncing(&op.name_any());
             }
+            // Being deleted: the reconcile releases its resources, whatever its generation says.
+            Event::Apply(op) if operator_removal::releasing(op) => {
+                let _ = self.recheck.unbounded_send(ObjectRef::new(&op.name_any()));
+            }
             Event::Delete(op) => {
                 let name = op.name_any();
                 self.retries.reset(&name);
@@ -551,7 +605,8 @@ impl ManagerContext {
         }
     }
 
-    /// Has the manager reconcile these WasmOperators again now.
+    /// Has the manager reconcile these WasmOperators again now: they were refused for a kind
+    /// that is free now.
     fn recheck(&self, names: Vec<String>) {
         for name in names {
             tracing::info!(operator = %name, "its resource kind is free: loading it again");

@@ -8,6 +8,7 @@ pub mod informers;
 pub mod leader;
 pub mod live_evidence;
 pub mod manager;
+pub mod operator_removal;
 pub mod reconcile;
 pub mod schedule;
 pub mod shadow;

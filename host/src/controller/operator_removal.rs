@@ -1,0 +1,131 @@
+//! Removing an operator: a WasmOperator whose definition puts a finalizer on its resources also
+//! carries the host's own, so deleting it first releases every resource it holds.
+//!
+//! Without it, deleting the WasmOperator stopped its controller and left `wasmpilot.io/<op>` on
+//! its resources, which then could never be deleted. Now its deletion waits until the host has
+//! removed that finalizer from every resource of the kind (each gets a `FinalizerReleased`
+//! Event: the finalizer worker does not run, its operator is gone), then lets the WasmOperator go.
+
+use crate::controller::finalizer;
+use crate::crd::WasmOperator;
+use crate::kinds;
+use crate::pipeline::status;
+use crate::pipeline::ReconcileError;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::runtime::events::Recorder;
+use kube::{Api, Client, Resource, ResourceExt};
+
+/// The host's finalizer on a WasmOperator whose resources carry the operator's finalizer.
+pub const RELEASE_FINALIZER: &str = "wasmpilot.io/release-resources";
+
+/// Resources listed per page while releasing.
+const PAGE: u32 = 500;
+
+/// Why releasing a deleted operator's resources did not finish (tried again with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error("listing the {kind} resources to release: {source}")]
+    List {
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("releasing {resource}: {source}")]
+    Resource {
+        resource: String,
+        #[source]
+        source: ReconcileError,
+    },
+    #[error("removing {RELEASE_FINALIZER} from the WasmOperator: {0}")]
+    Operator(#[source] ReconcileError),
+}
+
+/// Whether `op` should carry the release finalizer and does not yet.
+pub fn lacks_release_finalizer(op: &WasmOperator) -> bool {
+    op.spec.finalizer.is_some()
+        && op.metadata.deletion_timestamp.is_none()
+        && !op.finalizers().iter().any(|f| f == RELEASE_FINALIZER)
+}
+
+/// Whether `op` is being deleted and still holds the release finalizer.
+pub fn releasing(op: &WasmOperator) -> bool {
+    op.metadata.deletion_timestamp.is_some()
+        && op.finalizers().iter().any(|f| f == RELEASE_FINALIZER)
+}
+
+fn as_dynamic(client: &Client, op: &WasmOperator) -> (Api<DynamicObject>, DynamicObject) {
+    let api = Api::all_with(client.clone(), &ApiResource::erase::<WasmOperator>(&()));
+    let mut object = DynamicObject::new(&op.name_any(), &ApiResource::erase::<WasmOperator>(&()));
+    object.metadata = op.metadata.clone();
+    (api, object)
+}
+
+/// Adds the release finalizer to `op`.
+pub async fn add_release_finalizer(
+    client: &Client,
+    op: &WasmOperator,
+) -> Result<(), ReconcileError> {
+    let (api, object) = as_dynamic(client, op);
+    finalizer::add(&api, &object, RELEASE_FINALIZER).await
+}
+
+/// Removes the operator's finalizer from every resource of its kind that carries it, then the
+/// release finalizer from the WasmOperator. Returns how many resources were released.
+pub async fn release(
+    client: &Client,
+    recorder: &Recorder,
+    op: &WasmOperator,
+) -> Result<usize, ReleaseError> {
+    let operator = op.name_any();
+    let name = crate::finalizer_name(&operator);
+    let mut released = 0;
+    // A kind no longer served (its CRD deleted first) has no resources left to release.
+    if let Ok(kind) = kinds::resolve(client, &op.spec.resource, "spec.resource").await {
+        let all: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api);
+        let mut params = ListParams::default().limit(PAGE);
+        loop {
+            let page = all
+                .list(&params)
+                .await
+                .map_err(|source| ReleaseError::List {
+                    kind: kind.kind.to_string(),
+                    source,
+                })?;
+            for resource in page.items.iter().filter(|r| finalizer::has(r, &name)) {
+                let api = kind.api(client, resource.namespace().as_deref());
+                finalizer::remove(&api, resource, &name)
+                    .await
+                    .map_err(|source| ReleaseError::Resource {
+                        resource: format!(
+                            "{}/{}",
+                            resource.namespace().unwrap_or_default(),
+                            resource.name_any()
+                        ),
+                        source,
+                    })?;
+                released += 1;
+                let reference = resource.object_ref(&kind.api);
+                status::publish_event(
+                    recorder,
+                    &reference,
+                    true,
+                    "FinalizerReleased",
+                    "Release",
+                    format!(
+                        "WasmOperator {operator} was deleted: its finalizer {name} was removed without running the finalizer worker"
+                    ),
+                )
+                .await;
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+    }
+    let (api, object) = as_dynamic(client, op);
+    finalizer::remove(&api, &object, RELEASE_FINALIZER)
+        .await
+        .map_err(ReleaseError::Operator)?;
+    Ok(released)
+}
