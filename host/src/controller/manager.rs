@@ -809,6 +809,7 @@ impl ManagerContext {
             record_sink: self.record_sink.clone(),
             shadows,
             input_requeue: self.input_requeue,
+            own_writes: Default::default(),
         };
         Ok((Arc::new(ctx), digests))
     }

@@ -316,7 +316,7 @@ async fn the_status_write_is_conditional_and_a_conflict_means_deciding_again() {
         patch(StatusCode::OK, serde_json::to_value(&written).expect("JSON"), false),
     ]);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "team-a", &resource);
-    let conflict = write_status(&api, &obj, &update, true).await;
+    let conflict = write_status(&api, &obj, &update, true, &Default::default()).await;
     assert!(
         matches!(conflict, Err(ReconcileError::StatusConflict)),
         "{conflict:?}"
@@ -325,7 +325,7 @@ async fn the_status_write_is_conditional_and_a_conflict_means_deciding_again() {
         conflict.map_err(|e| e.reason()).err(),
         Some("StatusConflict")
     );
-    let wrote = write_status(&api, &obj, &update, false).await;
+    let wrote = write_status(&api, &obj, &update, false, &Default::default()).await;
     assert!(
         matches!(&wrote, Ok(Some(o)) if o.data["status"]["phase"] == "Ready"),
         "the resource as written: {wrote:?}"
@@ -690,6 +690,7 @@ phases:
         record_sink: None,
         shadows: None,
         input_requeue: Default::default(),
+        own_writes: Default::default(),
     });
     let obj: DynamicObject = serde_json::from_value(resource("10", "Syncing")).expect("a Widget");
     let result = reconcile(Arc::new(obj), ctx.clone()).await;

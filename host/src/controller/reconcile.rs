@@ -56,6 +56,94 @@ pub struct OperatorContext {
     pub shadows: Option<crate::controller::shadow::Shadows>,
     /// Which resources an input object's change requeues.
     pub input_requeue: crate::controller::watch::InputRequeue,
+    /// The resource versions this host's own status writes produced (their watch events wake
+    /// nothing).
+    pub own_writes: OwnWrites,
+}
+
+/// Resources at most remembered with an own write whose watch event has not arrived (a
+/// resource deleted meanwhile never brings it); beyond, the memory starts over.
+const OWN_WRITES_KEPT: usize = 100_000;
+
+/// How long the resource's watch waits for a status write of this host in flight to answer
+/// before it takes an event of that resource as someone else's.
+const OWN_WRITE_WAIT: Duration = Duration::from_secs(5);
+
+/// This host's status writes per resource (by uid): in flight, or the resourceVersion the last
+/// one produced until its watch event arrives. That event is this host's own write, already
+/// acted on (the phase it moved to was run in the same reconcile, or a requeue is set), and
+/// reconciles nothing; an event arriving while a write is in flight waits for its answer to
+/// tell. A worker whose every decision changes its status therefore writes at its
+/// `requeue_after` pace, not as fast as the watch brings its writes back.
+#[derive(Default)]
+pub struct OwnWrites {
+    writes: std::sync::Mutex<HashMap<String, OwnWrite>>,
+    answered: tokio::sync::Notify,
+}
+
+enum OwnWrite {
+    InFlight,
+    Wrote(String),
+}
+
+impl OwnWrites {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnWrite>> {
+        self.writes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A status write of the resource `uid` is about to be sent.
+    fn begin(&self, uid: Option<&str>) {
+        let Some(uid) = uid else { return };
+        let mut writes = self.lock();
+        if writes.len() >= OWN_WRITES_KEPT {
+            writes.clear();
+        }
+        writes.insert(uid.to_string(), OwnWrite::InFlight);
+    }
+
+    /// The write begun for `uid` was answered: `written` (none if it failed).
+    fn finish(&self, uid: Option<&str>, written: Option<&DynamicObject>) {
+        let Some(uid) = uid else { return };
+        let rv = written.and_then(|w| w.metadata.resource_version.clone());
+        {
+            let mut writes = self.lock();
+            match rv {
+                Some(rv) => writes.insert(uid.to_string(), OwnWrite::Wrote(rv)),
+                None => writes.remove(uid),
+            };
+        }
+        self.answered.notify_waiters();
+    }
+
+    /// Whether the version `rv` of the resource `uid`, as its watch brings it, is exactly this
+    /// host's last write of it; waits (bounded) for a write of it in flight to be answered first.
+    pub async fn is_own(&self, uid: Option<String>, rv: Option<String>) -> bool {
+        let (Some(uid), Some(rv)) = (uid, rv) else {
+            return false;
+        };
+        let (uid, rv) = (&uid, &rv);
+        let waited = std::time::Instant::now();
+        loop {
+            let answered = self.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            {
+                let mut writes = self.lock();
+                match writes.get(uid) {
+                    Some(OwnWrite::InFlight) => {}
+                    Some(OwnWrite::Wrote(written)) if written == rv => {
+                        writes.remove(uid);
+                        return true;
+                    }
+                    _ => return false,
+                }
+            }
+            let left = OWN_WRITE_WAIT.saturating_sub(waited.elapsed());
+            if left.is_zero() || tokio::time::timeout(left, answered).await.is_err() {
+                return false;
+            }
+        }
+    }
 }
 
 /// Where phases' metric queries go unless the WasmOperator names its own Prometheus.
@@ -237,7 +325,12 @@ pub async fn reconcile(
             latest = next.clone();
             step = decide_fresh(&ctx, &api, latest.clone(), Read::FromApiServer).await;
         }
-        let result = step.map(|s| s.action);
+        // The chain's bound reached with the phase still moving: go on after a pause (the
+        // status write's own watch event wakes nothing).
+        let result = step.map(|s| match s.next {
+            Some(_) => Action::requeue(decision::MIN_REQUEUE_AFTER),
+            None => s.action,
+        });
         metrics.reconciles_in_flight.dec();
         let labels = |result: &str| crate::metrics::ReconcileLabels {
             operator: ctx.definition.name.clone(),
@@ -412,7 +505,9 @@ async fn run_phase(
         Standing::Final(_) => return Ok(Action::await_change()),
         Standing::Restart { update, .. } => {
             tracing::info!(from = %current, to = %def.initial_phase, "spec changed after a final phase: starting again");
-            effects.next = write_status(api, &obj, &update, true).await?.map(Arc::new);
+            effects.next = write_status(api, &obj, &update, true, &ctx.own_writes)
+                .await?
+                .map(Arc::new);
             return Ok(Action::await_change());
         }
     };
@@ -526,7 +621,7 @@ async fn run_phase(
     );
     let next = decision.next_phase;
     let input_hash = decision.input_hash.to_prefixed_hex();
-    let written = write_status(api, &obj, &update, true).await?;
+    let written = write_status(api, &obj, &update, true, &ctx.own_writes).await?;
     let wrote = written.is_some();
     if next != current {
         effects.next = written.map(Arc::new);
@@ -581,7 +676,7 @@ async fn run_finalizer(
             status_info: decided.status_info,
             ..Default::default()
         };
-        write_status(api, &obj, &update, false).await?;
+        write_status(api, &obj, &update, false, &ctx.own_writes).await?;
     }
     if decided.done {
         tracing::info!("finalizer worker done; releasing the resource");
@@ -673,7 +768,7 @@ async fn report_error(
         };
         // Only a still-existing object can carry a condition; a failure here is logged.
         if obj.meta().deletion_timestamp.is_none() || ctx.finalizer.is_some() {
-            if let Err(e) = write_status(api, obj, &update, false).await {
+            if let Err(e) = write_status(api, obj, &update, false, &ctx.own_writes).await {
                 tracing::warn!(error = %e, "could not record the failure in the status");
             }
         }
@@ -698,11 +793,13 @@ async fn report_error(
 }
 
 /// Writes a status update if it changes anything; returns the resource as written, if it wrote.
+/// The write is remembered in `own`, so its watch event does not reconcile the resource again.
 pub(crate) async fn write_status(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     update: &StatusUpdate,
     conditional: bool,
+    own: &OwnWrites,
 ) -> Result<Option<DynamicObject>, ReconcileError> {
     let Some(patch) = status::status_patch(obj.data.get("status"), update, &now_rfc3339()) else {
         return Ok(None);
@@ -712,7 +809,11 @@ pub(crate) async fn write_status(
     } else {
         None
     };
-    match status::patch_status(api, &obj.name_any(), rv, patch).await {
+    let uid = obj.metadata.uid.as_deref();
+    own.begin(uid);
+    let written = status::patch_status(api, &obj.name_any(), rv, patch).await;
+    own.finish(uid, written.as_ref().ok());
+    match written {
         Ok(written) => Ok(Some(written)),
         Err(kube::Error::Api(s)) if s.code == 409 => Err(ReconcileError::StatusConflict),
         Err(source) => Err(ReconcileError::Api {

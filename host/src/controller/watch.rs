@@ -7,11 +7,11 @@ use crate::controller::informers::ObjectInformer;
 use crate::controller::reconcile::{self, OperatorContext};
 use crate::crd::{InputSpec, KindRef};
 use crate::pipeline::inputs;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{watcher, Controller};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Api, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -37,9 +37,19 @@ pub async fn run(
     let client = ctx.client.clone();
     let resource = ctx.resource.api.clone();
     let main_api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let mut controller =
-        Controller::new_with(main_api, watcher::Config::default(), resource.clone());
-    let owners = controller.store();
+    // The resource's watch, as `Controller::new_with` builds it, but an event that is this
+    // host's own status write (see `OwnWrites`) updates the store and reconciles nothing.
+    let writer = kube::runtime::reflector::store::Writer::<DynamicObject>::new(resource.clone());
+    let owners = writer.as_reader();
+    let own = ctx.clone();
+    let changes = kube::runtime::reflector(writer, watcher(main_api, watcher::Config::default()))
+        .applied_objects()
+        .try_filter(move |o| {
+            let own = own.clone();
+            let (uid, rv) = (o.metadata.uid.clone(), o.metadata.resource_version.clone());
+            async move { !own.own_writes.is_own(uid, rv).await }
+        });
+    let mut controller = Controller::for_stream_with(changes, owners.clone(), resource.clone());
 
     let input_kinds: BTreeSet<KindRef> = ctx.inputs.kinds().cloned().collect();
     // Every informer of a kind (one per projection): a change one projection hides, another

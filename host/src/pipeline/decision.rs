@@ -160,9 +160,14 @@ pub async fn decide(
 /// The longest a worker's `requeue_after` may put a resource off (longer asks are cut to it).
 pub const MAX_REQUEUE_AFTER: Duration = Duration::from_secs(24 * 3600);
 
-/// A worker's requeue-after, within [`MAX_REQUEUE_AFTER`].
+/// The soonest a worker's `requeue_after` may run a resource again (shorter asks, 0 included,
+/// are raised to it): with the host's own status writes waking nothing, a worker that changes
+/// its status on every call writes at most this often per resource.
+pub const MIN_REQUEUE_AFTER: Duration = Duration::from_secs(1);
+
+/// A worker's requeue-after, within [`MIN_REQUEUE_AFTER`] and [`MAX_REQUEUE_AFTER`].
 pub fn requeue_after(ms: u64) -> Duration {
-    Duration::from_millis(ms).min(MAX_REQUEUE_AFTER)
+    Duration::from_millis(ms).clamp(MIN_REQUEUE_AFTER, MAX_REQUEUE_AFTER)
 }
 
 /// The worker's status info: a JSON object (or nothing), else the host's error naming the phase.
