@@ -889,6 +889,48 @@ mod tests {
         assert!(e.is_fatal());
     }
 
+    fn written(rv: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "examples.io/v1", "kind": "AutoRoute",
+            "metadata": {"name": "r", "uid": "u1", "resourceVersion": rv}
+        }))
+        .expect("an object")
+    }
+
+    /// The watch event of a write still in flight waits for its answer; the event of the
+    /// version written is the host's own (once), any other version is news.
+    #[tokio::test]
+    async fn own_status_writes_are_told_from_other_changes() {
+        let own = Arc::new(OwnWrites::default());
+        let some = |s: &str| Some(s.to_string());
+        own.begin(Some("u1"));
+        let waiting = {
+            let own = own.clone();
+            tokio::spawn(async move { own.is_own(some("u1"), some("5")).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "waits while the write is in flight");
+        own.finish(Some("u1"), Some(&written("5")));
+        assert!(
+            waiting.await.expect("the waiting event"),
+            "the write's own event"
+        );
+        assert!(!own.is_own(some("u1"), some("5")).await, "told once");
+        own.begin(Some("u1"));
+        own.finish(Some("u1"), Some(&written("7")));
+        assert!(
+            !own.is_own(some("u1"), some("6")).await,
+            "another writer's version"
+        );
+        assert!(!own.is_own(some("u2"), some("7")).await, "another resource");
+        own.begin(Some("u1"));
+        own.finish(Some("u1"), None);
+        assert!(
+            !own.is_own(some("u1"), some("7")).await,
+            "a failed write wrote nothing"
+        );
+    }
+
     #[test]
     fn worker_errors_keep_their_retry_class() {
         let retry = ReconcileError::Worker {
