@@ -277,6 +277,27 @@ impl<T: Cached> Informer<T> {
     }
 }
 
+#[cfg(test)]
+impl<T: Cached> Informer<T> {
+    /// An informer whose first list never completes (its watch cannot list, say).
+    pub fn unsynced(kind: &ResolvedKind, keep_written: KeepWritten<T>) -> Self {
+        let (changes, _) = broadcast::channel(EVENT_BUFFER);
+        let (synced, ready) = tokio::sync::watch::channel(false);
+        Informer {
+            kind: kind.kind.clone(),
+            api: kind.api.clone(),
+            cache: Arc::new(Cache::default()),
+            changes,
+            keep_written,
+            ready,
+            task: tokio::spawn(async move {
+                let _synced = synced;
+                futures::future::pending::<()>().await
+            }),
+        }
+    }
+}
+
 /// Objects by namespace (`""`: cluster-scoped) and name.
 type ByNamespace<T> = HashMap<String, BTreeMap<String, Arc<T>>>;
 

@@ -537,28 +537,40 @@ fn resolved(group: &str, version: &str, kind: &str, plural: &str) -> ResolvedKin
     }
 }
 
-/// A Widget whose Syncing applies ConfigMap `settings` and moves to Ready, where the worker
-/// reports the owned ConfigMaps it was given. The reconcile chains Ready right after Syncing;
-/// the ConfigMap watch has not delivered `settings` yet (the cache is empty), as under load.
-/// Ready must still see it, as the API server answered the apply (the host caches its own
-/// writes): a Ready that reads its own outputs from a lagging cache sees them missing and sends
-/// the resource back (the AutoRoute Ready → Syncing → Ready flap).
-#[tokio::test]
-async fn a_chained_phase_reads_the_outputs_just_applied_though_the_cache_lags() {
-    use crate::controller::informers::Informer;
-    use crate::controller::reconcile::{reconcile, InputCaches, OperatorContext, OutputCaches};
+fn configmaps() -> ResolvedKind {
+    resolved("", "v1", "ConfigMap", "configmaps")
+}
+
+/// Widget `w1` in `team-a` at resourceVersion `rv` in phase `phase`, whose Syncing applies
+/// ConfigMap `settings` and moves to Ready, where the worker reports the owned ConfigMaps it
+/// was given.
+fn widget(rv: &str, phase: &str) -> Value {
+    json!({"apiVersion": "examples.io/v1", "kind": "Widget",
+           "metadata": {"name": "w1", "namespace": "team-a", "uid": "w1-uid",
+                        "resourceVersion": rv, "generation": 1},
+           "spec": {"phases": {
+               "Syncing": {"next": "Ready", "outputs": [
+                   {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "settings", "namespace": "team-a"},
+                    "data": {"k": "v"}}]},
+               "Ready": {"next": "Ready", "countInputs": true}}},
+           "status": {"phase": phase}})
+}
+
+/// The Widget operator (both phases the scripted component) on `client`, its ConfigMap caches
+/// empty (the watch has not delivered anything yet) and the output cache synced or not.
+fn widget_operator(
+    client: &kube::Client,
+    component: &[u8],
+    outputs_synced: bool,
+) -> std::sync::Arc<crate::controller::reconcile::OperatorContext> {
+    use crate::controller::informers::{metadata_of, Informer};
+    use crate::controller::reconcile::{InputCaches, OperatorContext, OutputCaches};
     use crate::definition::OperatorDefinition;
     use crate::pipeline::inputs::WorkerObject;
     use crate::sandbox::{Sandbox, SandboxLimits};
     use std::sync::Arc;
 
-    let Some(bytes) = scripted_component() else {
-        eprintln!(
-            "SKIPPED: wasmpilot_test_scripted.wasm is not built (cargo build --release --target \
-             wasm32-wasip2 -p wasmpilot-test-scripted; deploy/local/test.sh does)"
-        );
-        return;
-    };
     let spec: crate::crd::WasmOperatorSpec = serde_yaml::from_str(
         r#"
 resource: {apiVersion: examples.io/v1, kind: Widget}
@@ -575,22 +587,81 @@ phases:
     )
     .expect("the definition");
     let definition = OperatorDefinition::validate("widgets", &spec).expect("a valid definition");
-    let widget = resolved("examples.io", "v1", "Widget", "widgets");
-    let configmaps = resolved("", "v1", "ConfigMap", "configmaps");
+    let configmaps = configmaps();
+    let sandbox = Sandbox::new(SandboxLimits::default()).expect("the sandbox");
+    let compiled = sandbox.compile(component).expect("the scripted component");
+    let module = sandbox
+        .phase_module("sha256:scripted", &compiled)
+        .expect("a phase worker");
+    let mut inputs = InputCaches::default();
+    let kind = configmaps.kind.clone();
+    inputs.add(configmaps.kind.clone(), &[], || {
+        let view = move |o: &DynamicObject| WorkerObject::new(o, &kind, None);
+        Arc::new(Informer::holding(&configmaps, Vec::new(), Arc::new(view)))
+    });
+    let output_cache = if outputs_synced {
+        Informer::holding(&configmaps, Vec::new(), Arc::new(metadata_of))
+    } else {
+        Informer::unsynced(&configmaps, Arc::new(metadata_of))
+    };
+    let outputs = OutputCaches(HashMap::from([(
+        configmaps.kind.clone(),
+        Arc::new(output_cache),
+    )]));
+    let reporter = kube::runtime::events::Reporter {
+        controller: "wasmpilot".into(),
+        instance: None,
+    };
+    Arc::new(OperatorContext {
+        definition,
+        client: client.clone(),
+        resource: resolved("examples.io", "v1", "Widget", "widgets"),
+        workers: HashMap::from([
+            ("Syncing".to_string(), module.clone()),
+            ("Ready".to_string(), module),
+        ]),
+        finalizer: None,
+        kinds: HashMap::from([(configmaps.kind.clone(), configmaps.clone())]),
+        namespaced: HashMap::from([(configmaps.kind.clone(), true)]),
+        inputs,
+        outputs,
+        sandbox,
+        recorder: kube::runtime::events::Recorder::new(client.clone(), reporter),
+        backoff: Default::default(),
+        metrics_source: Default::default(),
+        finalized: Default::default(),
+        record_sink: None,
+        shadows: None,
+        input_requeue: Default::default(),
+        own_writes: Default::default(),
+    })
+}
+
+/// The scripted component, or a SKIPPED line saying how to build it.
+fn scripted_or_skip() -> Option<Vec<u8>> {
+    let bytes = scripted_component();
+    if bytes.is_none() {
+        eprintln!(
+            "SKIPPED: wasmpilot_test_scripted.wasm is not built (cargo build --release --target \
+             wasm32-wasip2 -p wasmpilot-test-scripted; deploy/local/test.sh does)"
+        );
+    }
+    bytes
+}
+
+/// The Widget in Syncing: the reconcile chains Ready right after Syncing; the ConfigMap watch
+/// has not delivered `settings` yet (the cache is empty), as under load. Ready must still see
+/// it, as the API server answered the apply (the host caches its own writes): a Ready that
+/// reads its own outputs from a lagging cache sees them missing and sends the resource back
+/// (the AutoRoute Ready → Syncing → Ready flap).
+#[tokio::test]
+async fn a_chained_phase_reads_the_outputs_just_applied_though_the_cache_lags() {
+    use std::sync::Arc;
+    let Some(bytes) = scripted_or_skip() else {
+        return;
+    };
     let owner = json!([{"apiVersion": "examples.io/v1", "kind": "Widget", "name": "w1",
                         "uid": "w1-uid", "controller": true}]);
-    let resource = |rv: &str, phase: &str| {
-        json!({"apiVersion": "examples.io/v1", "kind": "Widget",
-               "metadata": {"name": "w1", "namespace": "team-a", "uid": "w1-uid",
-                            "resourceVersion": rv, "generation": 1},
-               "spec": {"phases": {
-                   "Syncing": {"next": "Ready", "outputs": [
-                       {"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "settings", "namespace": "team-a"},
-                        "data": {"k": "v"}}]},
-                   "Ready": {"next": "Ready", "countInputs": true}}},
-               "status": {"phase": phase}})
-    };
     let applied = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "settings", "namespace": "team-a", "uid": "settings-uid",
                      "resourceVersion": "11", "ownerReferences": owner,
@@ -617,7 +688,7 @@ phases:
             Method::PATCH,
             &format!("{widget_path}/status"),
             StatusCode::OK,
-            resource("12", "Ready"),
+            widget("12", "Ready"),
         )
         .checking(|_, body| assert_eq!(body["status"]["phase"], "Ready", "{body}")),
         Exchange::new(
@@ -633,7 +704,7 @@ phases:
             Method::PATCH,
             &format!("{widget_path}/status"),
             StatusCode::OK,
-            resource("13", "Ready"),
+            widget("13", "Ready"),
         )
         .checking(|_, body| {
             assert_eq!(
@@ -644,58 +715,33 @@ phases:
             assert!(phase.is_null() || phase == "Ready", "no move back: {body}");
         }),
     ]);
-    let sandbox = Sandbox::new(SandboxLimits::default()).expect("the sandbox");
-    let component = sandbox.compile(&bytes).expect("the scripted component");
-    let module = sandbox
-        .phase_module("sha256:scripted", &component)
-        .expect("a phase worker");
-    // The watch caches as they are when the reconcile starts: the ConfigMap watch has not
-    // delivered `settings` (and will not during this test).
-    let mut inputs = InputCaches::default();
-    let kind = configmaps.kind.clone();
-    inputs.add(configmaps.kind.clone(), &[], || {
-        let view = move |o: &DynamicObject| WorkerObject::new(o, &kind, None);
-        Arc::new(Informer::holding(&configmaps, Vec::new(), Arc::new(view)))
-    });
-    let outputs = OutputCaches(HashMap::from([(
-        configmaps.kind.clone(),
-        Arc::new(Informer::holding(
-            &configmaps,
-            Vec::new(),
-            Arc::new(crate::controller::informers::metadata_of),
-        )),
-    )]));
-    let reporter = kube::runtime::events::Reporter {
-        controller: "wasmpilot".into(),
-        instance: None,
-    };
-    let ctx = Arc::new(OperatorContext {
-        definition,
-        client: client.clone(),
-        resource: widget,
-        workers: HashMap::from([
-            ("Syncing".to_string(), module.clone()),
-            ("Ready".to_string(), module),
-        ]),
-        finalizer: None,
-        kinds: HashMap::from([(configmaps.kind.clone(), configmaps.clone())]),
-        namespaced: HashMap::from([(configmaps.kind.clone(), true)]),
-        inputs,
-        outputs,
-        sandbox,
-        recorder: kube::runtime::events::Recorder::new(client.clone(), reporter),
-        backoff: Default::default(),
-        metrics_source: Default::default(),
-        finalized: Default::default(),
-        record_sink: None,
-        shadows: None,
-        input_requeue: Default::default(),
-        own_writes: Default::default(),
-    });
-    let obj: DynamicObject = serde_json::from_value(resource("10", "Syncing")).expect("a Widget");
-    let result = reconcile(Arc::new(obj), ctx.clone()).await;
+    let ctx = widget_operator(&client, &bytes, true);
+    let obj: DynamicObject = serde_json::from_value(widget("10", "Syncing")).expect("a Widget");
+    let result = crate::controller::reconcile::reconcile(Arc::new(obj), ctx.clone()).await;
     drop(ctx);
     drop(client);
     server.await.expect("the API server's script");
     assert!(result.is_ok(), "{result:?}");
+}
+
+/// A reconcile does not start before the caches its takeover check and pruning read have
+/// their first list: with the output cache not synced, nothing is read, decided or written,
+/// and the reconcile is deferred (InputsNotSynced, tried again with backoff).
+#[tokio::test(start_paused = true)]
+async fn no_reconcile_before_the_output_caches_synced() {
+    use std::sync::Arc;
+    let Some(bytes) = scripted_or_skip() else {
+        return;
+    };
+    let (client, server) = scripted(Vec::new());
+    let ctx = widget_operator(&client, &bytes, false);
+    let obj: DynamicObject = serde_json::from_value(widget("10", "Syncing")).expect("a Widget");
+    let result = crate::controller::reconcile::reconcile(Arc::new(obj), ctx.clone()).await;
+    drop(ctx);
+    drop(client);
+    server.await.expect("no request at all");
+    assert!(
+        matches!(&result, Err(ReconcileError::InputsNotSynced(kind)) if kind == "v1 ConfigMap"),
+        "{result:?}"
+    );
 }

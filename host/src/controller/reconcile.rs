@@ -520,6 +520,8 @@ async fn run_phase(
             declared: step::phase_names(def),
         })?;
     wait_for_inputs(ctx, &phase.inputs).await?;
+    // The takeover check and pruning read the output caches: not before their first list.
+    wait_for_outputs(ctx, &phase.outputs).await?;
     let samples = Samples::Query {
         prometheus: &ctx.metrics_source.client,
         fallback_url: ctx.metrics_source.default_url.as_deref(),
@@ -851,6 +853,18 @@ async fn wait_for_inputs(
 ) -> Result<(), ReconcileError> {
     for input in inputs {
         if let Some(informer) = ctx.inputs.informer(input) {
+            match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.wait_until_ready()).await {
+                Ok(true) => {}
+                _ => return Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn wait_for_outputs(ctx: &OperatorContext, kinds: &[KindRef]) -> Result<(), ReconcileError> {
+    for kind in kinds {
+        if let Some(informer) = ctx.outputs.0.get(kind) {
             match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.wait_until_ready()).await {
                 Ok(true) => {}
                 _ => return Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),

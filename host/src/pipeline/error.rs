@@ -66,7 +66,7 @@ pub enum ReconcileError {
         #[source]
         source: crate::promql::QueryError,
     },
-    #[error("input cache for {0} has not synced yet")]
+    #[error("the cache of {0} has not synced yet")]
     InputsNotSynced(String),
     // The problem is in the message and deliberately not a `source()`: a chain printed with
     // `{:#}` would repeat it.
