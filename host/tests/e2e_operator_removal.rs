@@ -31,28 +31,9 @@ fn probe(name: &str, finalize_mode: &str) -> String {
 #[tokio::test]
 async fn deleting_an_operator_releases_its_resources() {
     let client = client().await;
-    apply_file(
-        &client,
-        &common::repo_root().join("host/tests/manifests/scripted.yaml"),
-        None,
-    )
-    .await
-    .expect("the test kinds");
-    // Any WasmOperator on Probe (an interrupted earlier test's) would hold the kind.
-    let api = dynamic_api(&client, OPS.0, OPS.1, None)
+    test_kind_free(&client, PROBE.1)
         .await
-        .expect("WasmOperators");
-    for op in api
-        .list(&Default::default())
-        .await
-        .expect("listing WasmOperators")
-    {
-        let op = serde_json::to_value(op).unwrap_or_default();
-        if op["spec"]["resource"]["kind"] == PROBE.1 {
-            let name = op["metadata"]["name"].as_str().unwrap_or_default();
-            let _ = delete(&client, OPS.0, OPS.1, None, name).await;
-        }
-    }
+        .expect("the test kinds, this one free of operators");
     let wasm_dir = common::wasm_dir();
     let mut host = Host::start(
         &["--module-dir", wasm_dir.to_str().expect("utf-8 path")],

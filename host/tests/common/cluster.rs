@@ -353,3 +353,24 @@ pub async fn node_pressure(client: &Client) -> Option<String> {
         )
     })
 }
+
+/// The test kinds (`host/tests/manifests/scripted.yaml`) applied, and no WasmOperator left on
+/// `kind` (one an interrupted earlier test left would hold the kind).
+pub async fn test_kind_free(client: &Client, kind: &str) -> anyhow::Result<()> {
+    let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
+    apply_file(
+        client,
+        &super::repo_root().join("host/tests/manifests/scripted.yaml"),
+        None,
+    )
+    .await?;
+    let api = dynamic_api(client, ops.0, ops.1, None).await?;
+    for op in api.list(&Default::default()).await? {
+        let op = serde_json::to_value(op)?;
+        if op["spec"]["resource"]["kind"] == kind {
+            let name = op["metadata"]["name"].as_str().unwrap_or_default();
+            delete(client, ops.0, ops.1, None, name).await?;
+        }
+    }
+    Ok(())
+}
