@@ -603,14 +603,19 @@ impl ModuleCache {
                     let client = self.client.clone().ok_or_else(|| ModuleError::Offline {
                         source_name: source_name.clone(),
                     })?;
+                    let secret_failed = |source| ModuleError::PullSecret {
+                        source_name: source_name.clone(),
+                        namespace: namespace.clone(),
+                        name: s.name.clone(),
+                        source: Box::new(source),
+                    };
+                    // Not even read when its credentials would travel in clear text.
+                    if o.insecure {
+                        oci::plain_http_credentials_allowed(&o.reference).map_err(secret_failed)?;
+                    }
                     oci::auth_from_secret(&client, &namespace, &s.name, &o.reference)
                         .await
-                        .map_err(|source| ModuleError::PullSecret {
-                            source_name: source_name.clone(),
-                            namespace,
-                            name: s.name.clone(),
-                            source: Box::new(source),
-                        })?
+                        .map_err(secret_failed)?
                 }
             };
             self.progress(format_args!("pulling oci://{} …", o.reference));

@@ -127,6 +127,13 @@ pub enum PullSecretError {
         #[source]
         source: kube::Error,
     },
+    /// A pull Secret for a plain-HTTP registry that is not this machine's loopback.
+    #[error(
+        "is not used: `insecure: true` would send its credentials in clear text to {registry}. \
+         Serve the registry over HTTPS (credentials go over plain HTTP only to a registry on the \
+         host's own loopback)"
+    )]
+    OverPlainHttp { registry: String },
     #[error("could not be read: {source}")]
     Unreadable {
         #[source]
@@ -187,6 +194,29 @@ pub fn parse_reference(s: &str) -> Result<Reference, ReferenceError> {
         reference: s.to_string(),
         source,
     })
+}
+
+/// Whether credentials may go to the registry of `reference` over plain HTTP: only when it is
+/// on the host's own loopback (`localhost`, `127.0.0.0/8`, `::1`), where nothing crosses a
+/// network; anywhere else they would travel in clear text.
+pub fn plain_http_credentials_allowed(reference: &str) -> Result<(), PullSecretError> {
+    let parsed = parse_reference(reference)?;
+    let registry = parsed.resolve_registry().to_string();
+    let host = match registry.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => registry
+            .rsplit_once(':')
+            .map_or(registry.as_str(), |(h, _)| h),
+    };
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        Ok(())
+    } else {
+        Err(PullSecretError::OverPlainHttp { registry })
+    }
 }
 
 fn client(insecure: bool) -> Result<Client, OciError> {
@@ -674,6 +704,30 @@ pub async fn push_command(args: PushArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_go_over_plain_http_only_to_a_loopback_registry() {
+        for local in [
+            "127.0.0.1:5000/ops/worker:v1",
+            "localhost:5000/ops/worker:v1",
+            "127.9.9.9/ops/worker:v1",
+        ] {
+            assert!(plain_http_credentials_allowed(local).is_ok(), "{local}");
+        }
+        for remote in [
+            "registry.example.com/ops/worker:v1",
+            "10.0.0.5:5000/ops/worker:v1",
+            "169.254.169.254:80/ops/worker:v1",
+            "localhost.example.com:5000/ops/worker:v1",
+        ] {
+            let e = plain_http_credentials_allowed(remote).expect_err(remote);
+            assert!(
+                e.to_string()
+                    .contains("would send its credentials in clear text"),
+                "{remote}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn a_forbidden_pull_secret_says_what_to_do() {
