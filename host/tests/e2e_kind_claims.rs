@@ -63,28 +63,17 @@ fn managers(object: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn a_second_operator_on_a_kind_is_refused_until_the_first_is_gone() {
-    let client = client().await;
-    test_kind_free(&client, LAG.1)
-        .await
-        .expect("the test kinds, this one free of operators");
-    let wasm_dir = common::wasm_dir();
-    let mut host = Host::start(
-        &["--module-dir", wasm_dir.to_str().expect("utf-8 path")],
+    with_scripted_host(
+        LAG.1,
         "wasmpilot-e2e-kind-claims",
-    );
-    let ns = create_namespace(&client, "e2e-claims")
-        .await
-        .expect("namespace");
-    let result = scenario(&client, &ns).await;
-    let alive = host.is_alive();
-    for op in [FIRST, SECOND] {
-        let _ = delete(&client, OPS.0, OPS.1, None, op).await;
-    }
-    let _ = delete(&client, "v1", "Namespace", None, &ns).await;
-    assert!(alive, "the host process died");
-    if let Err(e) = result {
-        panic!("{e:#}\nhost log:\n{}", host.log_text());
-    }
+        "e2e-claims",
+        &[FIRST, SECOND],
+        |client, ns, log| async move {
+            let _ = log;
+            scenario(&client, &ns).await
+        },
+    )
+    .await;
 }
 
 async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {

@@ -30,26 +30,14 @@ fn probe(name: &str, finalize_mode: &str) -> String {
 
 #[tokio::test]
 async fn deleting_an_operator_releases_its_resources() {
-    let client = client().await;
-    test_kind_free(&client, PROBE.1)
-        .await
-        .expect("the test kinds, this one free of operators");
-    let wasm_dir = common::wasm_dir();
-    let mut host = Host::start(
-        &["--module-dir", wasm_dir.to_str().expect("utf-8 path")],
+    with_scripted_host(
+        PROBE.1,
         "wasmpilot-e2e-operator-removal",
-    );
-    let ns = create_namespace(&client, "e2e-removal")
-        .await
-        .expect("namespace");
-    let result = scenario(&client, &ns, &host.log).await;
-    let alive = host.is_alive();
-    let _ = delete(&client, OPS.0, OPS.1, None, OP).await;
-    let _ = delete(&client, "v1", "Namespace", None, &ns).await;
-    assert!(alive, "the host process died");
-    if let Err(e) = result {
-        panic!("{e:#}\nhost log:\n{}", host.log_text());
-    }
+        "e2e-removal",
+        &[OP],
+        |client, ns, log| async move { scenario(&client, &ns, &log).await },
+    )
+    .await;
 }
 
 async fn scenario(

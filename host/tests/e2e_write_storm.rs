@@ -21,26 +21,17 @@ const WINDOW: Duration = Duration::from_secs(10);
 
 #[tokio::test]
 async fn a_worker_that_changes_its_status_every_call_writes_about_once_a_second() {
-    let client = client().await;
-    test_kind_free(&client, LAG.1)
-        .await
-        .expect("the test kinds, this one free of operators");
-    let wasm_dir = common::wasm_dir();
-    let mut host = Host::start(
-        &["--module-dir", wasm_dir.to_str().expect("utf-8 path")],
+    with_scripted_host(
+        LAG.1,
         "wasmpilot-e2e-write-storm",
-    );
-    let ns = create_namespace(&client, "e2e-storm")
-        .await
-        .expect("namespace");
-    let result = scenario(&client, &ns).await;
-    let alive = host.is_alive();
-    let _ = delete(&client, OPS.0, OPS.1, None, OP).await;
-    let _ = delete(&client, "v1", "Namespace", None, &ns).await;
-    assert!(alive, "the host process died");
-    if let Err(e) = result {
-        panic!("{e:#}\nhost log:\n{}", host.log_text());
-    }
+        "e2e-storm",
+        &[OP],
+        |client, ns, log| async move {
+            let _ = log;
+            scenario(&client, &ns).await
+        },
+    )
+    .await;
 }
 
 async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {

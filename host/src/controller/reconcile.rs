@@ -851,27 +851,27 @@ async fn wait_for_inputs(
     ctx: &OperatorContext,
     inputs: &[InputSpec],
 ) -> Result<(), ReconcileError> {
-    for input in inputs {
-        if let Some(informer) = ctx.inputs.informer(input) {
-            match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.wait_until_ready()).await {
-                Ok(true) => {}
-                _ => return Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),
-            }
-        }
+    for informer in inputs.iter().filter_map(|i| ctx.inputs.informer(i)) {
+        synced(informer).await?;
     }
     Ok(())
 }
 
 async fn wait_for_outputs(ctx: &OperatorContext, kinds: &[KindRef]) -> Result<(), ReconcileError> {
-    for kind in kinds {
-        if let Some(informer) = ctx.outputs.0.get(kind) {
-            match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.wait_until_ready()).await {
-                Ok(true) => {}
-                _ => return Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),
-            }
-        }
+    for informer in kinds.iter().filter_map(|k| ctx.outputs.0.get(k)) {
+        synced(informer).await?;
     }
     Ok(())
+}
+
+/// Waits (bounded) for an informer's first complete list.
+async fn synced<T: crate::controller::informers::Cached>(
+    informer: &crate::controller::informers::Informer<T>,
+) -> Result<(), ReconcileError> {
+    match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.wait_until_ready()).await {
+        Ok(true) => Ok(()),
+        _ => Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),
+    }
 }
 
 /// `sha256:0123456789ab` — enough to tell modules apart in messages.

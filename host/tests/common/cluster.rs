@@ -374,3 +374,41 @@ pub async fn test_kind_free(client: &Client, kind: &str) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Runs `scenario` in a fresh namespace (prefix `ns_prefix`) against a host started with the
+/// test components (`--module-dir`), `kind` free of WasmOperators first; then deletes the
+/// WasmOperators `operators` and the namespace. Panics with the host's log when it failed, or
+/// when the host died.
+pub async fn with_scripted_host<F, Fut>(
+    kind: &str,
+    host_name: &str,
+    ns_prefix: &str,
+    operators: &[&str],
+    scenario: F,
+) where
+    F: FnOnce(Client, String, PathBuf) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let client = client().await;
+    test_kind_free(&client, kind)
+        .await
+        .expect("the test kinds, this one free of operators");
+    let wasm_dir = super::wasm_dir();
+    let mut host = Host::start(
+        &["--module-dir", wasm_dir.to_str().expect("utf-8 path")],
+        host_name,
+    );
+    let ns = create_namespace(&client, ns_prefix)
+        .await
+        .expect("namespace");
+    let result = scenario(client.clone(), ns.clone(), host.log.clone()).await;
+    let alive = host.is_alive();
+    for op in operators {
+        let _ = delete(&client, "wasmpilot.io/v1alpha1", "WasmOperator", None, op).await;
+    }
+    let _ = delete(&client, "v1", "Namespace", None, &ns).await;
+    assert!(alive, "the host process died");
+    if let Err(e) = result {
+        panic!("{e:#}\nhost log:\n{}", host.log_text());
+    }
+}
