@@ -10,7 +10,8 @@
 //! watch on it, which reconnect) rather than waited on. The stack below is kube's own
 //! (`ClientBuilder::try_from`), minus its request tracing; a kubeconfig whose exec plugin hands
 //! out client certificates (whose expiry only kube's builder tracks) or that names a proxy gets
-//! kube's builder unchanged (HTTP/1.1).
+//! kube's builder unchanged (HTTP/1.1). Clients acting as an operator's identity
+//! (impersonating its ServiceAccount) share the host's connections.
 
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -36,14 +37,81 @@ pub enum ClientError {
 /// A client from the environment (in-cluster config, else `$KUBECONFIG` / `~/.kube/config`),
 /// as `kube::Client::try_default` finds it.
 pub async fn connect() -> Result<Client, ClientError> {
-    Ok(from_config(Config::infer().await?)?)
+    Ok(Connection::infer().await?.client()?)
 }
 
 /// A client for `config` (see the module comment for what differs from kube's).
 pub fn from_config(config: Config) -> Result<Client, kube::Error> {
-    if config.proxy_url.is_some() || config.auth_info.exec.is_some() {
-        return Client::try_from(config);
+    Connection::new(config)?.client()
+}
+
+/// The host's connection to the API server: clients for its own identity and for each
+/// operator's (impersonated), all sharing one connection pool.
+#[derive(Clone)]
+pub struct Connection {
+    config: Config,
+    /// `None` when the kubeconfig needs kube's own builder (an exec plugin, a proxy).
+    http: Option<HttpClient>,
+}
+
+type HttpClient = hyper_util::client::legacy::Client<
+    hyper_timeout::TimeoutConnector<hyper_rustls::HttpsConnector<HttpConnector>>,
+    kube::client::Body,
+>;
+
+impl Connection {
+    /// The connection the environment describes (see [`connect`]).
+    pub async fn infer() -> Result<Connection, ClientError> {
+        Ok(Connection::new(Config::infer().await?)?)
     }
+
+    /// A connection for `config`; nothing is sent yet.
+    pub fn new(config: Config) -> Result<Connection, kube::Error> {
+        let http = if config.proxy_url.is_some() || config.auth_info.exec.is_some() {
+            None
+        } else {
+            Some(http_client(&config)?)
+        };
+        Ok(Connection { config, http })
+    }
+
+    /// A client acting as the configured identity (the host's).
+    pub fn client(&self) -> Result<Client, kube::Error> {
+        self.client_for(self.config.clone())
+    }
+
+    /// A client whose every request is sent as `user` (`Impersonate-User`): the API server
+    /// authorizes it, and its audit log records it, as that user's. With no groups given, a
+    /// ServiceAccount user gets its account's groups from the API server.
+    pub fn impersonating(&self, user: &str) -> Result<Client, kube::Error> {
+        let mut config = self.config.clone();
+        config.auth_info.impersonate = Some(user.to_string());
+        config.auth_info.impersonate_groups = None;
+        config.auth_info.impersonate_uid = None;
+        config.auth_info.impersonate_user_extra = None;
+        self.client_for(config)
+    }
+
+    fn client_for(&self, config: Config) -> Result<Client, kube::Error> {
+        let Some(http) = &self.http else {
+            return Client::try_from(config);
+        };
+        let retry = config.default_retry.then(|| {
+            tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())
+        });
+        let service = ServiceBuilder::new()
+            .layer(config.base_uri_layer())
+            .option_layer(retry)
+            .option_layer(config.auth_layer()?)
+            .layer(config.extra_headers_layer()?)
+            .map_err(BoxError::from)
+            .service(http.clone());
+        Ok(Client::new(service, config.default_namespace))
+    }
+}
+
+/// The HTTP client every [`Connection`] client shares (one pool: one HTTP/2 connection).
+fn http_client(config: &Config) -> Result<HttpClient, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -56,23 +124,13 @@ pub fn from_config(config: Config) -> Result<Client, kube::Error> {
     // Requests share one HTTP/2 connection when the API server offers it (as client-go does):
     // one TLS handshake per host, not one per watch. Pings find a dead connection that TCP
     // would not report (then every watch on it fails together and reconnects).
-    let http_client = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
+    let http_client: HttpClient = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .http2_keep_alive_interval(HTTP2_PING_INTERVAL)
         .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
         .http2_keep_alive_while_idle(true)
         .build(connector);
-    let retry = config
-        .default_retry
-        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
-    let service = ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(retry)
-        .option_layer(config.auth_layer()?)
-        .layer(config.extra_headers_layer()?)
-        .map_err(BoxError::from)
-        .service(http_client);
-    Ok(Client::new(service, config.default_namespace))
+    Ok(http_client)
 }
 
 /// kube's TLS connector (the kubeconfig's CA and client identity), offering HTTP/2 beside

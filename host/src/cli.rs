@@ -43,6 +43,16 @@ enum Command {
         /// Namespace for the module ConfigMaps.
         #[arg(long, default_value = wasmpilot::modules::DEFAULT_MODULE_NAMESPACE)]
         module_namespace: String,
+        /// Do not apply the operator's account and grants (an admin applies `wasmpilot rbac`'s).
+        #[arg(long)]
+        no_grants: bool,
+        /// Namespace of the operator's ServiceAccount (the host's --identity-namespace).
+        #[arg(long, default_value = wasmpilot::rbac::DEFAULT_IDENTITY_NAMESPACE)]
+        identity_namespace: String,
+        /// The host's ServiceAccount as namespace/name (granted reading for the operator and
+        /// acting as it).
+        #[arg(long, default_value = "wasmpilot-system/wasmpilot")]
+        host_service_account: String,
     },
     /// Run one phase of an operator offline, from files, and print the decision as YAML (or,
     /// with --finalizer, its finalizer as on the resource's deletion).
@@ -103,21 +113,33 @@ enum Command {
     Crd,
     /// Publish a built component to an OCI registry as a Wasm artifact; print its digests.
     Push(wasmpilot::modules::oci::PushArgs),
-    /// Print the least-privilege ClusterRole (and its binding) an operator needs, for `kubectl apply -f -`.
+    /// Print an operator's own ServiceAccount, its least-privilege role and binding, and the
+    /// host's right to read for it and act as it, for `kubectl apply -f -`.
     Rbac {
         /// The WasmOperator manifest, e.g. examples/autoroute/operator.yaml.
         operator: PathBuf,
-        /// The host's ServiceAccount as namespace/name; bound to the role.
-        #[arg(long, default_value = "wasmpilot-system/wasmpilot")]
-        service_account: String,
-        /// Print only the ClusterRole.
+        /// Grant the operator only in these namespaces (comma-separated; default: cluster-wide).
+        #[arg(long, value_delimiter = ',')]
+        namespace: Vec<String>,
+        /// Namespace of the operator's ServiceAccount (the host's --identity-namespace).
+        #[arg(long, default_value = wasmpilot::rbac::DEFAULT_IDENTITY_NAMESPACE)]
+        identity_namespace: String,
+        /// The host's ServiceAccount as namespace/name: it reads for the operator and may act as
+        /// its account.
+        #[arg(long, alias = "service-account", default_value = "wasmpilot-system/wasmpilot")]
+        host_service_account: String,
+        /// Grant nothing to the host (only the operator's account and its roles).
         #[arg(long)]
-        no_binding: bool,
+        no_host_grants: bool,
     },
 }
 
 #[derive(clap::Args)]
 struct RunArgs {
+    /// Namespace of the operators' ServiceAccounts: each WasmOperator acts as `op-<name>` there
+    /// (impersonated; grant it with `wasmpilot rbac`).
+    #[arg(long, env = "WASMPILOT_IDENTITY_NAMESPACE", default_value = wasmpilot::rbac::DEFAULT_IDENTITY_NAMESPACE)]
+    identity_namespace: String,
     /// Prometheus HTTP API for phases' metric queries (a WasmOperator may name its own).
     #[arg(long, env = "WASMPILOT_PROMETHEUS_URL")]
     prometheus_url: Option<String>,
@@ -232,11 +254,24 @@ impl Cli {
                 dir,
                 no_build,
                 module_namespace,
+                no_grants,
+                identity_namespace,
+                host_service_account,
             } => {
+                let grants = if no_grants {
+                    None
+                } else {
+                    Some(wasmpilot::rbac::GrantTarget {
+                        identity_namespace,
+                        host_account: Some(host_account(&host_service_account)?),
+                        namespaces: Vec::new(),
+                    })
+                };
                 let opts = wasmpilot::deploy::DeployOptions {
                     dir,
                     no_build,
                     module_namespace,
+                    grants,
                 };
                 // Everything that can be checked without the cluster is, first.
                 let prepared = wasmpilot::deploy::prepare(&opts)?;
@@ -277,10 +312,22 @@ impl Cli {
             }
             Command::Rbac {
                 operator,
-                service_account,
-                no_binding,
+                namespace,
+                identity_namespace,
+                host_service_account,
+                no_host_grants,
             } => {
-                print!("{}", rbac_yaml(&operator, &service_account, no_binding)?);
+                let host_account = if no_host_grants {
+                    None
+                } else {
+                    Some(host_account(&host_service_account)?)
+                };
+                let target = wasmpilot::rbac::GrantTarget {
+                    identity_namespace,
+                    host_account,
+                    namespaces: namespace,
+                };
+                print!("{}", rbac_yaml(&operator, &target)?);
                 Ok(())
             }
             Command::Init(args) => wasmpilot::authoring::init::init(&args).map(|_| ()),
@@ -348,9 +395,16 @@ impl Cli {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = wasmpilot::api_client::connect()
+    let connection = wasmpilot::api_client::Connection::infer()
         .await
         .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    let client = connection
+        .client()
+        .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    let identities = wasmpilot::controller::grants::Identities::impersonating(
+        connection,
+        &args.identity_namespace,
+    );
     let limits = SandboxLimits {
         deadline: args.deadline,
         memory_bytes: args.memory_limit_mib << 20,
@@ -401,7 +455,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!(signal, "shutting down");
     };
     if !args.leader_elect {
-        return Manager::new(client, modules)
+        return Manager::new(client, identities, modules)
             .with_prometheus(args.prometheus_url.clone())
             .with_record_sink(record_sink)
             .with_input_requeue(input_requeue)
@@ -430,7 +484,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // The leader is ready only once its own WasmOperators are listed and loaded, caches synced.
     wasmpilot::metrics::READINESS.mark_leader();
-    let manager = Manager::new(client, modules)
+    let manager = Manager::new(client, identities, modules)
         .with_prometheus(args.prometheus_url.clone())
         .with_record_sink(record_sink)
         .with_input_requeue(input_requeue);
@@ -456,10 +510,20 @@ fn default_identity() -> String {
 }
 
 /// `wasmpilot rbac`: the operator's ClusterRole (+ binding) as multi-document YAML.
+/// `namespace/name` of the host's ServiceAccount.
+fn host_account(text: &str) -> anyhow::Result<(String, String)> {
+    let (ns, name) = text
+        .split_once('/')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        .ok_or_else(|| {
+            anyhow::anyhow!("--host-service-account must be namespace/name, got {text:?}")
+        })?;
+    Ok((ns.to_string(), name.to_string()))
+}
+
 fn rbac_yaml(
     operator: &std::path::Path,
-    service_account: &str,
-    no_binding: bool,
+    target: &wasmpilot::rbac::GrantTarget,
 ) -> anyhow::Result<String> {
     let op = wasmpilot::offline::read_operator(operator)?;
     let name = op
@@ -467,16 +531,8 @@ fn rbac_yaml(
         .name
         .clone()
         .ok_or_else(|| anyhow::anyhow!("{}: metadata.name is required", operator.display()))?;
-    let sa = if no_binding {
-        None
-    } else {
-        Some(service_account.split_once('/').ok_or_else(|| {
-            anyhow::anyhow!("--service-account must be namespace/name, got {service_account:?}")
-        })?)
-    };
-    let rules = wasmpilot::rbac::rules_for(&op.spec, &Default::default());
     let mut out = String::new();
-    for doc in wasmpilot::rbac::role_manifests(&name, &rules, sa) {
+    for doc in wasmpilot::rbac::grant_manifests(&name, &op.spec, &Default::default(), target) {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&doc)?);
     }

@@ -35,6 +35,9 @@ pub struct DeployOptions {
     /// Skip `cargo build` and use what is in the target directory.
     pub no_build: bool,
     pub module_namespace: String,
+    /// The operator's account and its grants, applied before the WasmOperator (as
+    /// `wasmpilot rbac` prints them); `None`: left to an admin.
+    pub grants: Option<crate::rbac::GrantTarget>,
 }
 
 /// An operator ready to deploy, checked without the cluster: its definition valid as the host
@@ -223,6 +226,9 @@ pub async fn deploy(
             ..Default::default()
         };
     }
+    if let Some(target) = &opts.grants {
+        apply_grants(&client, &op_name, &op.spec, target).await?;
+    }
     eprintln!("applying WasmOperator {op_name} …");
     let mut body = serde_json::to_value(&op)?;
     if let Some(m) = body["metadata"].as_object_mut() {
@@ -260,6 +266,60 @@ pub async fn deploy(
     }
     prune_modules(&client, &opts.module_namespace, &op_name, &stored).await?;
     Ok(applied)
+}
+
+/// Applies the operator's own ServiceAccount and its grants (`wasmpilot rbac`'s documents, with
+/// the plurals and scopes the API server serves): the host acts as that account. Without the
+/// right to grant them (RBAC refuses granting what one does not hold), says what an admin must
+/// apply and goes on: the host then reports the operator `NotGranted`.
+pub async fn apply_grants(
+    client: &Client,
+    op_name: &str,
+    spec: &crate::crd::WasmOperatorSpec,
+    target: &crate::rbac::GrantTarget,
+) -> anyhow::Result<()> {
+    let mut kinds = vec![spec.resource.clone()];
+    for p in &spec.phases {
+        kinds.extend(p.inputs.iter().map(|i| crate::crd::KindRef::new(&i.api_version, &i.kind)));
+        kinds.extend(p.outputs.iter().cloned());
+    }
+    if let Some(f) = &spec.finalizer {
+        kinds.extend(f.inputs.iter().map(|i| crate::crd::KindRef::new(&i.api_version, &i.kind)));
+    }
+    let mut known = BTreeMap::new();
+    for kind in kinds {
+        if let Ok(r) = crate::kinds::resolve(client, &kind, "kind").await {
+            let k = crate::rbac::KnownKind {
+                api: r.api,
+                namespaced: r.namespaced,
+            };
+            known.insert(kind, k);
+        }
+    }
+    ensure_namespace(client, &target.identity_namespace).await?;
+    eprintln!(
+        "granting operator {op_name} its own account {} …",
+        crate::rbac::account_user(&target.identity_namespace, op_name)
+    );
+    for doc in crate::rbac::grant_manifests(op_name, spec, &known, target) {
+        let what = format!(
+            "{} {}",
+            doc["kind"].as_str().unwrap_or_default(),
+            doc["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        if let Err(e) = apply_document(client, doc, None).await {
+            let forbidden = e
+                .chain()
+                .any(|c| matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 403));
+            if !forbidden {
+                return Err(e.context(format!("granting operator {op_name}: {what}")));
+            }
+            eprintln!(
+                "warning: not allowed to apply {what} ({e:#}); an admin grants the operator with: wasmpilot rbac <operator.yaml> | kubectl apply -f -"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Server-side applies a module ConfigMap, owned by its WasmOperator when `owner` is given

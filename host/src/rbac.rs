@@ -1,7 +1,8 @@
-//! Least-privilege RBAC for one operator, derived from its declaration: read its inputs, write its
-//! outputs, its resource, status and finalizers. `wasmpilot rbac` prints it; at load time the host
-//! checks it holds each rule (one SelfSubjectRulesReview, then a SelfSubjectAccessReview for every
-//! verb the rules do not show granted) and names what is missing.
+//! Least-privilege RBAC per operator, derived from its declaration: its own ServiceAccount and
+//! what that account may do (read its inputs, write its outputs, its resource's status and
+//! finalizers, Events), what the host reads on its behalf, and the right to act as it.
+//! `wasmpilot rbac` prints it; at load time the host asks the API server what an account is
+//! granted (one rules review, then an access review for every verb the rules do not show).
 
 use crate::crd::{KindRef, WasmOperatorSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -20,6 +21,9 @@ pub struct Rule {
     pub group: String,
     pub resource: String,
     pub verbs: Vec<&'static str>,
+    /// Whether the resource lives in namespaces (a namespaced grant can cover it); kinds the
+    /// API server was not asked about count as namespaced.
+    pub namespaced: bool,
 }
 
 /// Inputs: read from the host's watch caches (list + watch), and `get` for kubectl parity.
@@ -28,99 +32,272 @@ const READ: [&str; 3] = ["get", "list", "watch"];
 /// creates the object), deleted when a phase no longer returns them. Never `update`d.
 const WRITE: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete"];
 
-/// `group` and `plural` of a kind. Uses the plural the API server reports when known (`known`),
-/// else kube's English pluralization (right for almost every kind).
-fn group_plural(kind: &KindRef, known: &BTreeMap<KindRef, ApiResource>) -> (String, String) {
-    let ar = known
-        .get(kind)
-        .cloned()
-        .unwrap_or_else(|| ApiResource::from_gvk(&kind.gvk()));
-    (ar.group, ar.plural)
+/// The namespace of the operators' ServiceAccounts unless the host is told another.
+pub const DEFAULT_IDENTITY_NAMESPACE: &str = "wasmpilot-system";
+
+/// The ServiceAccount an operator acts as: `op-<operator>`.
+pub fn account_name(operator: &str) -> String {
+    format!("op-{operator}")
 }
 
-/// The rules an operator needs, merged per group/resource, sorted.
-pub fn rules_for(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, ApiResource>) -> Vec<Rule> {
-    let mut verbs: BTreeMap<(String, String), Vec<&'static str>> = BTreeMap::new();
-    let mut add = |group: String, resource: String, v: &[&'static str]| {
-        let entry = verbs.entry((group, resource)).or_default();
-        for verb in v {
-            if !entry.contains(verb) {
-                entry.push(verb);
+/// The user name the API server gives the operator's ServiceAccount in `namespace` (what the
+/// host impersonates, and what the audit log names).
+pub fn account_user(namespace: &str, operator: &str) -> String {
+    format!(
+        "system:serviceaccount:{namespace}:{}",
+        account_name(operator)
+    )
+}
+
+/// A kind as the API server serves it: group, version, plural, and whether it is namespaced.
+#[derive(Clone, Debug)]
+pub struct KnownKind {
+    pub api: ApiResource,
+    pub namespaced: bool,
+}
+
+/// `group`, `plural` and scope of a kind. Uses what the API server reports when known
+/// (`known`), else kube's English pluralization (right for almost every kind), namespaced.
+fn group_plural(kind: &KindRef, known: &BTreeMap<KindRef, KnownKind>) -> (String, String, bool) {
+    match known.get(kind) {
+        Some(k) => (k.api.group.clone(), k.api.plural.clone(), k.namespaced),
+        None => {
+            let ar = ApiResource::from_gvk(&kind.gvk());
+            (ar.group, ar.plural, true)
+        }
+    }
+}
+
+/// Rules merged per group/resource as they are added, then sorted.
+#[derive(Default)]
+struct RuleSet(BTreeMap<(String, String), (Vec<&'static str>, bool)>);
+
+impl RuleSet {
+    fn add(&mut self, group: String, resource: String, namespaced: bool, verbs: &[&'static str]) {
+        let entry = self
+            .0
+            .entry((group, resource))
+            .or_insert_with(|| (Vec::new(), namespaced));
+        for verb in verbs {
+            if !entry.0.contains(verb) {
+                entry.0.push(verb);
             }
         }
-    };
-    let (g, plural) = group_plural(&spec.resource, known);
-    // Watched by the controller, read again after a status conflict, and JSON-patched to add or
-    // remove the finalizer.
-    add(
-        g.clone(),
-        plural.clone(),
-        &["get", "list", "watch", "patch"],
+    }
+
+    fn kind(&mut self, kind: &KindRef, known: &BTreeMap<KindRef, KnownKind>, verbs: &[&'static str]) {
+        let (g, r, namespaced) = group_plural(kind, known);
+        self.add(g, r, namespaced, verbs);
+    }
+
+    fn rules(self) -> Vec<Rule> {
+        self.0
+            .into_iter()
+            .map(|((group, resource), (mut verbs, namespaced))| {
+                verbs.sort_unstable();
+                Rule {
+                    group,
+                    resource,
+                    verbs,
+                    namespaced,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Every kind a phase or the finalizer reads, and every kind a phase writes.
+fn declared_kinds(spec: &WasmOperatorSpec) -> (Vec<KindRef>, Vec<KindRef>) {
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    for p in &spec.phases {
+        reads.extend(
+            p.inputs
+                .iter()
+                .map(|i| KindRef::new(&i.api_version, &i.kind)),
+        );
+        writes.extend(p.outputs.iter().cloned());
+    }
+    reads.extend(
+        spec.finalizer
+            .iter()
+            .flat_map(|f| &f.inputs)
+            .map(|i| KindRef::new(&i.api_version, &i.kind)),
     );
-    // Phase, Conditions and status info: merge patches only.
-    add(g.clone(), format!("{plural}/status"), &["patch"]);
+    (reads, writes)
+}
+
+/// What the operator's account needs wherever its resources live to report on them: read its
+/// resource kind and merge-patch their status (a resource in a namespace the operator is not
+/// granted still gets the Condition saying so).
+pub fn reporting_rules(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, KnownKind>) -> Vec<Rule> {
+    let mut set = RuleSet::default();
+    add_reporting(&mut set, spec, known);
+    set.rules()
+}
+
+fn add_reporting(set: &mut RuleSet, spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, KnownKind>) {
+    let (g, plural, namespaced) = group_plural(&spec.resource, known);
+    set.add(g.clone(), plural.clone(), namespaced, &["get", "list", "watch"]);
+    set.add(g, format!("{plural}/status"), namespaced, &["patch"]);
+}
+
+/// The rules the operator's own account needs, merged per group/resource, sorted.
+pub fn rules_for(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, KnownKind>) -> Vec<Rule> {
+    let mut set = RuleSet::default();
+    add_reporting(&mut set, spec, known);
+    let (g, plural, namespaced) = group_plural(&spec.resource, known);
+    // Read again after a status conflict, and JSON-patched to add or remove the finalizer.
+    set.add(g.clone(), plural.clone(), namespaced, &["patch"]);
     // ownerReferences with blockOwnerDeletion on the outputs (OwnerReferencesPermissionEnforcement
     // checks `update` on the owner's finalizers subresource).
-    add(g, format!("{plural}/finalizers"), &["update"]);
-    for p in &spec.phases {
-        for input in &p.inputs {
-            let (g, r) = group_plural(&KindRef::new(&input.api_version, &input.kind), known);
-            add(g, r, &READ);
-        }
-        for output in &p.outputs {
-            let (g, r) = group_plural(output, known);
-            add(g, r, &WRITE);
-        }
+    set.add(g, format!("{plural}/finalizers"), namespaced, &["update"]);
+    // Events on its resources (events.k8s.io/v1; `patch` updates a repeated event's count).
+    set.add("events.k8s.io".into(), "events".into(), true, &["create", "patch"]);
+    let (reads, writes) = declared_kinds(spec);
+    for kind in &reads {
+        set.kind(kind, known, &READ);
     }
-    for input in spec.finalizer.iter().flat_map(|f| &f.inputs) {
-        let (g, r) = group_plural(&KindRef::new(&input.api_version, &input.kind), known);
-        add(g, r, &READ);
+    for kind in &writes {
+        set.kind(kind, known, &WRITE);
     }
-    verbs
-        .into_iter()
-        .map(|((group, resource), mut verbs)| {
-            verbs.sort_unstable();
-            Rule {
-                group,
-                resource,
-                verbs,
-            }
-        })
+    set.rules()
+}
+
+/// What the host itself reads for the operator: its shared caches list and watch the resource
+/// kind, every input kind and every output kind (the operator's account is checked for the
+/// same before any of it is served to the operator's workers).
+pub fn host_read_rules(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, KnownKind>) -> Vec<Rule> {
+    let mut set = RuleSet::default();
+    set.kind(&spec.resource, known, &READ);
+    let (reads, writes) = declared_kinds(spec);
+    for kind in reads.iter().chain(&writes) {
+        set.kind(kind, known, &READ);
+    }
+    set.rules()
+}
+
+/// Where `wasmpilot rbac` grants an operator, and to whom.
+#[derive(Clone, Debug)]
+pub struct GrantTarget {
+    /// The namespace of the operator's ServiceAccount (the host's `--identity-namespace`).
+    pub identity_namespace: String,
+    /// The host's ServiceAccount (namespace, name): it reads for the operator and may act as
+    /// its account. `None`: no grant to the host.
+    pub host_account: Option<(String, String)>,
+    /// Namespaces the operator is granted in; empty: every namespace (cluster-wide).
+    pub namespaces: Vec<String>,
+}
+
+fn rules_json(rules: &[Rule]) -> Vec<Value> {
+    rules
+        .iter()
+        .map(|r| json!({"apiGroups": [r.group], "resources": [r.resource], "verbs": r.verbs}))
         .collect()
 }
 
-/// A ClusterRole with these rules, and a binding to the host's ServiceAccount, as YAML-ready JSON.
-pub fn role_manifests(
+/// The operator's ServiceAccount, its ClusterRole and bindings (cluster-wide, or RoleBindings
+/// in `target.namespaces` plus a cluster-wide binding of its reporting rules), and for the host:
+/// read access to the operator's kinds and `impersonate` on exactly this account.
+pub fn grant_manifests(
     operator: &str,
-    rules: &[Rule],
-    service_account: Option<(&str, &str)>,
+    spec: &WasmOperatorSpec,
+    known: &BTreeMap<KindRef, KnownKind>,
+    target: &GrantTarget,
 ) -> Vec<Value> {
     let name = format!("wasmpilot-operator-{operator}");
+    let account = account_name(operator);
     let labels =
         json!({"app.kubernetes.io/managed-by": "wasmpilot", crate::OPERATOR_LABEL: operator});
-    let rules: Vec<Value> = rules
-        .iter()
-        .map(|r| json!({"apiGroups": [r.group], "resources": [r.resource], "verbs": r.verbs}))
-        .collect();
-    let mut docs = vec![json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": name, "labels": labels},
-        "rules": rules,
-    })];
-    if let Some((ns, sa)) = service_account {
+    let id_ns = &target.identity_namespace;
+    let subject = json!([{"kind": "ServiceAccount", "namespace": id_ns, "name": account}]);
+    let role_ref = |kind: &str, name: &str| {
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name})
+    };
+    let mut docs = vec![
+        json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": id_ns, "labels": labels},
+            // It acts only through the host's impersonation: no token is mounted anywhere.
+            "automountServiceAccountToken": false,
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": rules_json(&rules_for(spec, known)),
+        }),
+    ];
+    if target.namespaces.is_empty() {
         docs.push(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": {"name": name, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "namespace": ns, "name": sa}],
+            "roleRef": role_ref("ClusterRole", &name),
+            "subjects": subject,
+        }));
+    } else {
+        for ns in &target.namespaces {
+            docs.push(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "roleRef": role_ref("ClusterRole", &name),
+                "subjects": subject,
+            }));
+        }
+        let reporting = format!("{name}-reporting");
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": reporting, "labels": labels},
+            "rules": rules_json(&reporting_rules(spec, known)),
+        }));
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": reporting, "labels": labels},
+            "roleRef": role_ref("ClusterRole", &reporting),
+            "subjects": subject,
+        }));
+    }
+    if let Some((host_ns, host_sa)) = &target.host_account {
+        let host = json!([{"kind": "ServiceAccount", "namespace": host_ns, "name": host_sa}]);
+        let reads = format!("wasmpilot-host-reads-{operator}");
+        let act_as = format!("wasmpilot-act-as-{operator}");
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": reads, "labels": labels},
+            "rules": rules_json(&host_read_rules(spec, known)),
+        }));
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": reads, "labels": labels},
+            "roleRef": role_ref("ClusterRole", &reads),
+            "subjects": host,
+        }));
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": act_as, "namespace": id_ns, "labels": labels},
+            "rules": [{"apiGroups": [""], "resources": ["serviceaccounts"],
+                       "resourceNames": [account], "verbs": ["impersonate"]}],
+        }));
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": act_as, "namespace": id_ns, "labels": labels},
+            "roleRef": role_ref("Role", &act_as),
+            "subjects": host,
         }));
     }
     docs
 }
 
-/// One permission the host lacks.
+/// One permission an account lacks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Missing {
     pub verb: &'static str,
@@ -139,6 +316,55 @@ impl std::fmt::Display for Missing {
     }
 }
 
+/// Missing grants named in one message.
+const MISSING_SHOWN: usize = 6;
+
+/// The operator's account may not do what its definition needs, where its resource lives.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error(
+    "the operator's account {account} is not granted {}{}: grant it (wasmpilot rbac <operator.yaml>{} | kubectl apply -f -)",
+    missing_list(.missing),
+    .namespace.as_deref().map(|ns| format!(" in namespace {ns}")).unwrap_or_else(|| " cluster-wide".into()),
+    .namespace.as_deref().map(|ns| format!(" --namespace {ns}")).unwrap_or_default()
+)]
+pub struct NotGranted {
+    pub account: String,
+    /// `None`: cluster-wide.
+    pub namespace: Option<String>,
+    pub missing: Vec<Missing>,
+}
+
+/// The first few missing grants, for one message.
+pub fn missing_list(missing: &[Missing]) -> String {
+    let mut text = missing
+        .iter()
+        .take(MISSING_SHOWN)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if missing.len() > MISSING_SHOWN {
+        text.push_str(&format!(" and {} more", missing.len() - MISSING_SHOWN));
+    }
+    text
+}
+
+/// Why an operator's grants could not be settled.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantCheckError {
+    #[error("the host may not act as the operator's account {account} (it needs `impersonate` on that ServiceAccount: apply the operator's grants with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`): {source}")]
+    CannotImpersonate {
+        account: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("asking the API server what {account} is granted: {source}")]
+    Review {
+        account: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
 /// How many access reviews are asked at once: a few connections, each reused, rather than one
 /// round trip per verb one after the other (an operator needs ~25).
 const REVIEWS_AT_ONCE: usize = 4;
@@ -150,6 +376,7 @@ const CLUSTER_SCOPE: &str = "wasmpilot:cluster-wide";
 
 /// One verb on one group/resource the operator needs.
 struct Needed {
+    namespace: Option<String>,
     group: String,
     resource: String,
     subresource: Option<String>,
@@ -196,6 +423,7 @@ impl Needed {
         SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
+                    namespace: self.namespace.clone(),
                     group: Some(self.group.clone()),
                     resource: Some(self.resource.clone()),
                     subresource: self.subresource.clone(),
@@ -209,14 +437,15 @@ impl Needed {
     }
 }
 
-/// What cluster-wide bindings grant this host, from one SelfSubjectRulesReview; `None` when the
-/// answer cannot settle anything on its own (the review failed, or an authorizer besides RBAC
-/// could not list its rules: `incomplete`).
-async fn cluster_wide_rules(client: &Client) -> Option<Vec<ResourceRule>> {
+/// What the client's account is granted cluster-wide (or in `namespace`: cluster-wide and
+/// there), from one SelfSubjectRulesReview; `None` when the answer cannot settle anything on
+/// its own (the review failed, or an authorizer besides RBAC could not list its rules:
+/// `incomplete`).
+async fn granted_rules(client: &Client, namespace: Option<&str>) -> Option<Vec<ResourceRule>> {
     let api: Api<SelfSubjectRulesReview> = Api::all(client.clone());
     let review = SelfSubjectRulesReview {
         spec: SelfSubjectRulesReviewSpec {
-            namespace: Some(CLUSTER_SCOPE.into()),
+            namespace: Some(namespace.unwrap_or(CLUSTER_SCOPE).into()),
         },
         ..Default::default()
     };
@@ -239,23 +468,28 @@ async fn cluster_wide_rules(client: &Client) -> Option<Vec<ResourceRule>> {
     }
 }
 
-/// Whether this host may do what the operator needs (cluster-wide). One rules review answers
+/// Whether the client's account (the host's, or an operator's when the client impersonates it)
+/// may do what `rules` say: cluster-wide, or with `namespace` in that namespace (cluster-scoped
+/// rules are then skipped: only a cluster-wide grant covers them). One rules review answers
 /// the usual case in one round trip; every verb it does not show granted is asked with its own
 /// access review (the API server's authoritative answer, whatever the authorizer), so a denial
 /// is never inferred from the rules alone. Returns what is denied, in the order of `rules`.
 pub async fn missing_permissions(
     client: &Client,
     rules: &[Rule],
+    namespace: Option<&str>,
 ) -> Result<Vec<Missing>, kube::Error> {
     use futures::{StreamExt, TryStreamExt};
     let needed: Vec<Needed> = rules
         .iter()
+        .filter(|rule| namespace.is_none() || rule.namespaced)
         .flat_map(|rule| {
             let (resource, subresource) = match rule.resource.split_once('/') {
                 Some((r, s)) => (r.to_string(), Some(s.to_string())),
                 None => (rule.resource.clone(), None),
             };
             rule.verbs.iter().map(move |verb| Needed {
+                namespace: namespace.map(str::to_string),
                 group: rule.group.clone(),
                 resource: resource.clone(),
                 subresource: subresource.clone(),
@@ -263,7 +497,10 @@ pub async fn missing_permissions(
             })
         })
         .collect();
-    let granted = cluster_wide_rules(client).await.unwrap_or_default();
+    if needed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let granted = granted_rules(client, namespace).await.unwrap_or_default();
     let to_ask: Vec<Needed> = needed
         .into_iter()
         .filter(|n| !granted.iter().any(|rule| n.granted_by(rule)))
@@ -375,22 +612,134 @@ mod tests {
             find("networking.istio.io", "gateways").map(|v| v.len()),
             Some(6)
         );
-        assert_eq!(rules.len(), 6);
+        assert_eq!(
+            find("events.k8s.io", "events"),
+            Some(vec!["create", "patch"]),
+            "Events on its resources, as itself"
+        );
+        assert_eq!(rules.len(), 7);
     }
 
     #[test]
-    fn manifests_bind_the_role_to_the_service_account() {
-        let rules = rules_for(&spec(), &BTreeMap::new());
-        let docs = role_manifests("autoroute", &rules, Some(("wasmpilot-system", "wasmpilot")));
-        assert_eq!(docs[0]["metadata"]["name"], "wasmpilot-operator-autoroute");
-        assert_eq!(docs[1]["subjects"][0]["name"], "wasmpilot");
-        assert_eq!(docs[1]["roleRef"]["name"], "wasmpilot-operator-autoroute");
+    fn the_host_only_reads_and_the_scope_comes_from_the_api_server() {
+        let mut known = BTreeMap::new();
+        known.insert(
+            KindRef::new("networking.istio.io/v1alpha3", "Gateway"),
+            KnownKind {
+                api: ApiResource::from_gvk(
+                    &KindRef::new("networking.istio.io/v1alpha3", "Gateway").gvk(),
+                ),
+                namespaced: false,
+            },
+        );
+        let reads = host_read_rules(&spec(), &known);
+        assert!(reads.iter().all(|r| r.verbs == ["get", "list", "watch"]));
+        assert_eq!(
+            reads.iter().map(|r| r.resource.as_str()).collect::<Vec<_>>(),
+            ["services", "deployments", "autoroutes", "gateways"]
+        );
+        let gateways = reads.iter().find(|r| r.resource == "gateways");
+        assert_eq!(gateways.map(|r| r.namespaced), Some(false));
+        assert_eq!(
+            reporting_rules(&spec(), &known)
+                .iter()
+                .map(|r| (r.resource.as_str(), r.verbs.clone()))
+                .collect::<Vec<_>>(),
+            [
+                ("autoroutes", vec!["get", "list", "watch"]),
+                ("autoroutes/status", vec!["patch"])
+            ]
+        );
+    }
+
+    fn target(namespaces: &[&str]) -> GrantTarget {
+        GrantTarget {
+            identity_namespace: "wasmpilot-system".into(),
+            host_account: Some(("wasmpilot-system".into(), "wasmpilot".into())),
+            namespaces: namespaces.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    fn kinds_and_names(docs: &[Value]) -> Vec<(String, String)> {
+        docs.iter()
+            .map(|d| {
+                let ns = d["metadata"]["namespace"].as_str().unwrap_or("");
+                (
+                    d["kind"].as_str().unwrap_or("").to_string(),
+                    format!("{ns}/{}", d["metadata"]["name"].as_str().unwrap_or("")),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_operator_gets_its_own_account_and_the_host_may_only_read_and_act_as_it() {
+        let docs = grant_manifests("autoroute", &spec(), &BTreeMap::new(), &target(&[]));
+        assert_eq!(
+            kinds_and_names(&docs),
+            [
+                ("ServiceAccount", "wasmpilot-system/op-autoroute"),
+                ("ClusterRole", "/wasmpilot-operator-autoroute"),
+                ("ClusterRoleBinding", "/wasmpilot-operator-autoroute"),
+                ("ClusterRole", "/wasmpilot-host-reads-autoroute"),
+                ("ClusterRoleBinding", "/wasmpilot-host-reads-autoroute"),
+                ("Role", "wasmpilot-system/wasmpilot-act-as-autoroute"),
+                ("RoleBinding", "wasmpilot-system/wasmpilot-act-as-autoroute"),
+            ]
+            .map(|(k, n)| (k.to_string(), n.to_string()))
+        );
+        assert_eq!(docs[2]["subjects"][0]["name"], "op-autoroute");
+        assert_eq!(docs[2]["roleRef"]["name"], "wasmpilot-operator-autoroute");
+        assert_eq!(docs[4]["subjects"][0]["name"], "wasmpilot");
+        let host_verbs: Vec<&Value> = docs[3]["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r["verbs"].as_array().into_iter().flatten())
+            .collect();
+        assert!(
+            host_verbs.iter().all(|v| ["get", "list", "watch"].contains(&v.as_str().unwrap_or(""))),
+            "the host gets no write verb of the operator: {host_verbs:?}"
+        );
+        assert_eq!(
+            docs[5]["rules"],
+            json!([{"apiGroups": [""], "resources": ["serviceaccounts"],
+                    "resourceNames": ["op-autoroute"], "verbs": ["impersonate"]}])
+        );
+        assert_eq!(
+            account_user("wasmpilot-system", "autoroute"),
+            "system:serviceaccount:wasmpilot-system:op-autoroute"
+        );
         let m = Missing {
             verb: "list",
             group: "apps".into(),
             resource: "deployments".into(),
         };
         assert_eq!(m.to_string(), "list apps/deployments");
+    }
+
+    #[test]
+    fn a_grant_in_some_namespaces_binds_there_and_reports_everywhere() {
+        let docs = grant_manifests("autoroute", &spec(), &BTreeMap::new(), &target(&["a", "b"]));
+        let names = kinds_and_names(&docs);
+        for expected in [
+            ("RoleBinding", "a/wasmpilot-operator-autoroute"),
+            ("RoleBinding", "b/wasmpilot-operator-autoroute"),
+            ("ClusterRole", "/wasmpilot-operator-autoroute-reporting"),
+            ("ClusterRoleBinding", "/wasmpilot-operator-autoroute-reporting"),
+        ] {
+            assert!(
+                names.contains(&(expected.0.to_string(), expected.1.to_string())),
+                "{expected:?} in {names:?}"
+            );
+        }
+        assert!(
+            !names.contains(&(
+                "ClusterRoleBinding".to_string(),
+                "/wasmpilot-operator-autoroute".to_string()
+            )),
+            "no cluster-wide binding of the operator's role"
+        );
     }
 
     fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> ResourceRule {
@@ -409,6 +758,7 @@ mod tests {
             None => (resource.to_string(), None),
         };
         Needed {
+            namespace: None,
             group: group.into(),
             resource,
             subresource,
@@ -491,11 +841,13 @@ mod tests {
                     group: "apps".into(),
                     resource: "deployments".into(),
                     verbs: vec!["list", "watch"],
+                    namespaced: true,
                 },
                 Rule {
                     group: "".into(),
                     resource: "services".into(),
                     verbs: vec!["patch"],
+                    namespaced: true,
                 },
             ]
         }
@@ -509,7 +861,7 @@ mod tests {
                     false,
                 ),
             )]);
-            let missing = missing_permissions(&client, &two_rules())
+            let missing = missing_permissions(&client, &two_rules(), None)
                 .await
                 .expect("reviews");
             assert!(missing.is_empty());
@@ -530,7 +882,7 @@ mod tests {
                 access("deployments", "watch", true),
                 access("services", "patch", false),
             ]);
-            let missing = missing_permissions(&client, &two_rules())
+            let missing = missing_permissions(&client, &two_rules(), None)
                 .await
                 .expect("reviews");
             assert_eq!(
@@ -560,7 +912,7 @@ mod tests {
             )];
             script.extend(every_verb(true));
             let (client, server) = scripted(script);
-            let missing = missing_permissions(&client, &two_rules())
+            let missing = missing_permissions(&client, &two_rules(), None)
                 .await
                 .expect("reviews");
             assert!(missing.is_empty(), "an incomplete review settles nothing");
@@ -573,7 +925,7 @@ mod tests {
             )];
             script.extend(every_verb(false));
             let (client, server) = scripted(script);
-            let missing = missing_permissions(&client, &two_rules())
+            let missing = missing_permissions(&client, &two_rules(), None)
                 .await
                 .expect("reviews");
             assert_eq!(missing.len(), 3);

@@ -3,6 +3,8 @@
 //! status; its error policy retries with a backoff. A swap drains the previous controller first
 //! (its in-flight reconciles finish on the old modules), so two never reconcile at the same time.
 
+use crate::controller::grants::{Identities, LoadRefusal, OperatorGrants, Reach};
+use crate::rbac::GrantCheckError;
 use crate::controller::operator_removal;
 use crate::controller::reconcile::{InputCaches, OperatorContext, OutputCaches};
 use crate::controller::schedule::Backoff;
@@ -64,8 +66,12 @@ pub(super) enum LoadFailure {
         #[source]
         source: ModuleError,
     },
-    #[error("the host lacks permissions this operator needs: {}; grant them with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    #[error("the host may not read what this operator needs: {}; grant it with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     MissingPermissions(Vec<crate::rbac::Missing>),
+    #[error("{0}")]
+    NotGranted(crate::rbac::NotGranted),
+    #[error("{0}")]
+    GrantCheck(#[from] crate::rbac::GrantCheckError),
     #[error("could not check the host's permissions: {0}")]
     PermissionCheck(#[source] kube::Error),
     #[error("{kind} is managed by WasmOperator {by}, created before this one; one WasmOperator manages a resource kind: delete one of them, or give this one another kind")]
@@ -81,6 +87,11 @@ impl LoadFailure {
             LoadFailure::KindNotServed(_) => "KindNotServed",
             LoadFailure::Module { source, .. } => module_reason(source),
             LoadFailure::MissingPermissions(_) => "MissingPermissions",
+            LoadFailure::NotGranted(_) => "NotGranted",
+            LoadFailure::GrantCheck(GrantCheckError::CannotImpersonate { .. }) => {
+                "CannotImpersonate"
+            }
+            LoadFailure::GrantCheck(GrantCheckError::Review { .. }) => "PermissionCheckFailed",
             LoadFailure::PermissionCheck(_) => "PermissionCheckFailed",
             LoadFailure::KindClaimed { .. } => "ResourceKindClaimed",
         }
@@ -272,6 +283,7 @@ impl Controllers {
 /// objects whose reconcile loads and (re)starts an operator and whose error policy retries.
 pub struct Manager {
     client: Client,
+    identities: Identities,
     modules: Arc<ModuleCache>,
     metrics_source: crate::controller::reconcile::MetricsSource,
     /// Where every operator's decisions are recorded, if anywhere.
@@ -282,9 +294,13 @@ pub struct Manager {
 
 /// What the WasmOperator reconciles share.
 pub(super) struct ManagerContext {
+    /// The host's own identity: watches, WasmOperator status, Events on WasmOperators.
     client: Client,
+    /// Each operator's own identity: every write for it.
+    identities: Identities,
     modules: Arc<ModuleCache>,
     recorder: Recorder,
+    reporter: Reporter,
     /// WasmOperators to reconcile again now: those refused for a kind another operator held,
     /// once it is free (or taken by an older one).
     recheck: futures::channel::mpsc::UnboundedSender<ObjectRef<WasmOperator>>,
@@ -303,9 +319,12 @@ pub(super) struct ManagerContext {
 }
 
 impl Manager {
-    pub fn new(client: Client, modules: Arc<ModuleCache>) -> Self {
+    /// A manager reading as `client` (the host's identity); each operator acts as its own
+    /// account from `identities`.
+    pub fn new(client: Client, identities: Identities, modules: Arc<ModuleCache>) -> Self {
         Manager {
             client,
+            identities,
             modules,
             metrics_source: crate::controller::reconcile::MetricsSource::default(),
             record_sink: None,
@@ -344,9 +363,11 @@ impl Manager {
             instance,
         };
         Arc::new(ManagerContext {
-            recorder: Recorder::new(self.client.clone(), reporter),
+            recorder: Recorder::new(self.client.clone(), reporter.clone()),
+            reporter,
             informers: crate::controller::informers::Informers::new(self.client.clone()),
             client: self.client,
+            identities: self.identities,
             modules: self.modules,
             metrics_source: self.metrics_source,
             record_sink: self.record_sink,
@@ -448,8 +469,8 @@ pub(super) async fn reconcile_operator(
         return Ok(Action::await_change());
     }
     let started = match ctx.load(&name, &op.spec).await {
-        Ok((operator, digests)) => ctx
-            .start(&op, operator, &digests)
+        Ok((operator, digests, reach)) => ctx
+            .start(&op, operator, &digests, &reach)
             .map(|message| (message, digests))
             .map_err(LoadFailure::from),
         Err(failure) => Err(failure),
@@ -499,9 +520,14 @@ async fn release(
     if !operator_removal::releasing(op) {
         return Ok(Action::await_change());
     }
+    let as_operator = ctx
+        .identities
+        .client(&name)
+        .map_err(|source| OperatorLoadError::Release(operator_removal::ReleaseError::Identity(source)))?;
+    let recorder = Recorder::new(as_operator.clone(), ctx.reporter.clone());
     let released = tokio::time::timeout(
         RELEASE_TIMEOUT,
-        operator_removal::release(&ctx.client, &ctx.recorder, op),
+        operator_removal::release(&ctx.client, &as_operator, &recorder, op),
     )
     .await
     .map_err(|_| OperatorLoadError::ReleaseTimedOut(RELEASE_TIMEOUT))?;
@@ -539,8 +565,8 @@ struct OperatorKinds {
     resource: ResolvedKind,
     /// Every kind a phase or the finalizer reads or writes (the resource too when one does).
     resolved: HashMap<KindRef, ResolvedKind>,
-    /// Group, version and plural of each, the resource included (for the RBAC rules).
-    known: BTreeMap<KindRef, kube::discovery::ApiResource>,
+    /// Group, version, plural and scope of each, the resource included (for the RBAC rules).
+    known: BTreeMap<KindRef, crate::rbac::KnownKind>,
 }
 
 /// An operator's modules, ready to run.
@@ -559,7 +585,8 @@ impl ManagerContext {
         let modules = Arc::new(ModuleCache::new(sandbox, Some(client.clone()), None));
         let (operators, _) = reflector::store();
         let (recheck, _) = futures::channel::mpsc::unbounded();
-        Ok(Manager::new(client, modules).context(operators, None, recheck))
+        let identities = Identities::shared(client.clone());
+        Ok(Manager::new(client, identities, modules).context(operators, None, recheck))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Controllers> {
@@ -629,6 +656,7 @@ impl ManagerContext {
         op: &WasmOperator,
         operator: Arc<OperatorContext>,
         digests: &BTreeMap<String, String>,
+        reach: &Reach,
     ) -> Result<Option<String>, KindClaimed> {
         let name = op.name_any();
         let mut controllers = self.lock();
@@ -668,6 +696,7 @@ impl ManagerContext {
         self.recheck(freed);
         let previous = controllers.draining.remove(&name);
         let grace = self.drain_grace();
+        let account = operator.grants.account().to_string();
         let task_name = name.clone();
         let synced = operator.clone();
         let task = tokio::spawn(async move {
@@ -683,8 +712,8 @@ impl ManagerContext {
             })
             .await;
         });
-        let message = format!(
-            "{} controller for {} {} with {} module(s)",
+        let mut message = format!(
+            "{} controller for {} {} with {} module(s), acting as {account}",
             if swapped {
                 "swapped to a new"
             } else {
@@ -694,6 +723,12 @@ impl ManagerContext {
             op.spec.resource.kind,
             digests.len()
         );
+        if let Reach::WhereGranted(missing) = reach {
+            message.push_str(&format!(
+                "; not granted cluster-wide ({}): it reconciles only in namespaces where it is granted, resources elsewhere get a NotGranted Condition",
+                crate::rbac::missing_list(missing)
+            ));
+        }
         controllers.running.insert(
             name.clone(),
             Running {
@@ -752,8 +787,12 @@ impl ManagerContext {
         &self,
         name: &str,
         spec: &WasmOperatorSpec,
-    ) -> Result<(Arc<OperatorContext>, BTreeMap<String, String>), LoadFailure> {
+    ) -> Result<(Arc<OperatorContext>, BTreeMap<String, String>, Reach), LoadFailure> {
         let definition = OperatorDefinition::validate(name, spec)?;
+        let as_operator = self
+            .identities
+            .client(name)
+            .map_err(LoadFailure::PermissionCheck)?;
         // The modules load while the kinds are resolved, the informers list and the access
         // reviews run (a start's longest waits, overlapped). Reading starts once the kinds are
         // known; nothing is written before the reviews pass, and a failed review drops the
@@ -762,16 +801,29 @@ impl ManagerContext {
             let kinds = self.resolve_kinds(&definition).await?;
             tracing::debug!(operator = %name, "kinds resolved");
             let caches = self.watch(&definition, &kinds.resolved);
-            // Fail here, naming verb and resource, rather than at the first write of a reconcile.
-            let rules = crate::rbac::rules_for(spec, &kinds.known);
-            let missing = crate::rbac::missing_permissions(&self.client, &rules)
+            // Fail here, naming verb and resource, rather than at the first write of a reconcile:
+            // the host must be able to read what the operator reads, and the operator's own
+            // account to do what it does (asked as that account).
+            let reads = crate::rbac::host_read_rules(spec, &kinds.known);
+            let missing = crate::rbac::missing_permissions(&self.client, &reads, None)
                 .await
                 .map_err(LoadFailure::PermissionCheck)?;
             if !missing.is_empty() {
                 return Err(LoadFailure::MissingPermissions(missing));
             }
-            tracing::debug!(operator = %name, "permissions checked");
-            Ok((kinds, caches))
+            let (grants, reach) = OperatorGrants::check_at_load(
+                self.identities.account(name),
+                as_operator.clone(),
+                crate::rbac::rules_for(spec, &kinds.known),
+                &crate::rbac::reporting_rules(spec, &kinds.known),
+            )
+            .await
+            .map_err(|refusal| match refusal {
+                LoadRefusal::NotGranted(n) => LoadFailure::NotGranted(n),
+                LoadRefusal::Check(e) => LoadFailure::GrantCheck(e),
+            })?;
+            tracing::debug!(operator = %name, ?reach, "permissions checked");
+            Ok((kinds, caches, grants, reach))
         };
         let (reads, modules) = future::join(reads, self.load_modules(&definition)).await;
         // A kind not served or a failed access review is reported before a module that failed.
@@ -780,20 +832,26 @@ impl ManagerContext {
                 resource, resolved, ..
             },
             (input_caches, output_caches),
+            grants,
+            reach,
         ) = reads?;
         let LoadedModules {
             workers,
             finalizer,
             digests,
         } = modules?;
-        let shadows = self.load_shadows(name, &definition).await;
+        let recorder = Recorder::new(as_operator.clone(), self.reporter.clone());
+        let shadows = self.load_shadows(name, &definition, &recorder).await;
         let namespaced = resolved
             .iter()
             .map(|(k, r)| (k.clone(), r.namespaced))
             .collect();
         let ctx = OperatorContext {
             definition,
-            client: self.client.clone(),
+            as_operator,
+            host_client: self.client.clone(),
+            grants,
+            host_recorder: self.recorder.clone(),
             resource,
             workers,
             finalizer,
@@ -802,7 +860,7 @@ impl ManagerContext {
             inputs: input_caches,
             outputs: output_caches,
             sandbox: self.modules.sandbox().clone(),
-            recorder: self.recorder.clone(),
+            recorder,
             backoff: Backoff::default(),
             metrics_source: self.metrics_source.clone(),
             finalized: Default::default(),
@@ -811,7 +869,7 @@ impl ManagerContext {
             input_requeue: self.input_requeue,
             own_writes: Default::default(),
         };
-        Ok((Arc::new(ctx), digests))
+        Ok((Arc::new(ctx), digests, reach))
     }
 
     /// The resource and every kind a phase or the finalizer reads or writes, as the API server
@@ -853,11 +911,15 @@ impl ManagerContext {
         if seen.contains(&definition.resource) {
             resolved.insert(definition.resource.clone(), resource.clone());
         }
-        let mut known: BTreeMap<KindRef, kube::discovery::ApiResource> = resolved
+        let known_kind = |r: &ResolvedKind| crate::rbac::KnownKind {
+            api: r.api.clone(),
+            namespaced: r.namespaced,
+        };
+        let mut known: BTreeMap<KindRef, crate::rbac::KnownKind> = resolved
             .iter()
-            .map(|(k, r)| (k.clone(), r.api.clone()))
+            .map(|(k, r)| (k.clone(), known_kind(r)))
             .collect();
-        known.insert(definition.resource.clone(), resource.api.clone());
+        known.insert(definition.resource.clone(), known_kind(&resource));
         Ok(OperatorKinds {
             resource,
             resolved,
@@ -946,7 +1008,13 @@ impl ManagerContext {
 
     /// The phases' shadow components, started in their lane. A shadow that cannot be loaded
     /// does not stop the operator: it is logged and reported in `status.shadows`.
-    async fn load_shadows(&self, name: &str, definition: &OperatorDefinition) -> Option<Shadows> {
+    /// Its Events on resources are the operator's (`recorder`).
+    async fn load_shadows(
+        &self,
+        name: &str,
+        definition: &OperatorDefinition,
+        recorder: &Recorder,
+    ) -> Option<Shadows> {
         let mut loaded = HashMap::new();
         let mut failed = BTreeMap::new();
         for p in &definition.phases {
@@ -968,7 +1036,7 @@ impl ManagerContext {
         (!loaded.is_empty() || !failed.is_empty()).then(|| {
             Shadows::start(
                 self.client.clone(),
-                self.recorder.clone(),
+                recorder.clone(),
                 name,
                 loaded,
                 failed,

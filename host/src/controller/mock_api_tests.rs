@@ -614,7 +614,13 @@ phases:
     };
     Arc::new(OperatorContext {
         definition,
-        client: client.clone(),
+        as_operator: client.clone(),
+        host_client: client.clone(),
+        grants: crate::controller::grants::OperatorGrants::granted_everywhere(
+            "system:serviceaccount:wasmpilot-system:op-widgets",
+            client.clone(),
+        ),
+        host_recorder: kube::runtime::events::Recorder::new(client.clone(), reporter.clone()),
         resource: resolved("examples.io", "v1", "Widget", "widgets"),
         workers: HashMap::from([
             ("Syncing".to_string(), module.clone()),

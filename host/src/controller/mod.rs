@@ -4,6 +4,7 @@
 //! record sink and the `shadow` lane, `leader` elects the active host.
 
 pub mod finalizer;
+pub mod grants;
 pub mod informers;
 pub mod leader;
 pub mod live_evidence;

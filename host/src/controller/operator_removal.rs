@@ -38,6 +38,8 @@ pub enum ReleaseError {
     },
     #[error("removing {RELEASE_FINALIZER} from the WasmOperator: {0}")]
     Operator(#[source] ReconcileError),
+    #[error("a client acting as the operator's account: {0}")]
+    Identity(#[source] kube::Error),
 }
 
 /// Whether `op` should carry the release finalizer and does not yet.
@@ -69,10 +71,12 @@ pub async fn add_release_finalizer(
     finalizer::add(&api, &object, RELEASE_FINALIZER).await
 }
 
-/// Removes the operator's finalizer from every resource of its kind that carries it, then the
+/// Removes the operator's finalizer from every resource of its kind that carries it (listed as
+/// the host, patched and reported as the operator: `as_operator` and its `recorder`), then the
 /// release finalizer from the WasmOperator. Returns how many resources were released.
 pub async fn release(
     client: &Client,
+    as_operator: &Client,
     recorder: &Recorder,
     op: &WasmOperator,
 ) -> Result<usize, ReleaseError> {
@@ -92,7 +96,7 @@ pub async fn release(
                     source,
                 })?;
             for resource in page.items.iter().filter(|r| finalizer::has(r, &name)) {
-                let api = kind.api(client, resource.namespace().as_deref());
+                let api = kind.api(as_operator, resource.namespace().as_deref());
                 finalizer::remove(&api, resource, &name)
                     .await
                     .map_err(|source| ReleaseError::Resource {

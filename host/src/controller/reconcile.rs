@@ -4,6 +4,7 @@
 //! commands); applying, pruning and the status write are here.
 
 use crate::controller::finalizer;
+use crate::controller::grants::{ReconcileRefusal, GRANTS_RECHECK};
 use crate::controller::informers::{MetadataInformer, ObjectInformer};
 use crate::controller::live_evidence::LiveCall;
 use crate::controller::schedule::Backoff;
@@ -34,7 +35,16 @@ const INPUTS_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// Everything one operator's reconciles share; built by the manager when the operator loads.
 pub struct OperatorContext {
     pub definition: OperatorDefinition,
-    pub client: Client,
+    /// Sends every request as the operator's own account (impersonated): its writes, and the
+    /// reads that decide one (a resource read after a stale decision).
+    pub as_operator: Client,
+    /// The host's own identity: the watches of the shared caches.
+    pub host_client: Client,
+    /// What the operator's account is granted, per namespace.
+    pub grants: crate::controller::grants::OperatorGrants,
+    /// Events the host reports itself on the operator's resources (a refusal for missing
+    /// grants, which the operator's account may not be able to report there).
+    pub host_recorder: Recorder,
     pub resource: ResolvedKind,
     /// Phase name → its component.
     pub workers: HashMap<String, PhaseModule>,
@@ -45,6 +55,7 @@ pub struct OperatorContext {
     pub inputs: InputCaches,
     pub outputs: OutputCaches,
     pub sandbox: Arc<Sandbox>,
+    /// Events on the operator's resources, sent as the operator's account.
     pub recorder: Recorder,
     pub backoff: Backoff,
     pub metrics_source: MetricsSource,
@@ -278,7 +289,7 @@ impl outputs::ExistingObjects for OutputCaches {
 
 impl OperatorContext {
     fn api_for(&self, namespace: Option<&str>) -> Api<DynamicObject> {
-        self.resource.api(&self.client, namespace)
+        self.resource.api(&self.as_operator, namespace)
     }
 
     /// `namespace/name` (or `name`), as logs, backoff and cases name a resource.
@@ -434,6 +445,14 @@ async fn decide(
     read: Read,
     effects: &mut Effects,
 ) -> Result<Action, ReconcileError> {
+    // Nothing is read for the worker, nor written, where the operator's account is not granted.
+    ctx.grants
+        .check(obj.namespace().as_deref())
+        .await
+        .map_err(|refusal| match refusal {
+            ReconcileRefusal::NotGranted(n) => ReconcileError::NotGranted(n),
+            ReconcileRefusal::Check(e) => ReconcileError::GrantCheck(e),
+        })?;
     if ctx.finalizer.is_some() {
         let name = crate::finalizer_name(&ctx.definition.name);
         let deleting = obj.meta().deletion_timestamp.is_some();
@@ -476,6 +495,8 @@ pub fn error_policy(
 ) -> Action {
     match err {
         ReconcileError::FinalizerPending(after) => Action::requeue(*after),
+        // Asked again once the answer may have changed.
+        ReconcileError::NotGranted(_) => Action::requeue(GRANTS_RECHECK),
         // Not a failure of the resource: the watch will bring the new object shortly.
         ReconcileError::StatusConflict | ReconcileError::StaleDecision => {
             Action::requeue(Duration::from_secs(1))
@@ -575,7 +596,7 @@ async fn run_phase(
         ensure_unchanged(api, &obj).await?;
     }
     let report =
-        outputs::apply_outputs(&ctx.client, &def.name, &current, &uid, &ctx.kinds, checked).await;
+        outputs::apply_outputs(&ctx.as_operator, &def.name, &current, &uid, &ctx.kinds, checked).await;
     let applied = report.applied;
     // Read your own writes: the next decision on this resource (the phase chained below, or
     // the reconcile the status write brings) reads its owned inputs from these caches.
@@ -595,7 +616,7 @@ async fn run_phase(
         ctx.inputs.deleted(kind, m.namespace.as_deref(), name);
         ctx.outputs.deleted(kind, m.namespace.as_deref(), name);
     };
-    let pruned = match outputs::prune_outputs(&ctx.client, &ctx.kinds, prunable, gone).await {
+    let pruned = match outputs::prune_outputs(&ctx.as_operator, &ctx.kinds, prunable, gone).await {
         Ok(pruned) => pruned,
         Err((pruned, e)) => {
             failures.push(e);
@@ -775,8 +796,14 @@ async fn report_error(
             }
         }
         let reference = obj.object_ref(&ctx.resource.api);
+        // A refusal for the operator's grants is reported by the host: the operator's account
+        // may not be able to create Events where it is not granted.
+        let recorder = match err {
+            ReconcileError::NotGranted(_) | ReconcileError::GrantCheck(_) => &ctx.host_recorder,
+            _ => &ctx.recorder,
+        };
         status::publish_event(
-            &ctx.recorder,
+            recorder,
             &reference,
             true,
             err.reason(),

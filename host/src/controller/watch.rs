@@ -34,7 +34,7 @@ pub async fn run(
     ctx: Arc<OperatorContext>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = ctx.client.clone();
+    let client = ctx.host_client.clone();
     let resource = ctx.resource.api.clone();
     let main_api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     // The resource's watch, as `Controller::new_with` builds it, but an event that is this

@@ -87,6 +87,12 @@ pub enum ReconcileError {
     },
     #[error("finalizer handling: {0}")]
     Finalizer(String),
+    /// The operator's account may not read or write what this resource's phase needs where
+    /// the resource lives: nothing is read for the worker and nothing written.
+    #[error("{0}")]
+    NotGranted(crate::rbac::NotGranted),
+    #[error("{0}")]
+    GrantCheck(crate::rbac::GrantCheckError),
 }
 
 impl ReconcileError {
@@ -142,6 +148,11 @@ impl ReconcileError {
             ReconcileError::StaleDecision => "StaleDecision",
             ReconcileError::Api { .. } => "ApiError",
             ReconcileError::Finalizer(_) => "FinalizerError",
+            ReconcileError::NotGranted(_) => "NotGranted",
+            ReconcileError::GrantCheck(crate::rbac::GrantCheckError::CannotImpersonate {
+                ..
+            }) => "CannotImpersonate",
+            ReconcileError::GrantCheck(_) => "PermissionCheckFailed",
         }
     }
 
