@@ -14,7 +14,7 @@
 #                      pods, mounts, bridge and iptables rules; --purge also deletes etcd data
 #   check-clean        after `down`: exit 1 if any node process, mount, interface or rule is left
 #   load-image ARCHIVE import an OCI archive into the node's containerd (deploy/local/image.sh)
-#   env                print `export KUBECONFIG=...` (use: eval "$(deploy/local/cluster.sh env)")
+#   env                print `export KUBECONFIG=... WASMPILOT_AUDIT_LOG=...` (use: eval "$(deploy/local/cluster.sh env)")
 #   status             print what is running; exit 0 only when all of it is running and ready
 #   build              build and cache the binaries (also done by `up` when they are missing)
 #   stop-apiserver | start-apiserver | restart-apiserver
@@ -49,6 +49,9 @@ LOGS="$STATE/logs"
 RUN="$STATE/run"
 ETCD_DATA="$STATE/etcd"
 KUBECONFIG_ADMIN="$STATE/kubeconfig"
+# The API server's audit log: every write (create, update, patch, delete) with the user who
+# made it and the user it impersonated (tests read it to see who wrote what).
+AUDIT_LOG="$STATE/audit.log"
 KUBECONFIG_LIMITED="$STATE/kubeconfig-limited"
 KUBECONFIG_KCM="$STATE/kubeconfig-controller-manager"
 
@@ -560,9 +563,28 @@ defragment_etcd() {
 }
 
 # What the running API server was started with: node mode and address, tokens, certificate.
+# Writes only, at Metadata level (who, what, when; no bodies), once per request; not the
+# node's and the control plane's own steady traffic.
+audit_policy() {
+  cat <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    userGroups: [system:nodes]
+  - level: None
+    users: [system:kube-controller-manager, system:kube-scheduler, system:kube-proxy]
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+POLICY
+}
+
 apiserver_config() {
-  printf 'node=%s ip=%s tokens=%s cert=%s\n' "${WASMPILOT_NODE:-1}" "$(node_wanted && node_ip)" \
-    "$(sha256sum <"$PKI/tokens.csv" | cut -c1-16)" "$(sha256sum <"$PKI/apiserver.crt" | cut -c1-16)"
+  printf 'node=%s ip=%s tokens=%s cert=%s audit=%s\n' "${WASMPILOT_NODE:-1}" "$(node_wanted && node_ip)" \
+    "$(sha256sum <"$PKI/tokens.csv" | cut -c1-16)" "$(sha256sum <"$PKI/apiserver.crt" | cut -c1-16)" \
+    "$(audit_policy | sha256sum | cut -c1-16)"
 }
 
 start_apiserver() {
@@ -580,6 +602,7 @@ start_apiserver() {
       --kubelet-client-key="$PKI/apiserver-kubelet-client.key")
   fi
   apiserver_config >"$RUN/kube-apiserver.config"
+  audit_policy >"$RUN/audit-policy.yaml"
   start_component kube-apiserver \
     "${reach[@]}" \
     --secure-port="$APISERVER_PORT" \
@@ -594,6 +617,10 @@ start_apiserver() {
     --service-account-signing-key-file="$PKI/sa.key" \
     --service-account-key-file="$PKI/sa.pub" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --audit-policy-file="$RUN/audit-policy.yaml" \
+    --audit-log-path="$AUDIT_LOG" \
+    --audit-log-maxsize=64 \
+    --audit-log-maxbackup=1 \
     --profiling=false
   wait_for kube-apiserver "kube-apiserver /readyz" apiserver_ready
 }
@@ -751,7 +778,7 @@ main() {
   case "$cmd" in
   up) cmd_up ;;
   down) cmd_down "$@" ;;
-  env) printf 'export KUBECONFIG=%s\n' "$KUBECONFIG_ADMIN" ;;
+  env) printf 'export KUBECONFIG=%s\nexport WASMPILOT_AUDIT_LOG=%s\n' "$KUBECONFIG_ADMIN" "$AUDIT_LOG" ;;
   status) cmd_status ;;
   build) cmd_build "$@" ;;
   stop-apiserver)

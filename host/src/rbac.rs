@@ -305,18 +305,25 @@ pub struct Missing {
     pub resource: String,
 }
 
-impl std::fmt::Display for Missing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Missing {
+    /// `group/resource`, the core group named `core`.
+    pub fn resource_text(&self) -> String {
         let group = if self.group.is_empty() {
             "core"
         } else {
             &self.group
         };
-        write!(f, "{} {}/{}", self.verb, group, self.resource)
+        format!("{group}/{}", self.resource)
     }
 }
 
-/// Missing grants named in one message.
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource_text())
+    }
+}
+
+/// Resources whose missing grants one message names.
 const MISSING_SHOWN: usize = 6;
 
 /// The operator's account may not do what its definition needs, where its resource lives.
@@ -334,16 +341,28 @@ pub struct NotGranted {
     pub missing: Vec<Missing>,
 }
 
-/// The first few missing grants, for one message.
+/// The missing grants, per resource (`core/secrets (get, list, watch)`), the first few
+/// resources, for one message.
 pub fn missing_list(missing: &[Missing]) -> String {
-    let mut text = missing
+    let mut per_resource: Vec<(String, Vec<&str>)> = Vec::new();
+    for m in missing {
+        let resource = m.resource_text();
+        match per_resource.iter_mut().find(|(r, _)| *r == resource) {
+            Some((_, verbs)) => verbs.push(m.verb),
+            None => per_resource.push((resource, vec![m.verb])),
+        }
+    }
+    let mut text = per_resource
         .iter()
         .take(MISSING_SHOWN)
-        .map(ToString::to_string)
+        .map(|(r, verbs)| format!("{r} ({})", verbs.join(", ")))
         .collect::<Vec<_>>()
         .join(", ");
-    if missing.len() > MISSING_SHOWN {
-        text.push_str(&format!(" and {} more", missing.len() - MISSING_SHOWN));
+    if per_resource.len() > MISSING_SHOWN {
+        text.push_str(&format!(
+            " and {} more resources",
+            per_resource.len() - MISSING_SHOWN
+        ));
     }
     text
 }

@@ -201,7 +201,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     )
     .await?;
     // The manifest also declares the `scripted` operator: not granted either.
-    apply_yaml(client, &probe_op.to_string(), None).await?;
+    apply_yaml_ungranted(client, &probe_op.to_string(), None).await?;
     // A pull Secret outside the host's namespace: reading it is forbidden, and the Condition says
     // what to do. (Its resource is AutoRoute, whose role is granted, so loading gets that far.)
     let secret_op = json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "rbac-secret"},

@@ -77,10 +77,11 @@ impl OperatorGrants {
             .map(|(_, m)| m)
             .collect();
         if !everywhere.is_empty() {
+            // Everything missing is named (what it needs everywhere decided the refusal).
             return Err(LoadRefusal::NotGranted(NotGranted {
                 account: grants.account.clone(),
                 namespace: None,
-                missing: everywhere,
+                missing: missing_of(&missing),
             }));
         }
         let reach = Reach::WhereGranted(missing_of(&missing));
@@ -393,7 +394,7 @@ mod tests {
         let refused = grants.check(Some("b")).await.expect_err("b is not granted");
         assert_eq!(
             refused.to_string(),
-            "the operator's account op is not granted list core/secrets in namespace b: grant it (wasmpilot rbac <operator.yaml> --namespace b | kubectl apply -f -)"
+            "the operator's account op is not granted core/secrets (list) in namespace b: grant it (wasmpilot rbac <operator.yaml> --namespace b | kubectl apply -f -)"
         );
         // Answers are kept: asking again sends nothing.
         assert!(grants.check(Some("a")).await.is_ok());
@@ -420,12 +421,10 @@ mod tests {
                 .expect_err("refused");
         let text = refused.to_string();
         assert!(
-            text.contains("not granted patch test.io/widgets/status cluster-wide"),
-            "{text}"
-        );
-        assert!(
-            !text.contains("secrets"),
-            "only what is needed everywhere: {text}"
+            text.contains(
+                "not granted core/secrets (list), test.io/widgets/status (patch) cluster-wide"
+            ),
+            "everything missing is named: {text}"
         );
         drop(client);
         server.await.expect("exactly the scripted requests");

@@ -81,13 +81,84 @@ impl Drop for Host {
 }
 
 /// Applies every document of a YAML text (server-side apply), defaulting to `namespace`.
+/// Applies every document of `yaml`; a WasmOperator with its own account and grants first, as
+/// `wasmpilot deploy` applies them (and an admin with `wasmpilot rbac | kubectl apply -f -`).
 pub async fn apply_yaml(
     client: &Client,
     yaml: &str,
     namespace: Option<&str>,
 ) -> anyhow::Result<()> {
     for doc in wasmpilot::offline::parse_documents(yaml)? {
+        if doc["kind"] == "WasmOperator" {
+            grant_operator(client, &doc, &[]).await?;
+        }
         wasmpilot::deploy::apply_document(client, doc, namespace).await?;
+    }
+    Ok(())
+}
+
+/// Applies every document of `yaml` as it is: a WasmOperator's account gets no grant.
+pub async fn apply_yaml_ungranted(
+    client: &Client,
+    yaml: &str,
+    namespace: Option<&str>,
+) -> anyhow::Result<()> {
+    for doc in wasmpilot::offline::parse_documents(yaml)? {
+        wasmpilot::deploy::apply_document(client, doc, namespace).await?;
+    }
+    Ok(())
+}
+
+/// The WasmOperator `doc`'s own account and grants (cluster-wide, or only in `namespaces`), as
+/// `wasmpilot rbac --no-host-grants` prints them; nothing for a document that is not a valid WasmOperator (a
+/// test's malformed definition).
+pub async fn grant_operator(
+    client: &Client,
+    doc: &Value,
+    namespaces: &[&str],
+) -> anyhow::Result<()> {
+    let Ok(op) = serde_json::from_value::<wasmpilot::crd::WasmOperator>(doc.clone()) else {
+        return Ok(());
+    };
+    let Some(name) = op.metadata.name.as_deref() else {
+        return Ok(());
+    };
+    // The test hosts run as the admin, which may read and impersonate anything: nothing is
+    // granted to the shipped host account (so no test widens it for another).
+    let target = wasmpilot::rbac::GrantTarget {
+        identity_namespace: wasmpilot::rbac::DEFAULT_IDENTITY_NAMESPACE.into(),
+        host_account: None,
+        namespaces: namespaces.iter().map(ToString::to_string).collect(),
+    };
+    wasmpilot::deploy::apply_grants(client, name, &op.spec, &target).await
+}
+
+/// Deletes the grants `wasmpilot rbac` made for `operator` (its roles and bindings; its
+/// ServiceAccount stays).
+pub async fn revoke_operator(client: &Client, operator: &str) -> anyhow::Result<()> {
+    let selector = format!("{}={operator}", wasmpilot::OPERATOR_LABEL);
+    let params = kube::api::ListParams::default().labels(&selector);
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let dp = DeleteParams::default();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .delete_collection(&dp, &params)
+        .await?;
+    Api::<ClusterRole>::all(client.clone())
+        .delete_collection(&dp, &params)
+        .await?;
+    for rb in Api::<RoleBinding>::all(client.clone()).list(&params).await?.items {
+        let ns = rb.metadata.namespace.clone().unwrap_or_default();
+        let name = rb.metadata.name.clone().unwrap_or_default();
+        let _ = Api::<RoleBinding>::namespaced(client.clone(), &ns)
+            .delete(&name, &dp)
+            .await;
+    }
+    for r in Api::<Role>::all(client.clone()).list(&params).await?.items {
+        let ns = r.metadata.namespace.clone().unwrap_or_default();
+        let name = r.metadata.name.clone().unwrap_or_default();
+        let _ = Api::<Role>::namespaced(client.clone(), &ns)
+            .delete(&name, &dp)
+            .await;
     }
     Ok(())
 }
