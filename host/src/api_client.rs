@@ -115,7 +115,7 @@ fn http_client(config: &Config) -> Result<HttpClient, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    let https = https_connector(&config, http)?;
+    let https = https_connector(config, http)?;
     let mut connector = hyper_timeout::TimeoutConnector::new(https);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);

@@ -126,7 +126,11 @@ enum Command {
         identity_namespace: String,
         /// The host's ServiceAccount as namespace/name: it reads for the operator and may act as
         /// its account.
-        #[arg(long, alias = "service-account", default_value = "wasmpilot-system/wasmpilot")]
+        #[arg(
+            long,
+            alias = "service-account",
+            default_value = "wasmpilot-system/wasmpilot"
+        )]
         host_service_account: String,
         /// Grant nothing to the host (only the operator's account and its roles).
         #[arg(long)]

@@ -280,11 +280,19 @@ pub async fn apply_grants(
 ) -> anyhow::Result<()> {
     let mut kinds = vec![spec.resource.clone()];
     for p in &spec.phases {
-        kinds.extend(p.inputs.iter().map(|i| crate::crd::KindRef::new(&i.api_version, &i.kind)));
+        kinds.extend(
+            p.inputs
+                .iter()
+                .map(|i| crate::crd::KindRef::new(&i.api_version, &i.kind)),
+        );
         kinds.extend(p.outputs.iter().cloned());
     }
     if let Some(f) = &spec.finalizer {
-        kinds.extend(f.inputs.iter().map(|i| crate::crd::KindRef::new(&i.api_version, &i.kind)));
+        kinds.extend(
+            f.inputs
+                .iter()
+                .map(|i| crate::crd::KindRef::new(&i.api_version, &i.kind)),
+        );
     }
     let mut known = BTreeMap::new();
     for kind in kinds {

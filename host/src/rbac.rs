@@ -85,7 +85,12 @@ impl RuleSet {
         }
     }
 
-    fn kind(&mut self, kind: &KindRef, known: &BTreeMap<KindRef, KnownKind>, verbs: &[&'static str]) {
+    fn kind(
+        &mut self,
+        kind: &KindRef,
+        known: &BTreeMap<KindRef, KnownKind>,
+        verbs: &[&'static str],
+    ) {
         let (g, r, namespaced) = group_plural(kind, known);
         self.add(g, r, namespaced, verbs);
     }
@@ -138,7 +143,12 @@ pub fn reporting_rules(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, KnownK
 
 fn add_reporting(set: &mut RuleSet, spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, KnownKind>) {
     let (g, plural, namespaced) = group_plural(&spec.resource, known);
-    set.add(g.clone(), plural.clone(), namespaced, &["get", "list", "watch"]);
+    set.add(
+        g.clone(),
+        plural.clone(),
+        namespaced,
+        &["get", "list", "watch"],
+    );
     set.add(g, format!("{plural}/status"), namespaced, &["patch"]);
 }
 
@@ -153,7 +163,12 @@ pub fn rules_for(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, KnownKind>) 
     // checks `update` on the owner's finalizers subresource).
     set.add(g, format!("{plural}/finalizers"), namespaced, &["update"]);
     // Events on its resources (events.k8s.io/v1; `patch` updates a repeated event's count).
-    set.add("events.k8s.io".into(), "events".into(), true, &["create", "patch"]);
+    set.add(
+        "events.k8s.io".into(),
+        "events".into(),
+        true,
+        &["create", "patch"],
+    );
     let (reads, writes) = declared_kinds(spec);
     for kind in &reads {
         set.kind(kind, known, &READ);
@@ -211,9 +226,7 @@ pub fn grant_manifests(
         json!({"app.kubernetes.io/managed-by": "wasmpilot", crate::OPERATOR_LABEL: operator});
     let id_ns = &target.identity_namespace;
     let subject = json!([{"kind": "ServiceAccount", "namespace": id_ns, "name": account}]);
-    let role_ref = |kind: &str, name: &str| {
-        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name})
-    };
+    let role_ref = |kind: &str, name: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name});
     let mut docs = vec![
         json!({
             "apiVersion": "v1",
@@ -654,7 +667,10 @@ mod tests {
         let reads = host_read_rules(&spec(), &known);
         assert!(reads.iter().all(|r| r.verbs == ["get", "list", "watch"]));
         assert_eq!(
-            reads.iter().map(|r| r.resource.as_str()).collect::<Vec<_>>(),
+            reads
+                .iter()
+                .map(|r| r.resource.as_str())
+                .collect::<Vec<_>>(),
             ["services", "deployments", "autoroutes", "gateways"]
         );
         let gateways = reads.iter().find(|r| r.resource == "gateways");
@@ -717,7 +733,9 @@ mod tests {
             .flat_map(|r| r["verbs"].as_array().into_iter().flatten())
             .collect();
         assert!(
-            host_verbs.iter().all(|v| ["get", "list", "watch"].contains(&v.as_str().unwrap_or(""))),
+            host_verbs
+                .iter()
+                .all(|v| ["get", "list", "watch"].contains(&v.as_str().unwrap_or(""))),
             "the host gets no write verb of the operator: {host_verbs:?}"
         );
         assert_eq!(
@@ -745,7 +763,10 @@ mod tests {
             ("RoleBinding", "a/wasmpilot-operator-autoroute"),
             ("RoleBinding", "b/wasmpilot-operator-autoroute"),
             ("ClusterRole", "/wasmpilot-operator-autoroute-reporting"),
-            ("ClusterRoleBinding", "/wasmpilot-operator-autoroute-reporting"),
+            (
+                "ClusterRoleBinding",
+                "/wasmpilot-operator-autoroute-reporting",
+            ),
         ] {
             assert!(
                 names.contains(&(expected.0.to_string(), expected.1.to_string())),

@@ -95,10 +95,18 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
                 && message.contains("wasmpilot rbac"),
             "B's refusal names its account, the missing grant and the fix: {message}"
         );
-        let a = wait_condition(client, OPS, None, A, ("Ready", "True", "ControllerRunning"), T)
-            .await?;
+        let a = wait_condition(
+            client,
+            OPS,
+            None,
+            A,
+            ("Ready", "True", "ControllerRunning"),
+            T,
+        )
+        .await?;
         ensure!(
-            condition_message(&a, "Ready").contains("acting as system:serviceaccount:wasmpilot-system:op-ident-a"),
+            condition_message(&a, "Ready")
+                .contains("acting as system:serviceaccount:wasmpilot-system:op-ident-a"),
             "A's Ready message names its account: {a}"
         );
 
@@ -110,7 +118,10 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
             "A's worker received the Secret it is granted: {}",
             p["status"]
         );
-        must(get(client, "v1", "ConfigMap", Some(ns), "a-out").await?, "A's output")?;
+        must(
+            get(client, "v1", "ConfigMap", Some(ns), "a-out").await?,
+            "A's output",
+        )?;
 
         // B's resource, in the same namespace: B runs no controller, nothing is read for it.
         apply_yaml(client, &echoing(LAG, "l", "b-out").to_string(), Some(ns)).await?;
@@ -121,17 +132,27 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
             "B's resource got nothing: {l}"
         );
         ensure!(
-            get(client, "v1", "ConfigMap", Some(ns), "b-out").await?.is_none(),
+            get(client, "v1", "ConfigMap", Some(ns), "b-out")
+                .await?
+                .is_none(),
             "B wrote nothing"
         );
 
         // Granted only in `ns`: B runs, reconciles there, and refuses its resource elsewhere.
         grant_operator(client, &operator(B, LAG), &[ns]).await?;
-        let b = wait_condition(client, OPS, None, B, ("Ready", "True", "ControllerRunning"), T)
-            .await?;
+        let b = wait_condition(
+            client,
+            OPS,
+            None,
+            B,
+            ("Ready", "True", "ControllerRunning"),
+            T,
+        )
+        .await?;
         let message = condition_message(&b, "Ready");
         ensure!(
-            message.contains("not granted cluster-wide") && message.contains("core/secrets (get, list, watch)"),
+            message.contains("not granted cluster-wide")
+                && message.contains("core/secrets (get, list, watch)"),
             "B's Ready message says it runs only where granted: {message}"
         );
         let l = wait_phase(client, LAG, ns, "l", "Done").await?;
@@ -140,7 +161,12 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
             "granted in {ns}, B reads the Secret there: {}",
             l["status"]
         );
-        apply_yaml(client, &echoing(LAG, "elsewhere", "b-out").to_string(), Some(&other)).await?;
+        apply_yaml(
+            client,
+            &echoing(LAG, "elsewhere", "b-out").to_string(),
+            Some(&other),
+        )
+        .await?;
         let refused = wait_condition(
             client,
             LAG,
@@ -161,7 +187,9 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
             "nothing was read for the resource outside B's namespace: {refused}"
         );
         ensure!(
-            get(client, "v1", "ConfigMap", Some(&other), "b-out").await?.is_none(),
+            get(client, "v1", "ConfigMap", Some(&other), "b-out")
+                .await?
+                .is_none(),
             "B wrote nothing outside its namespace"
         );
 

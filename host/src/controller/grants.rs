@@ -67,7 +67,11 @@ impl OperatorGrants {
         }
         let everywhere: Vec<Missing> = missing
             .iter()
-            .flat_map(|r| missing_of(std::slice::from_ref(r)).into_iter().map(move |m| (r, m)))
+            .flat_map(|r| {
+                missing_of(std::slice::from_ref(r))
+                    .into_iter()
+                    .map(move |m| (r, m))
+            })
             .filter(|(rule, m)| {
                 !rule.namespaced
                     || reporting
@@ -167,7 +171,11 @@ impl OperatorGrants {
             .await
             .map_err(|source| self.review_error(source))?;
         let rules = rules_of(&self.rules, &missing);
-        if answers.cluster.as_ref().is_some_and(|(_, before)| *before != rules) {
+        if answers
+            .cluster
+            .as_ref()
+            .is_some_and(|(_, before)| *before != rules)
+        {
             tracing::info!(account = %self.account, missing = %missing_list(&missing), "the operator's grants changed");
             answers.namespaces.clear();
         }
@@ -203,7 +211,7 @@ pub struct Identities {
 #[derive(Clone)]
 enum IdentitySource {
     /// Each operator's client impersonates its account over the host's connection.
-    Impersonating(crate::api_client::Connection),
+    Impersonating(Box<crate::api_client::Connection>),
     /// Every operator's requests go out on this client as they are (the mock API server's
     /// tests, where there is no connection to impersonate on).
     #[cfg(test)]
@@ -215,7 +223,7 @@ impl Identities {
     pub fn impersonating(connection: crate::api_client::Connection, namespace: &str) -> Self {
         Identities {
             namespace: namespace.to_string(),
-            source: IdentitySource::Impersonating(connection),
+            source: IdentitySource::Impersonating(Box::new(connection)),
         }
     }
 
@@ -277,10 +285,7 @@ fn rules_of(rules: &[Rule], missing: &[Missing]) -> Vec<Rule> {
                 .filter(|m| covers(r, m))
                 .map(|m| m.verb)
                 .collect();
-            (!verbs.is_empty()).then(|| Rule {
-                verbs,
-                ..r.clone()
-            })
+            (!verbs.is_empty()).then(|| Rule { verbs, ..r.clone() })
         })
         .collect()
 }

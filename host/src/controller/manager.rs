@@ -4,7 +4,6 @@
 //! (its in-flight reconciles finish on the old modules), so two never reconcile at the same time.
 
 use crate::controller::grants::{Identities, LoadRefusal, OperatorGrants, Reach};
-use crate::rbac::GrantCheckError;
 use crate::controller::operator_removal;
 use crate::controller::reconcile::{InputCaches, OperatorContext, OutputCaches};
 use crate::controller::schedule::Backoff;
@@ -16,6 +15,7 @@ use crate::evidence::record::RecordSink;
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::{ModuleCache, ModuleError};
 use crate::pipeline::status;
+use crate::rbac::GrantCheckError;
 use crate::sandbox::LoadError;
 use futures::{future, StreamExt, TryStreamExt};
 use kube::api::{Patch, PatchParams};
@@ -520,10 +520,9 @@ async fn release(
     if !operator_removal::releasing(op) {
         return Ok(Action::await_change());
     }
-    let as_operator = ctx
-        .identities
-        .client(&name)
-        .map_err(|source| OperatorLoadError::Release(operator_removal::ReleaseError::Identity(source)))?;
+    let as_operator = ctx.identities.client(&name).map_err(|source| {
+        OperatorLoadError::Release(operator_removal::ReleaseError::Identity(source))
+    })?;
     let recorder = Recorder::new(as_operator.clone(), ctx.reporter.clone());
     let released = tokio::time::timeout(
         RELEASE_TIMEOUT,
@@ -1033,15 +1032,8 @@ impl ManagerContext {
                 }
             }
         }
-        (!loaded.is_empty() || !failed.is_empty()).then(|| {
-            Shadows::start(
-                self.client.clone(),
-                recorder.clone(),
-                name,
-                loaded,
-                failed,
-            )
-        })
+        (!loaded.is_empty() || !failed.is_empty())
+            .then(|| Shadows::start(self.client.clone(), recorder.clone(), name, loaded, failed))
     }
 
     /// Writes Ready and ModulesLoaded conditions, active digests and observedGeneration. A write

@@ -595,8 +595,15 @@ async fn run_phase(
         // Nothing is written from a decision about an object that has changed since.
         ensure_unchanged(api, &obj).await?;
     }
-    let report =
-        outputs::apply_outputs(&ctx.as_operator, &def.name, &current, &uid, &ctx.kinds, checked).await;
+    let report = outputs::apply_outputs(
+        &ctx.as_operator,
+        &def.name,
+        &current,
+        &uid,
+        &ctx.kinds,
+        checked,
+    )
+    .await;
     let applied = report.applied;
     // Read your own writes: the next decision on this resource (the phase chained below, or
     // the reconcile the status write brings) reads its owned inputs from these caches.

@@ -146,7 +146,11 @@ pub async fn revoke_operator(client: &Client, operator: &str) -> anyhow::Result<
     Api::<ClusterRole>::all(client.clone())
         .delete_collection(&dp, &params)
         .await?;
-    for rb in Api::<RoleBinding>::all(client.clone()).list(&params).await?.items {
+    for rb in Api::<RoleBinding>::all(client.clone())
+        .list(&params)
+        .await?
+        .items
+    {
         let ns = rb.metadata.namespace.clone().unwrap_or_default();
         let name = rb.metadata.name.clone().unwrap_or_default();
         let _ = Api::<RoleBinding>::namespaced(client.clone(), &ns)
