@@ -269,6 +269,7 @@ impl OfflineOperator<'_> {
             resource,
             request: request.clone(),
             namespaced: self.namespaced,
+            slot: None,
         };
         let started = Instant::now();
         let decided = decision::decide(self.modules.sandbox(), input, |_, _| {}).await;

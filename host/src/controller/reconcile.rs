@@ -547,6 +547,17 @@ async fn run_phase(
         prometheus: &ctx.metrics_source.client,
         fallback_url: ctx.metrics_source.default_url.as_deref(),
     };
+    // The request (every selected input, copied) is built once a worker slot is held, so
+    // calls waiting for one hold no request.
+    let slot = ctx
+        .sandbox
+        .slot(&def.name)
+        .await
+        .map_err(|source| ReconcileError::Worker {
+            phase: current.clone(),
+            digest: module.digest.clone(),
+            source,
+        })?;
     let request = step::request(def, phase, &obj, &ctx.inputs, samples, &now).await?;
     let kept_request =
         crate::controller::live_evidence::wanted(ctx, &current).then(|| request.clone());
@@ -557,6 +568,7 @@ async fn run_phase(
         resource: &obj,
         request,
         namespaced: &ctx.namespaced,
+        slot: Some(slot),
     };
     let started = Instant::now();
     let decided = decision::decide(&ctx.sandbox, input, |elapsed, error| {

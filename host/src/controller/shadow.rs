@@ -263,6 +263,7 @@ async fn run(
         resource: &resource,
         request: call.request.clone(),
         namespaced: &ctx.namespaced,
+        slot: None,
     };
     let shadow = RecordedResult::of(&decision::decide(&ctx.sandbox, input, |_, _| {}).await);
     let verdict = compare(&call.result, &shadow);

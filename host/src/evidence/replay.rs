@@ -294,6 +294,7 @@ async fn decide(
         resource: &resource,
         request,
         namespaced,
+        slot: None,
     };
     RecordedResult::of(&decision::decide(modules.sandbox(), input, |_, _| {}).await)
 }

@@ -81,6 +81,8 @@ pub struct DecisionInput<'a> {
     pub request: SyncRequest,
     /// Whether each output kind is namespaced (kinds absent are taken as namespaced).
     pub namespaced: &'a HashMap<KindRef, bool>,
+    /// The worker slot the caller took before it built the request (`None`: taken here).
+    pub slot: Option<crate::sandbox::WorkerSlot>,
 }
 
 /// Runs the phase's worker once and checks its decision. `on_call` gets the worker call's
@@ -98,11 +100,14 @@ pub async fn decide(
         resource,
         request,
         namespaced,
+        slot,
     } = input;
     let current = &phase.name;
     let input_hash = RequestDigest::of_sync(&request);
     let started = Instant::now();
-    let outcome = sandbox.run_sync_digested(module, request, input_hash).await;
+    let outcome = sandbox
+        .run_sync_digested(module, request, input_hash, slot)
+        .await;
     on_call(started.elapsed(), outcome.as_ref().err());
     let result = outcome.map_err(|source| ReconcileError::Worker {
         phase: current.clone(),

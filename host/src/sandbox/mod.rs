@@ -4,6 +4,7 @@
 
 pub mod bindings;
 mod digest;
+pub mod slots;
 mod state;
 mod stdio;
 
@@ -15,12 +16,12 @@ pub use bindings::{
     FinalizeRequest, FinalizeResult, NamedObjects, SyncRequest, SyncResult, WorkerError,
 };
 pub use bindings::{LogField, LogLevel};
+pub use slots::WorkerSlot;
 use state::HostState;
 pub use state::RunLimits;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, SemaphorePermit};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
@@ -340,7 +341,8 @@ pub struct Sandbox {
     engine: Engine,
     linker: Linker<HostState>,
     limits: SandboxLimits,
-    permits: Semaphore,
+    /// The `concurrency` worker slots, handed to operators in turn.
+    slots: slots::FairSlots,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -385,12 +387,12 @@ impl Sandbox {
                     ticking.increment_epoch();
                 }
             })?;
-        let permits = Semaphore::new(limits.concurrency.max(1));
+        let slots = slots::FairSlots::new(limits.concurrency.max(1));
         Ok(Arc::new(Sandbox {
             engine,
             linker,
             limits,
-            permits,
+            slots,
             ticker_stop,
         }))
     }
@@ -497,15 +499,17 @@ impl Sandbox {
         request: SyncRequest,
     ) -> Result<SyncResult, RunError> {
         let digest = RequestDigest::of_sync(&request);
-        self.run_sync_digested(module, request, digest).await
+        self.run_sync_digested(module, request, digest, None).await
     }
 
-    /// [`Sandbox::run_sync`] for a request whose digest the caller has (it records it).
+    /// [`Sandbox::run_sync`] for a request whose digest the caller has (it records it), in
+    /// `slot` when the caller took one before it built the request (else one is taken here).
     pub async fn run_sync_digested(
         &self,
         module: &PhaseModule,
         request: SyncRequest,
         digest: RequestDigest,
+        slot: Option<WorkerSlot>,
     ) -> Result<SyncResult, RunError> {
         let size = request.resource.len()
             + request
@@ -516,7 +520,10 @@ impl Sandbox {
                 .sum::<usize>();
         let limits = module.limits;
         Self::check_request_size(size, &limits)?;
-        let _permit = self.permit().await?;
+        let _slot = match slot {
+            Some(slot) => slot,
+            None => self.slot(&request.operator).await?,
+        };
         let seed = (module.randomness == Randomness::Seeded).then_some(digest);
         let mut call = self.call(limits, &request.now, seed);
         let store = &mut call.store;
@@ -556,7 +563,7 @@ impl Sandbox {
                 .map(String::len)
                 .sum::<usize>();
         Self::check_request_size(size, &limits)?;
-        let _permit = self.permit().await?;
+        let _slot = self.slot(&request.operator).await?;
         let seed = (module.randomness == Randomness::Seeded)
             .then(|| RequestDigest::of_finalize(&request, &inputs));
         let mut call = self.call(limits, &request.now, seed);
@@ -581,13 +588,14 @@ impl Sandbox {
         Ok(result)
     }
 
-    /// One of the `concurrency` slots for a running call; the rest wait here.
-    async fn permit(&self) -> Result<SemaphorePermit<'_>, RunError> {
+    /// One of the `concurrency` slots for a call of `operator`; the rest wait here, served one
+    /// operator after another (see [`slots`]). Held while the call's request is built and run.
+    pub async fn slot(&self, operator: &str) -> Result<WorkerSlot, RunError> {
         let waiting = &crate::metrics::METRICS.worker_calls_waiting;
         waiting.inc();
-        let permit = self.permits.acquire().await;
+        let slot = self.slots.acquire(operator).await;
         waiting.dec();
-        permit.map_err(|_| RunError::ShuttingDown)
+        slot.map_err(|_| RunError::ShuttingDown)
     }
 
     /// A fresh store for one call: its own WASI context, memory limiter, log and output budgets,

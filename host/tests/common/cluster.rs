@@ -464,15 +464,29 @@ pub async fn with_scripted_host<F, Fut>(
     F: FnOnce(Client, String, PathBuf) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
+    with_scripted_host_args(kind, &[], host_name, ns_prefix, operators, scenario).await
+}
+
+/// [`with_scripted_host`] with `extra` arguments for the host.
+pub async fn with_scripted_host_args<F, Fut>(
+    kind: &str,
+    extra: &[&str],
+    host_name: &str,
+    ns_prefix: &str,
+    operators: &[&str],
+    scenario: F,
+) where
+    F: FnOnce(Client, String, PathBuf) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let client = client().await;
     test_kind_free(&client, kind)
         .await
         .expect("the test kinds, this one free of operators");
     let wasm_dir = super::wasm_dir();
-    let mut host = Host::start(
-        &["--module-dir", wasm_dir.to_str().expect("utf-8 path")],
-        host_name,
-    );
+    let mut args = vec!["--module-dir", wasm_dir.to_str().expect("utf-8 path")];
+    args.extend_from_slice(extra);
+    let mut host = Host::start(&args, host_name);
     let ns = create_namespace(&client, ns_prefix)
         .await
         .expect("namespace");
