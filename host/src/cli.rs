@@ -144,6 +144,11 @@ struct RunArgs {
     /// (impersonated; grant it with `wasmpilot rbac`).
     #[arg(long, env = "WASMPILOT_IDENTITY_NAMESPACE", default_value = wasmpilot::rbac::DEFAULT_IDENTITY_NAMESPACE)]
     identity_namespace: String,
+    /// Addresses beyond public ones that operators' module URLs and Prometheus URLs may reach
+    /// (comma-separated IPs or CIDR blocks, e.g. 10.0.0.0/8); loopback, link-local and private
+    /// addresses are refused otherwise. The host's own --prometheus-url is not restricted.
+    #[arg(long, env = "WASMPILOT_ALLOW_FETCH_FROM", value_delimiter = ',')]
+    allow_fetch_from: Vec<String>,
     /// Prometheus HTTP API for phases' metric queries (a WasmOperator may name its own).
     #[arg(long, env = "WASMPILOT_PROMETHEUS_URL")]
     prometheus_url: Option<String>,
@@ -446,9 +451,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     } else {
         wasmpilot::controller::watch::InputRequeue::Selected
     };
+    let egress = wasmpilot::egress::EgressPolicy::allowing(&args.allow_fetch_from)?;
     let sandbox = Sandbox::new(limits)?;
     let modules = Arc::new(
         ModuleCache::new(sandbox, Some(client.clone()), args.module_dir)
+            .with_egress(egress.clone())
             .with_compile_cache_limited(
                 wasmpilot::modules::compile_cache_dir(args.cache_dir, args.no_cache),
                 args.cache_max_mib.saturating_mul(1 << 20),
@@ -460,6 +467,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     if !args.leader_elect {
         return Manager::new(client, identities, modules)
+            .with_egress(egress)
             .with_prometheus(args.prometheus_url.clone())
             .with_record_sink(record_sink)
             .with_input_requeue(input_requeue)
@@ -489,6 +497,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The leader is ready only once its own WasmOperators are listed and loaded, caches synced.
     wasmpilot::metrics::READINESS.mark_leader();
     let manager = Manager::new(client, identities, modules)
+        .with_egress(egress)
         .with_prometheus(args.prometheus_url.clone())
         .with_record_sink(record_sink)
         .with_input_requeue(input_requeue);

@@ -227,6 +227,15 @@ impl OperatorDefinition {
                         Some(t) => parse_interval_allowing_subsecond(t)
                             .map_err(|e| invalid("spec.prometheus.timeout", e.to_string()))?,
                     };
+                    if timeout > crate::promql::MAX_TIMEOUT {
+                        return Err(invalid(
+                            "spec.prometheus.timeout",
+                            format!(
+                                "{timeout:?} is more than the host's limit of {:?} per query",
+                                crate::promql::MAX_TIMEOUT
+                            ),
+                        ));
+                    }
                     if !(p.url.starts_with("http://") || p.url.starts_with("https://")) {
                         return Err(invalid(
                             "spec.prometheus.url",

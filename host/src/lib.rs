@@ -27,6 +27,7 @@ pub mod crd;
 pub mod definition;
 pub mod deploy;
 pub mod diff;
+pub mod egress;
 pub mod error_report;
 pub mod evidence;
 pub mod kinds;

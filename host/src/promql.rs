@@ -11,6 +11,16 @@ use std::time::Duration;
 /// Default per-query timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest a WasmOperator may set `spec.prometheus.timeout` to, and the longest all the
+/// queries of one phase step may take together (they run while its worker slot is held).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest answer read from Prometheus for one query.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
+/// Bytes of a Prometheus error message kept in a Condition.
+const ERROR_MESSAGE_BYTES: usize = 256;
+
 /// A query could not be rendered or answered.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
@@ -162,10 +172,13 @@ pub fn samples(answer: &Value) -> Result<Vec<Value>, AnswerError> {
                 .as_str()
                 .unwrap_or("an error")
                 .to_string(),
-            message: answer["error"]
-                .as_str()
-                .unwrap_or("(no message)")
-                .to_string(),
+            message: crate::worker_text::bound_owned(
+                answer["error"]
+                    .as_str()
+                    .unwrap_or("(no message)")
+                    .to_string(),
+                ERROR_MESSAGE_BYTES,
+            ),
         });
     }
     let sample = |labels: &Value, pair: &Value| -> Result<Value, AnswerError> {
@@ -205,15 +218,37 @@ pub fn samples(answer: &Value) -> Result<Vec<Value>, AnswerError> {
     }
 }
 
+/// Where a phase's queries go.
+#[derive(Clone, Copy, Debug)]
+pub struct Endpoint<'a> {
+    pub url: &'a str,
+    /// Per query, at most [`MAX_TIMEOUT`].
+    pub timeout: Duration,
+    /// Named by the WasmOperator (hostile input): connected to only where the host's egress
+    /// policy allows, redirects never followed. The host's own `--prometheus-url` is not.
+    pub operator_chosen: bool,
+}
+
 /// Runs queries against Prometheus.
 #[derive(Clone, Default)]
 pub struct Prometheus {
     /// Built at the first query: building it loads the system's trust store (milliseconds a
     /// host's start would spend, though most operators never query).
     http: Arc<std::sync::OnceLock<reqwest::Client>>,
+    /// The same for operator-chosen URLs, through the egress policy.
+    policed: Arc<std::sync::OnceLock<Result<reqwest::Client, String>>>,
+    egress: crate::egress::EgressPolicy,
 }
 
 impl Prometheus {
+    /// Operator-chosen URLs connect only where `egress` allows (default: public addresses).
+    pub fn with_egress(egress: crate::egress::EgressPolicy) -> Self {
+        Prometheus {
+            egress,
+            ..Default::default()
+        }
+    }
+
     fn http(&self) -> &reqwest::Client {
         self.http.get_or_init(|| {
             // Its HTTP client is built without a TLS provider of its own.
@@ -221,18 +256,52 @@ impl Prometheus {
             reqwest::Client::new()
         })
     }
+
+    fn policed(&self) -> Result<&reqwest::Client, String> {
+        self.policed
+            .get_or_init(|| {
+                crate::modules::install_crypto_provider();
+                self.egress
+                    .client_builder(0, |_| Ok(()))
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
 }
 
 impl Prometheus {
-    /// Renders and runs every query of a phase, at time `now` (RFC 3339).
+    /// Renders and runs every query of a phase, at time `now` (RFC 3339), all within
+    /// [`MAX_TIMEOUT`].
     pub async fn run(
         &self,
         queries: &[QuerySpec],
         resource: &Value,
-        url: Option<&str>,
-        timeout: Duration,
+        endpoint: Option<Endpoint<'_>>,
         now: &str,
     ) -> Result<Vec<NamedObjects>, QueryError> {
+        let first = queries.first().map(|q| q.name.clone()).unwrap_or_default();
+        let url = endpoint.map(|e| e.url.to_string()).unwrap_or_default();
+        tokio::time::timeout(MAX_TIMEOUT, self.run_all(queries, resource, endpoint, now))
+            .await
+            .map_err(|_| QueryError::Failed {
+                query: first,
+                url,
+                problem: format!("the phase's queries took longer than {MAX_TIMEOUT:?} together"),
+            })?
+    }
+
+    async fn run_all(
+        &self,
+        queries: &[QuerySpec],
+        resource: &Value,
+        endpoint: Option<Endpoint<'_>>,
+        now: &str,
+    ) -> Result<Vec<NamedObjects>, QueryError> {
+        let url = endpoint.map(|e| e.url);
+        let timeout = endpoint.map_or(DEFAULT_TIMEOUT, |e| e.timeout.min(MAX_TIMEOUT));
+        let operator_chosen = endpoint.is_some_and(|e| e.operator_chosen);
         let mut inputs = Vec::with_capacity(queries.len());
         for q in queries {
             let promql = render(q, resource)?;
@@ -252,18 +321,36 @@ impl Prometheus {
                 &[("query", promql.as_str()), ("time", now)],
             )
             .map_err(|e| failed(format!("invalid URL: {e}")))?;
-            let response = self
-                .http()
+            let http = if operator_chosen {
+                self.egress
+                    .check_url(&endpoint)
+                    .map_err(|e| failed(e.to_string()))?;
+                self.policed()
+                    .map_err(|e| failed(format!("HTTP client: {e}")))?
+            } else {
+                self.http()
+            };
+            let mut response = http
                 .get(endpoint)
                 .timeout(timeout)
                 .send()
                 .await
-                .map_err(|e| failed(format!("{e} (timeout {timeout:?})")))?;
+                .map_err(|e| failed(format!("{} (timeout {timeout:?})", with_causes(&e))))?;
             let status = response.status();
-            let body = response
-                .bytes()
+            let mut body = Vec::new();
+            while let Some(chunk) = response
+                .chunk()
                 .await
-                .map_err(|e| failed(format!("HTTP {status}: {e}")))?;
+                .map_err(|e| failed(format!("HTTP {status}: {}", e.without_url())))?
+            {
+                if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                    return Err(failed(format!(
+                        "HTTP {status}: the answer is larger than {} MiB",
+                        MAX_ANSWER_BYTES >> 20
+                    )));
+                }
+                body.extend_from_slice(&chunk);
+            }
             let answer: Value = serde_json::from_slice(&body)
                 .map_err(|e| failed(format!("HTTP {status}, not a Prometheus API answer: {e}")))?;
             let objects = samples(&answer).map_err(|source| QueryError::UnusableAnswer {
@@ -279,6 +366,18 @@ impl Prometheus {
         }
         Ok(inputs)
     }
+}
+
+/// An HTTP error with its causes (why it failed: an address the egress policy refused).
+fn with_causes(e: &reqwest::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    msg
 }
 
 #[cfg(test)]

@@ -403,9 +403,10 @@ async fn scenario(
     );
     step("bad stays rolled back");
 
-    // Prometheus unreachable, through the operator's own override (spec.prometheus.url, here a
-    // closed port): the query fails as a retryable MetricQueryFailed on the resource, naming
-    // the address; dropping the override recovers without touching the resource.
+    // The operator's own override (spec.prometheus.url) on loopback: the host does not connect
+    // there for an operator (only its own --prometheus-url may be internal), and the query
+    // fails as a retryable MetricQueryFailed on the resource, naming the address; dropping the
+    // override recovers without touching the resource.
     let operators = dynamic_api(client, WOP.0, WOP.1, None).await?;
     let set_url = |url: Value| json!({"spec": {"prometheus": {"url": url}}});
     operators
@@ -439,10 +440,10 @@ async fn scenario(
         .and_then(|c| c["message"].as_str())
         .unwrap_or_default();
     ensure!(
-        msg.contains("127.0.0.1:9"),
-        "the message names the address: {msg}"
+        msg.contains("127.0.0.1:9") && msg.contains("a loopback address"),
+        "the message names the address the host does not fetch from for an operator: {msg}"
     );
-    step("unreachable Prometheus reported as MetricQueryFailed");
+    step("an operator's Prometheus on loopback refused (MetricQueryFailed)");
     operators
         .patch(
             OPERATOR,
@@ -788,8 +789,11 @@ impl PrometheusServer {
             .run(
                 std::slice::from_ref(query),
                 cd,
-                Some(&self.url),
-                Duration::from_secs(5),
+                Some(wasmpilot::promql::Endpoint {
+                    url: &self.url,
+                    timeout: Duration::from_secs(5),
+                    operator_chosen: false,
+                }),
                 &now,
             )
             .await?;

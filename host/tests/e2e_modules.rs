@@ -81,7 +81,7 @@ async fn serve_bytes(body: Vec<u8>) -> String {
 }
 
 #[tokio::test]
-async fn url_modules_download_verify_and_compile() {
+async fn url_modules_download_verify_and_compile() -> anyhow::Result<()> {
     let bytes = common::component(SCRIPTED);
     let digest = digest_of(&bytes);
     let base = serve_bytes(bytes).await;
@@ -93,7 +93,10 @@ async fn url_modules_download_verify_and_compile() {
         }),
         ..Default::default()
     };
-    let cache = ModuleCache::new(sandbox(), None, None).allow_plain_http_urls();
+    let loopback = wasmpilot::egress::EgressPolicy::allowing(&["127.0.0.1".into()])?;
+    let cache = ModuleCache::new(sandbox(), None, None)
+        .allow_plain_http_urls()
+        .with_egress(loopback);
     let m = cache
         .phase(&module(&digest))
         .await
@@ -119,6 +122,15 @@ async fn url_modules_download_verify_and_compile() {
     let strict = ModuleCache::new(sandbox(), None, None);
     let e = strict.phase(&module(&digest)).await.err().expect("refused");
     assert!(e.to_string().contains("must be https"), "{e}");
+    // And a loopback address, unless the host's policy allows it (`--allow-fetch-from`).
+    let public_only = ModuleCache::new(sandbox(), None, None).allow_plain_http_urls();
+    let e = public_only
+        .phase(&module(&digest))
+        .await
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("a loopback address"), "{e}");
+    Ok(())
 }
 
 #[tokio::test]

@@ -200,7 +200,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         None,
     )
     .await?;
-    // The manifest also declares the `scripted` operator: not granted either.
+    // The manifest also declares the `scripted` operator: its grants leave this host out.
     apply_yaml_ungranted(client, &probe_op.to_string(), None).await?;
     // A pull Secret outside the host's namespace: reading it is forbidden, and the Condition says
     // what to do. (Its resource is AutoRoute, whose role is granted, so loading gets that far.)
@@ -209,7 +209,8 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
                  "phases": [{"name": "Start", "initial": true, "module": {"oci": {
                      "reference": "127.0.0.1:9/wasmpilot/none:v1", "insecure": true,
                      "pullSecret": {"name": "registry-credentials", "namespace": "default"}}}}]}});
-    apply_yaml(client, &secret_op.to_string(), None).await?;
+    grant_operator_to_host(client, &secret_op).await?;
+    apply_yaml_ungranted(client, &secret_op.to_string(), None).await?;
 
     let ns = create_namespace(client, "e2e-rbac").await?;
     apply_yaml(
@@ -267,6 +268,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     for op in ["rbac-missing", "rbac-secret", "scripted"] {
         let _ = delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, op).await;
     }
+    let _ = revoke_operator(client, "rbac-secret").await;
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
     let _ = api.delete(&ns, &Default::default()).await;
     result?;

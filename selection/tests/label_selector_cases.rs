@@ -6,8 +6,12 @@ use std::collections::BTreeMap;
 use wasmpilot_selection::LabelSelector;
 
 fn cases() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/label_selectors.json");
-    let text = std::fs::read_to_string(path).expect("the shared cases");
+    // Where `cargo test` runs it from (a build shared between checkouts may have been compiled
+    // in another one), else where it was compiled.
+    let dir = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    let path = format!("{dir}/tests/label_selectors.json");
+    let text = std::fs::read_to_string(&path).expect("the shared cases");
     serde_json::from_str(&text).expect("the shared cases are JSON")
 }
 

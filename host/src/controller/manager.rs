@@ -344,6 +344,12 @@ impl Manager {
         self
     }
 
+    /// Metric queries to a Prometheus a WasmOperator names connect only where `egress` allows.
+    pub fn with_egress(mut self, egress: crate::egress::EgressPolicy) -> Self {
+        self.metrics_source.client = crate::promql::Prometheus::with_egress(egress);
+        self
+    }
+
     /// Sets the Prometheus that metric queries use when a WasmOperator names none.
     pub fn with_prometheus(mut self, url: Option<String>) -> Self {
         self.metrics_source.default_url = url;

@@ -283,6 +283,8 @@ pub struct ModuleCache {
     disk: Option<Arc<CompileCache>>,
     config_map_versions: ConfigMapVersions,
     allow_http_urls: bool,
+    /// Where `url` modules may be fetched from.
+    egress: crate::egress::EgressPolicy,
     progress: bool,
     stats_compiled: AtomicUsize,
     stats_disk: AtomicUsize,
@@ -300,6 +302,7 @@ impl ModuleCache {
             disk: None,
             config_map_versions: ConfigMapVersions::new(None),
             allow_http_urls: false,
+            egress: Default::default(),
             progress: false,
             stats_compiled: AtomicUsize::new(0),
             stats_disk: AtomicUsize::new(0),
@@ -337,6 +340,12 @@ impl ModuleCache {
     /// from a WasmOperator: there, URLs must be https.
     pub fn allow_plain_http_urls(mut self) -> Self {
         self.allow_http_urls = true;
+        self
+    }
+
+    /// Lets `url` modules be fetched from the addresses `egress` allows (default: public ones).
+    pub fn with_egress(mut self, egress: crate::egress::EgressPolicy) -> Self {
+        self.egress = egress;
         self
     }
 
@@ -655,6 +664,7 @@ impl ModuleCache {
             let bytes = url::fetch(
                 &u.url,
                 self.allow_http_urls,
+                &self.egress,
                 MAX_MODULE_BYTES,
                 FETCH_TIMEOUT,
             )

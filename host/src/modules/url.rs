@@ -1,7 +1,8 @@
 //! `url` modules: a component downloaded over HTTPS, pinned by sha256 (required, the URL names
 //! no digest). reqwest with rustls (ring), the same HTTP stack the OCI client uses, so URL
 //! downloads add no dependency; the body is read in chunks up to a size cap, the whole request
-//! has a deadline, and redirects may not leave https.
+//! has a deadline, and redirects may not leave https nor the host. Addresses follow the host's
+//! egress policy ([`crate::egress`]).
 
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ pub enum UrlError {
     UnsupportedScheme { scheme: String },
     #[error("the URL names no host")]
     NoHost,
+    #[error("{0}")]
+    Refused(#[from] crate::egress::EgressRefused),
     #[error("HTTP client: {}", with_causes(.source))]
     BuildClient {
         #[source]
@@ -53,8 +56,6 @@ pub enum UrlError {
 /// Why a redirect was not followed (reqwest reports it as the request's cause).
 #[derive(Debug, thiserror::Error)]
 enum RedirectRefused {
-    #[error("more than {MAX_REDIRECTS} redirects", MAX_REDIRECTS = MAX_REDIRECTS)]
-    TooMany,
     #[error("redirected away from https")]
     LeftHttps,
 }
@@ -101,26 +102,25 @@ pub fn redact(raw: &str) -> String {
     }
 }
 
-/// Downloads the body of `raw`, refusing more than `max_bytes` and anything slower than `timeout`.
+/// Downloads the body of `raw`, connecting only where `egress` allows, refusing more than
+/// `max_bytes` and anything slower than `timeout`.
 pub async fn fetch(
     raw: &str,
     allow_http: bool,
+    egress: &crate::egress::EgressPolicy,
     max_bytes: u64,
     timeout: Duration,
 ) -> Result<Vec<u8>, UrlError> {
     let url = check_url(raw, allow_http)?;
+    egress.check_url(&url)?;
     super::install_crypto_provider();
-    let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        if attempt.previous().len() >= MAX_REDIRECTS {
-            attempt.error(RedirectRefused::TooMany)
-        } else if attempt.url().scheme() != "https" && !allow_http {
-            attempt.error(RedirectRefused::LeftHttps)
-        } else {
-            attempt.follow()
-        }
-    });
-    let client = reqwest::Client::builder()
-        .redirect(policy)
+    let client = egress
+        .client_builder(MAX_REDIRECTS, move |to| {
+            if to.scheme() != "https" && !allow_http {
+                return Err(Box::new(RedirectRefused::LeftHttps));
+            }
+            Ok(())
+        })
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .timeout(timeout)
         .user_agent(concat!("wasmpilot/", env!("CARGO_PKG_VERSION")))
@@ -183,7 +183,8 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
-    /// Serves `respond(request path)` to every connection: (status line, body, delay).
+    /// Serves `respond(request path)` to every connection: (status line, and any further header
+    /// lines after `\r\n`; body; delay).
     async fn serve(
         respond: impl Fn(&str) -> (&'static str, Vec<u8>, Duration) + Send + Sync + 'static,
     ) -> String {
@@ -225,18 +226,26 @@ mod tests {
         })
         .await;
         let t = Duration::from_secs(5);
-        let ok = fetch(&format!("{base}/ok.wasm"), true, 1024, t).await;
+        let ok = fetch(&format!("{base}/ok.wasm"), true, &lo(), 1024, t).await;
         assert_eq!(ok.unwrap(), b"component");
-        let big = fetch(&format!("{base}/big.wasm"), true, 1024, t).await;
+        let big = fetch(&format!("{base}/big.wasm"), true, &lo(), 1024, t).await;
         let e = big.unwrap_err();
         assert!(matches!(e, UrlError::TooLarge { .. }), "{e}");
         assert!(e.to_string().contains("larger than the limit"), "{e}");
-        let missing = fetch(&format!("{base}/nope.wasm?token=secret"), true, 1024, t).await;
+        let missing = fetch(
+            &format!("{base}/nope.wasm?token=secret"),
+            true,
+            &lo(),
+            1024,
+            t,
+        )
+        .await;
         let e = missing.unwrap_err().to_string();
         assert!(e.contains("404"), "{e}");
         let slow = fetch(
             &format!("{base}/slow.wasm"),
             true,
+            &lo(),
             1024,
             Duration::from_millis(300),
         )
@@ -244,8 +253,62 @@ mod tests {
         let e = slow.unwrap_err().to_string();
         assert!(e.contains("longer than") || e.contains("timed out"), "{e}");
         // Plain http needs the explicit test switch.
-        let refused = fetch(&format!("{base}/ok.wasm"), false, 1024, t).await;
+        let refused = fetch(&format!("{base}/ok.wasm"), false, &lo(), 1024, t).await;
         assert!(refused.unwrap_err().to_string().contains("must be https"));
+    }
+
+    /// The policy of these tests: loopback allowed (the in-process server).
+    fn lo() -> crate::egress::EgressPolicy {
+        crate::egress::EgressPolicy::allowing(&["127.0.0.1".into()]).expect("valid")
+    }
+
+    #[tokio::test]
+    async fn only_addresses_and_redirects_the_policy_allows() {
+        let base = serve(|path| match path {
+            "/ok.wasm" => ("200 OK", b"component".to_vec(), Duration::ZERO),
+            "/same-host" => (
+                "302 Found\r\nLocation: /ok.wasm",
+                Vec::new(),
+                Duration::ZERO,
+            ),
+            "/to-metadata" => (
+                "302 Found\r\nLocation: http://169.254.169.254/latest/meta-data/",
+                Vec::new(),
+                Duration::ZERO,
+            ),
+            _ => ("404 Not Found", Vec::new(), Duration::ZERO),
+        })
+        .await;
+        let t = Duration::from_secs(5);
+        let public_only = crate::egress::EgressPolicy::default();
+        let e = fetch(&format!("{base}/ok.wasm"), true, &public_only, 1024, t)
+            .await
+            .expect_err("loopback refused");
+        assert!(
+            matches!(e, UrlError::Refused(_)) && e.to_string().contains("a loopback address"),
+            "{e}"
+        );
+        let followed = fetch(&format!("{base}/same-host"), true, &lo(), 1024, t).await;
+        assert_eq!(followed.expect("same host"), b"component");
+        let e = fetch(&format!("{base}/to-metadata"), true, &lo(), 1024, t)
+            .await
+            .expect_err("not followed")
+            .to_string();
+        assert!(
+            e.contains("to another host (169.254.169.254) is not followed"),
+            "{e}"
+        );
+        let e = fetch(
+            "http://169.254.169.254/latest/meta-data/",
+            true,
+            &lo(),
+            1024,
+            t,
+        )
+        .await
+        .expect_err("link-local refused before connecting")
+        .to_string();
+        assert!(e.contains("a link-local address"), "{e}");
     }
 
     #[tokio::test]
@@ -254,6 +317,7 @@ mod tests {
         let e = fetch(
             "http://user:pw@127.0.0.1:9/x.wasm?token=secret",
             true,
+            &lo(),
             1024,
             Duration::from_secs(5),
         )

@@ -6,11 +6,10 @@ use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::pipeline::error::ReconcileError;
 use crate::pipeline::inputs::{self, ObjectSource};
 use crate::pipeline::status::StatusUpdate;
-use crate::promql::Prometheus;
+use crate::promql::{Endpoint, Prometheus};
 use crate::sandbox::{NamedObjects, SyncRequest};
 use kube::api::DynamicObject;
 use serde_json::Value;
-use std::time::Duration;
 
 /// The host's clock as workers get it: RFC 3339, UTC, whole seconds.
 pub fn now_rfc3339() -> String {
@@ -126,13 +125,21 @@ pub async fn request(
                 prometheus,
                 fallback_url,
             } => {
-                let (url, timeout): (Option<&str>, Duration) = match &def.prometheus {
-                    Some((url, timeout)) => (Some(url.as_str()), *timeout),
-                    None => (fallback_url, crate::promql::DEFAULT_TIMEOUT),
+                let endpoint = match &def.prometheus {
+                    Some((url, timeout)) => Some(Endpoint {
+                        url,
+                        timeout: *timeout,
+                        operator_chosen: true,
+                    }),
+                    None => fallback_url.map(|url| Endpoint {
+                        url,
+                        timeout: crate::promql::DEFAULT_TIMEOUT,
+                        operator_chosen: false,
+                    }),
                 };
                 let as_value: Value = serde_json::from_str(&resource_json).unwrap_or(Value::Null);
                 let queried = prometheus
-                    .run(&phase.queries, &as_value, url, timeout, now)
+                    .run(&phase.queries, &as_value, endpoint, now)
                     .await
                     .map_err(|source| ReconcileError::Query {
                         phase: phase.name.clone(),

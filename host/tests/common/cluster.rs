@@ -117,17 +117,33 @@ pub async fn grant_operator(
     doc: &Value,
     namespaces: &[&str],
 ) -> anyhow::Result<()> {
+    grant(client, doc, namespaces, None).await
+}
+
+/// [`grant_operator`], and the shipped host account's part (read the operator's kinds, act as
+/// its account), as `wasmpilot rbac` prints them: for a host running as that account.
+pub async fn grant_operator_to_host(client: &Client, doc: &Value) -> anyhow::Result<()> {
+    let host = ("wasmpilot-system".to_string(), "wasmpilot".to_string());
+    grant(client, doc, &[], Some(host)).await
+}
+
+async fn grant(
+    client: &Client,
+    doc: &Value,
+    namespaces: &[&str],
+    host_account: Option<(String, String)>,
+) -> anyhow::Result<()> {
     let Ok(op) = serde_json::from_value::<wasmpilot::crd::WasmOperator>(doc.clone()) else {
         return Ok(());
     };
     let Some(name) = op.metadata.name.as_deref() else {
         return Ok(());
     };
-    // The test hosts run as the admin, which may read and impersonate anything: nothing is
-    // granted to the shipped host account (so no test widens it for another).
+    // The test hosts run as the admin, which may read and impersonate anything: unless asked,
+    // nothing is granted to the shipped host account (so no test widens it for another).
     let target = wasmpilot::rbac::GrantTarget {
         identity_namespace: wasmpilot::rbac::DEFAULT_IDENTITY_NAMESPACE.into(),
-        host_account: None,
+        host_account,
         namespaces: namespaces.iter().map(ToString::to_string).collect(),
     };
     wasmpilot::deploy::apply_grants(client, name, &op.spec, &target).await
