@@ -181,6 +181,12 @@ struct RunArgs {
     /// Ceiling for per-phase memory overrides in WasmOperators, in MiB.
     #[arg(long, default_value_t = 512)]
     max_memory_limit_mib: usize,
+    /// Memory all worker calls may hold together, in MiB: a WasmOperator whose per-call limit
+    /// times --max-concurrent-workers exceeds it is refused. Default: the container's memory
+    /// limit less 512 MiB for the host itself (its caches and compiles); none outside a
+    /// container with a limit.
+    #[arg(long, env = "WASMPILOT_WORKER_MEMORY_BUDGET_MIB")]
+    worker_memory_budget_mib: Option<usize>,
     /// Run controllers only while holding a Lease, so several replicas can run (one active).
     #[arg(long)]
     leader_elect: bool,
@@ -420,6 +426,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: args.max_concurrent_workers,
         max_deadline: args.max_deadline.max(args.deadline),
         max_memory_bytes: args.max_memory_limit_mib.max(args.memory_limit_mib) << 20,
+        worker_memory_budget: worker_memory_budget(args.worker_memory_budget_mib),
         instance_memory: if args.no_instance_pool {
             InstanceMemory::OnDemand
         } else {
@@ -429,6 +436,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         ..SandboxLimits::default()
     };
+    if let Some(budget) = limits.worker_memory_budget {
+        let defaults = limits
+            .memory_bytes
+            .saturating_mul(limits.concurrency.max(1));
+        anyhow::ensure!(
+            defaults <= budget,
+            "--memory-limit-mib {} × --max-concurrent-workers {} = {} MiB does not fit the worker memory budget of {} MiB (--worker-memory-budget-mib, or the container's memory limit less 512 MiB): every operator with default limits would be refused",
+            limits.memory_bytes >> 20,
+            limits.concurrency,
+            defaults >> 20,
+            budget >> 20
+        );
+    }
     if let Some(addr) = args.metrics_addr {
         let shadow_cases = args.serve_shadow_cases.then_some(
             wasmpilot::controller::shadow::kept_cases as wasmpilot::metrics::ShadowCases,
@@ -523,6 +543,39 @@ fn default_identity() -> String {
 }
 
 /// `wasmpilot rbac`: the operator's ClusterRole (+ binding) as multi-document YAML.
+/// What the host keeps of its container's memory limit for itself (watch caches, compiles: one
+/// compile alone peaks at 290–410 MiB) when it sizes the worker memory budget.
+const HOST_MEMORY_RESERVE: usize = 512 << 20;
+
+/// The worker memory budget: `flag` MiB, else the cgroup's memory limit (v2, then v1) less
+/// [`HOST_MEMORY_RESERVE`] (half of a limit smaller than twice that), else none.
+fn worker_memory_budget(flag: Option<usize>) -> Option<usize> {
+    if let Some(mib) = flag {
+        return Some(mib << 20);
+    }
+    let limit = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok())
+    .and_then(|text| text.trim().parse::<u64>().ok())
+    // cgroup v1 writes "no limit" as a page-rounded i64::MAX.
+    .filter(|bytes| *bytes < 1 << 60)
+    .and_then(|bytes| usize::try_from(bytes).ok())?;
+    let budget = if limit >= 2 * HOST_MEMORY_RESERVE {
+        limit - HOST_MEMORY_RESERVE
+    } else {
+        limit / 2
+    };
+    tracing::info!(
+        container_limit_mib = limit >> 20,
+        worker_budget_mib = budget >> 20,
+        "worker memory budget"
+    );
+    Some(budget)
+}
+
 /// `namespace/name` of the host's ServiceAccount.
 fn host_account(text: &str) -> anyhow::Result<(String, String)> {
     let (ns, name) = text

@@ -71,6 +71,8 @@ pub(super) enum LoadFailure {
     #[error("{0}")]
     NotGranted(crate::rbac::NotGranted),
     #[error("{0}")]
+    MemoryBudget(#[from] crate::sandbox::MemoryBudgetExceeded),
+    #[error("{0}")]
     GrantCheck(#[from] crate::rbac::GrantCheckError),
     #[error("could not check the host's permissions: {0}")]
     PermissionCheck(#[source] kube::Error),
@@ -88,6 +90,7 @@ impl LoadFailure {
             LoadFailure::Module { source, .. } => module_reason(source),
             LoadFailure::MissingPermissions(_) => "MissingPermissions",
             LoadFailure::NotGranted(_) => "NotGranted",
+            LoadFailure::MemoryBudget(_) => "MemoryBudgetExceeded",
             LoadFailure::GrantCheck(GrantCheckError::CannotImpersonate { .. }) => {
                 "CannotImpersonate"
             }
@@ -102,7 +105,9 @@ impl LoadFailure {
     fn retry(&self) -> bool {
         !matches!(
             self,
-            LoadFailure::Invalid(_) | LoadFailure::KindClaimed { .. }
+            LoadFailure::Invalid(_)
+                | LoadFailure::KindClaimed { .. }
+                | LoadFailure::MemoryBudget(_)
         )
     }
 }
@@ -794,6 +799,18 @@ impl ManagerContext {
         spec: &WasmOperatorSpec,
     ) -> Result<(Arc<OperatorContext>, BTreeMap<String, String>, Reach), LoadFailure> {
         let definition = OperatorDefinition::validate(name, spec)?;
+        // Before anything is fetched or watched: limits that cannot fit are an edit to make.
+        let roles = definition
+            .phases
+            .iter()
+            .map(|p| (format!("phase {}", p.name), &p.limits))
+            .chain(
+                definition
+                    .finalizer
+                    .is_some()
+                    .then(|| (FINALIZER_ROLE.to_string(), &definition.finalizer_limits)),
+            );
+        self.modules.sandbox().check_fits(roles)?;
         let as_operator = self
             .identities
             .client(name)

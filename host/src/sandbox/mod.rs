@@ -71,6 +71,9 @@ pub struct SandboxLimits {
     pub concurrency: usize,
     /// How worker instances get their memory: see [`InstanceMemory`].
     pub instance_memory: InstanceMemory,
+    /// Bytes the host may give worker calls together (`None`: not bounded): a definition whose
+    /// largest call limit times `concurrency` exceeds it is refused at load.
+    pub worker_memory_budget: Option<usize>,
 }
 
 /// Where a fresh instance's linear memory and tables come from.
@@ -103,8 +106,19 @@ impl Default for SandboxLimits {
             instance_memory: InstanceMemory::Pooling {
                 keep_resident: DEFAULT_KEEP_RESIDENT,
             },
+            worker_memory_budget: None,
         }
     }
+}
+
+/// A definition's memory limits do not fit the host's worker memory budget.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{role} may use {} MiB per call, and {concurrency} calls run at once: {} MiB, more than the host's worker memory budget of {} MiB (lower its limits.memoryMib to at most {} MiB)", .memory >> 20, (.memory * .concurrency) >> 20, .budget >> 20, (.budget / .concurrency) >> 20)]
+pub struct MemoryBudgetExceeded {
+    pub role: String,
+    pub memory: usize,
+    pub concurrency: usize,
+    pub budget: usize,
 }
 
 /// Why a worker call produced no usable decision.
@@ -404,6 +418,30 @@ impl Sandbox {
     /// The engine components are compiled for (the module compile cache keys entries by it).
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Whether calls limited as `limits` say (by role: `phase Syncing`, `finalizer`) fit the
+    /// worker memory budget when every slot runs one: the first that does not, if any.
+    pub fn check_fits<'a>(
+        &self,
+        limits: impl IntoIterator<Item = (String, &'a LimitOverride)>,
+    ) -> Result<(), MemoryBudgetExceeded> {
+        let Some(budget) = self.limits.worker_memory_budget else {
+            return Ok(());
+        };
+        let concurrency = self.limits.concurrency.max(1);
+        for (role, o) in limits {
+            let memory = self.call_limits(o).memory_bytes;
+            if memory.saturating_mul(concurrency) > budget {
+                return Err(MemoryBudgetExceeded {
+                    role,
+                    memory,
+                    concurrency,
+                    budget,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The host's defaults with a phase's overrides applied, capped at the host's ceilings.
@@ -863,6 +901,34 @@ fn forward_stdio(store: &Store<HostState>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_that_cannot_fit_the_worker_memory_budget_are_refused() {
+        let limits = SandboxLimits {
+            worker_memory_budget: Some(256 << 20),
+            instance_memory: InstanceMemory::OnDemand,
+            ..SandboxLimits::default()
+        };
+        let sandbox = Sandbox::new(limits).expect("sandbox");
+        let default = LimitOverride::default();
+        let large = LimitOverride {
+            memory_bytes: Some(128 << 20),
+            ..Default::default()
+        };
+        assert!(sandbox
+            .check_fits([("phase A".to_string(), &default)])
+            .is_ok());
+        let refused = sandbox
+            .check_fits([
+                ("phase A".to_string(), &default),
+                ("phase B".to_string(), &large),
+            ])
+            .expect_err("4 × 128 MiB > 256 MiB");
+        assert_eq!(
+            refused.to_string(),
+            "phase B may use 128 MiB per call, and 4 calls run at once: 512 MiB, more than the host's worker memory budget of 256 MiB (lower its limits.memoryMib to at most 64 MiB)"
+        );
+    }
 
     fn limits() -> CallLimits {
         let l = SandboxLimits::default();

@@ -73,6 +73,7 @@ impl HostState {
             table: ResourceTable::new(),
             limiter: MemoryLimiter {
                 max_bytes: limits.memory_bytes,
+                used: 0,
                 exceeded: false,
             },
             logs: LogSink {
@@ -119,23 +120,29 @@ pub fn wall_clock_at(rfc3339: &str) -> Option<std::time::Duration> {
     Some(std::time::Duration::new(secs, nanos))
 }
 
-/// Refuses linear memory growth beyond the limit and remembers that it did.
+/// Refuses linear memory growth beyond the limit, counted over every memory of the call's
+/// instance (a component may have several), and remembers that it did.
 pub struct MemoryLimiter {
     pub(super) max_bytes: usize,
+    /// Bytes of linear memory the call's memories hold together (each created at its initial
+    /// size and only ever grown, every step asked of this limiter).
+    pub(super) used: usize,
     pub(super) exceeded: bool,
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
+        let after = self.used.saturating_add(desired.saturating_sub(current));
+        if after > self.max_bytes {
             self.exceeded = true;
             return Ok(false);
         }
+        self.used = after;
         Ok(true)
     }
 
