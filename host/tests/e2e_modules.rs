@@ -528,10 +528,14 @@ async fn scenario(
     );
     let docker_config =
         json!({"auths": {private.addr.clone(): {"username": USER, "password": PASSWORD}}});
-    let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
-        "metadata": {"name": "registry-credentials"},
-        "stringData": {".dockerconfigjson": docker_config.to_string()}});
-    apply_yaml(client, &secret.to_string(), Some(ns)).await?;
+    // Outside the host's namespace, a Secret is used only once its owner offers it (labelled).
+    let secret = |labels: Value| {
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": "registry-credentials", "labels": labels},
+        "stringData": {".dockerconfigjson": docker_config.to_string()}})
+        .to_string()
+    };
+    apply_yaml(client, &secret(json!({})), Some(ns)).await?;
     patch_spec(
         client,
         PRIVATE_OP,
@@ -539,6 +543,19 @@ async fn scenario(
             json!({"oci": {"reference": private_tag, "sha256": expected, "insecure": true,
             "pullSecret": {"name": "registry-credentials", "namespace": ns}}}),
         ),
+    )
+    .await?;
+    let (msg, _) = ready_message(client, PRIVATE_OP, "False", "ModulePullSecretFailed")
+        .await
+        .context("a pull Secret not offered to wasmpilot")?;
+    ensure!(
+        msg.contains("must be labelled wasmpilot.io/pull-secret=true"),
+        "names the label: {msg}"
+    );
+    apply_yaml(
+        client,
+        &secret(json!({"wasmpilot.io/pull-secret": "true"})),
+        Some(ns),
     )
     .await?;
     let (msg, _) = ready_message(client, PRIVATE_OP, "True", "ControllerRunning")

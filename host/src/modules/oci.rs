@@ -134,6 +134,14 @@ pub enum PullSecretError {
          host's own loopback)"
     )]
     OverPlainHttp { registry: String },
+    /// In another namespace than the host's, without the label that offers it to wasmpilot.
+    #[error(
+        "is not used: a pull Secret outside {host_namespace} must be labelled \
+         {PULL_SECRET_LABEL}=true by its owner to be offered to wasmpilot operators (or \
+         create it in {host_namespace})",
+        host_namespace = DEFAULT_MODULE_NAMESPACE
+    )]
+    NotOffered,
     #[error("could not be read: {source}")]
     Unreadable {
         #[source]
@@ -372,8 +380,13 @@ impl tokio::io::AsyncWrite for Capped {
     }
 }
 
+/// The label with which a Secret outside the host's namespace is offered as a pull Secret (a
+/// definition may not name any Secret of the cluster and have the host read it).
+pub const PULL_SECRET_LABEL: &str = "wasmpilot.io/pull-secret";
+
 /// Credentials for the reference's registry from a `kubernetes.io/dockerconfigjson` (or legacy
-/// `kubernetes.io/dockercfg`) Secret. Errors name the Secret and registries, never credentials.
+/// `kubernetes.io/dockercfg`) Secret: one in the host's namespace, or one labelled
+/// [`PULL_SECRET_LABEL`]`=true`. Errors name the Secret and registries, never credentials.
 pub async fn auth_from_secret(
     client: &KubeClient,
     namespace: &str,
@@ -385,6 +398,15 @@ pub async fn auth_from_secret(
         .get(name)
         .await
         .map_err(|e| secret_unreadable(e, namespace))?;
+    let offered = secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(PULL_SECRET_LABEL))
+        .is_some_and(|v| v == "true");
+    if namespace != DEFAULT_MODULE_NAMESPACE && !offered {
+        return Err(PullSecretError::NotOffered);
+    }
     let data = secret.data.unwrap_or_default();
     let (json, legacy) = if let Some(d) = data.get(".dockerconfigjson") {
         (&d.0, false)
