@@ -220,10 +220,11 @@ struct RunArgs {
     /// The most the record directory holds, in MiB; the oldest files go first.
     #[arg(long, default_value_t = 256)]
     record_max_mib: u64,
-    /// Also serve `/shadow-cases` on --metrics-addr: the last cases where a shadow module
-    /// differed, with the whole requests (input objects included; off by default).
-    #[arg(long)]
-    serve_shadow_cases: bool,
+    /// Serve `/shadow-cases` on this loopback address (e.g. 127.0.0.1:8090; off by default): the
+    /// last cases where a shadow module differed, with the whole requests (input objects
+    /// included), so never on an address other hosts reach (`kubectl port-forward` does).
+    #[arg(long, env = "WASMPILOT_SHADOW_CASES_ADDR")]
+    shadow_cases_addr: Option<std::net::SocketAddr>,
     /// Requeue every resource of an input object's namespace on any change of it, as hosts did
     /// before inputs had selectors (a benchmark baseline: one reconcile per resource per change).
     #[arg(long)]
@@ -449,12 +450,20 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             budget >> 20
         );
     }
-    if let Some(addr) = args.metrics_addr {
-        let shadow_cases = args.serve_shadow_cases.then_some(
-            wasmpilot::controller::shadow::kept_cases as wasmpilot::metrics::ShadowCases,
-        );
+    if let Some(addr) = args.shadow_cases_addr {
+        if !addr.ip().is_loopback() {
+            return Err(wasmpilot::metrics::ShadowCasesExposed(addr).into());
+        }
         tokio::spawn(async move {
-            if let Err(e) = wasmpilot::metrics::serve(addr, shadow_cases).await {
+            let kept = wasmpilot::controller::shadow::kept_cases as wasmpilot::metrics::ShadowCases;
+            if let Err(e) = wasmpilot::metrics::serve_shadow_cases(addr, kept).await {
+                tracing::error!(%addr, error = %e, "shadow cases server stopped");
+            }
+        });
+    }
+    if let Some(addr) = args.metrics_addr {
+        tokio::spawn(async move {
+            if let Err(e) = wasmpilot::metrics::serve(addr).await {
                 tracing::error!(%addr, error = %e, "metrics server stopped");
             }
         });

@@ -265,10 +265,9 @@ pub static READINESS: LazyLock<Readiness> = LazyLock::new(Readiness::default);
 /// per line (the evidence step's `shadow::kept_cases`).
 pub type ShadowCases = fn(Option<&str>) -> String;
 
-/// Serves `/metrics`, `/healthz` and `/readyz` (and, given `shadow_cases`, `/shadow-cases`)
-/// until the process ends.
-pub async fn serve(addr: SocketAddr, shadow_cases: Option<ShadowCases>) -> anyhow::Result<()> {
-    let mut app = Router::new()
+/// Serves `/metrics`, `/healthz` and `/readyz` until the process ends.
+pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
+    let app = Router::new()
         .route(
             "/metrics",
             get(|| async {
@@ -288,27 +287,37 @@ pub async fn serve(addr: SocketAddr, shadow_cases: Option<ShadowCases>) -> anyho
                 }
             }),
         );
-    if let Some(kept_cases) = shadow_cases {
-        // The last decisions of shadow modules that differed from the live ones, one JSON case
-        // per line (`?operator=NAME` for one operator): input for `wasmpilot replay`. They
-        // hold whole input objects, so the endpoint is off unless asked for.
-        app =
-            app.route(
-                "/shadow-cases",
-                get(
-                    move |query: axum::extract::Query<
-                        std::collections::HashMap<String, String>,
-                    >| async move {
-                        (
-                            [("content-type", "application/jsonl")],
-                            kept_cases(query.get("operator").map(String::as_str)),
-                        )
-                    },
-                ),
-            );
-    }
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, shadow_cases = shadow_cases.is_some(), "serving /metrics, /healthz, /readyz");
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// `/shadow-cases` was asked for on an address other hosts could reach.
+#[derive(Debug, thiserror::Error)]
+#[error("--shadow-cases-addr {0} is not a loopback address: the cases hold whole requests (input objects, Secrets included), so they are served on loopback only (reach them with `kubectl port-forward`)")]
+pub struct ShadowCasesExposed(pub SocketAddr);
+
+/// Serves `/shadow-cases` on its own listener, on loopback only, until the process ends: the
+/// last decisions of shadow modules that differed from the live ones, one JSON case per line
+/// (`?operator=NAME` for one operator), input for `wasmpilot replay`.
+pub async fn serve_shadow_cases(addr: SocketAddr, kept_cases: ShadowCases) -> anyhow::Result<()> {
+    if !addr.ip().is_loopback() {
+        return Err(ShadowCasesExposed(addr).into());
+    }
+    let app = Router::new().route(
+        "/shadow-cases",
+        get(
+            move |query: axum::extract::Query<std::collections::HashMap<String, String>>| async move {
+                (
+                    [("content-type", "application/jsonl")],
+                    kept_cases(query.get("operator").map(String::as_str)),
+                )
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /shadow-cases (loopback only)");
     axum::serve(listener, app).await?;
     Ok(())
 }

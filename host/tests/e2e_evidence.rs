@@ -30,6 +30,7 @@ async fn upgrade_evidence_on_a_real_cluster() {
     deploy_example("examples/autoroute");
     let records = tempfile::tempdir().expect("record dir");
     let addr = format!("127.0.0.1:{}", free_port());
+    let shadow_addr = format!("127.0.0.1:{}", free_port());
     let wasm_dir = common::wasm_dir();
     let mut host = Host::start(
         &[
@@ -39,14 +40,22 @@ async fn upgrade_evidence_on_a_real_cluster() {
             records.path().to_str().expect("utf-8 path"),
             "--metrics-addr",
             &addr,
-            "--serve-shadow-cases",
+            "--shadow-cases-addr",
+            &shadow_addr,
         ],
         "wasmpilot-e2e-evidence",
     );
     let ns = create_namespace(&client, "evidence")
         .await
         .expect("namespace");
-    let result = scenario(&client, &ns, &addr, records.path(), &host.log).await;
+    let result = scenario(
+        &client,
+        &ns,
+        (&addr, &shadow_addr),
+        records.path(),
+        &host.log,
+    )
+    .await;
     let alive = host.is_alive();
     // Later tests get the example as shipped (no shadow).
     deploy_example("examples/autoroute");
@@ -60,7 +69,7 @@ async fn upgrade_evidence_on_a_real_cluster() {
 async fn scenario(
     client: &Client,
     ns: &str,
-    addr: &str,
+    (addr, shadow_addr): (&str, &str),
     records: &Path,
     host_log: &Path,
 ) -> anyhow::Result<()> {
@@ -110,7 +119,12 @@ async fn scenario(
     eprintln!("differing shadow: {counts}");
     // The kept differing cases replay: the live module decides them as recorded, the candidate
     // as the shadow did.
-    let kept = http_get(addr, "/shadow-cases?operator=autoroute")?;
+    // On their own loopback listener, not beside /metrics (which a Service exposes).
+    let kept = http_get(shadow_addr, "/shadow-cases?operator=autoroute")?;
+    ensure!(
+        !http_get(addr, "/shadow-cases?operator=autoroute")?.contains(&candidate_digest),
+        "the metrics listener serves the shadow cases"
+    );
     let shadow_cases = work.path().join("shadow.jsonl");
     std::fs::write(&shadow_cases, &kept)?;
     let kept_count = kept.lines().count();
