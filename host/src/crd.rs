@@ -43,6 +43,12 @@ pub struct WasmOperatorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 100))]
     pub history_limit: Option<u32>,
+    /// Sensitive kinds this operator reads or writes, listed for an admin to review: Secrets,
+    /// RBAC kinds, admission webhook configurations and policies, CustomResourceDefinitions,
+    /// CertificateSigningRequests, Nodes, PersistentVolumes, and any cluster-scoped output. A
+    /// definition using one that is not listed here is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_sensitive_kinds: Vec<KindRef>,
 }
 
 /// Where a worker's WASI random bytes come from.

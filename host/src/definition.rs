@@ -17,6 +17,95 @@ pub struct DefinitionError {
     pub problem: String,
 }
 
+/// Kinds a definition may use only when it lists them in `spec.allowSensitiveKinds` (group,
+/// kind; any version): reading them exposes credentials, writing them changes who may do what
+/// in the cluster or what the API server admits.
+const SENSITIVE_KINDS: &[(&str, &str)] = &[
+    ("", "Secret"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicyBinding",
+    ),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+];
+
+/// Whether `kind` is one of [`SENSITIVE_KINDS`].
+pub fn is_sensitive(kind: &KindRef) -> bool {
+    let group = kind.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    SENSITIVE_KINDS
+        .iter()
+        .any(|(g, k)| *g == group && *k == kind.kind)
+}
+
+/// Whether the definition lists `kind` (group and kind; any version) as allowed.
+pub fn allows_sensitive(spec: &WasmOperatorSpec, kind: &KindRef) -> bool {
+    let group = |k: &KindRef| {
+        k.api_version
+            .rsplit_once('/')
+            .map_or("", |(g, _)| g)
+            .to_string()
+    };
+    spec.allow_sensitive_kinds
+        .iter()
+        .any(|a| a.kind == kind.kind && group(a) == group(kind))
+}
+
+/// Every kind the definition names, with the field naming it.
+pub fn declared_kinds(spec: &WasmOperatorSpec) -> Vec<(KindRef, String)> {
+    let mut kinds = vec![(spec.resource.clone(), "spec.resource".to_string())];
+    for (i, p) in spec.phases.iter().enumerate() {
+        for (j, input) in p.inputs.iter().enumerate() {
+            let k = KindRef::new(&input.api_version, &input.kind);
+            kinds.push((k, format!("spec.phases[{i}].inputs[{j}]")));
+        }
+        for (j, k) in p.outputs.iter().enumerate() {
+            kinds.push((k.clone(), format!("spec.phases[{i}].outputs[{j}]")));
+        }
+    }
+    for (j, input) in spec.finalizer.iter().flat_map(|f| &f.inputs).enumerate() {
+        let k = KindRef::new(&input.api_version, &input.kind);
+        kinds.push((k, format!("spec.finalizer.inputs[{j}]")));
+    }
+    kinds
+}
+
+/// A sensitive kind is used only when listed in `spec.allowSensitiveKinds`.
+fn check_sensitive_kinds(spec: &WasmOperatorSpec) -> Result<(), DefinitionError> {
+    for (kind, field) in declared_kinds(spec) {
+        if is_sensitive(&kind) && !allows_sensitive(spec, &kind) {
+            return Err(invalid(
+                field,
+                format!(
+                    "{} {} is a sensitive kind: list it in spec.allowSensitiveKinds (a field an admin reviews) to use it",
+                    kind.api_version, kind.kind
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn invalid(field: impl Into<String>, problem: impl Into<String>) -> DefinitionError {
     DefinitionError {
         field: field.into(),
@@ -200,6 +289,7 @@ impl OperatorDefinition {
                 parse_interval(s).map_err(|e| invalid("spec.resyncInterval", e.to_string()))?
             }
         };
+        check_sensitive_kinds(spec)?;
         Ok(OperatorDefinition {
             name: name.to_string(),
             resource: spec.resource.clone(),
@@ -499,6 +589,7 @@ mod tests {
             resync_interval: Some("30s".into()),
             prometheus: None,
             history_limit: None,
+            allow_sensitive_kinds: Vec::new(),
         }
     }
 

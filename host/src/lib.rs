@@ -39,6 +39,7 @@ pub mod offline;
 pub mod pipeline;
 pub mod promql;
 pub mod rbac;
+pub mod redaction;
 pub mod sandbox;
 pub mod worker_text;
 

@@ -604,6 +604,7 @@ mod tests {
             resync_interval: None,
             prometheus: None,
             history_limit: None,
+            allow_sensitive_kinds: Vec::new(),
         }
     }
 

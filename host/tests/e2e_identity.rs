@@ -28,7 +28,15 @@ async fn each_operator_acts_as_its_own_account() {
         "wasmpilot-e2e-identity",
         "e2e-identity",
         &[A, B],
-        |client, ns, _log| async move { scenario(&client, &ns).await },
+        |client, ns, log| async move {
+            scenario(&client, &ns).await?;
+            let log = std::fs::read_to_string(&log)?;
+            ensure!(
+                !log.contains(SECRET_VALUE) && !log.contains("hunter2"),
+                "the host logged the Secret's value"
+            );
+            Ok(())
+        },
     )
     .await;
 }
@@ -38,6 +46,7 @@ async fn each_operator_acts_as_its_own_account() {
 fn operator(name: &str, kind: (&str, &str)) -> Value {
     json!({"apiVersion": OPS.0, "kind": OPS.1, "metadata": {"name": name}, "spec": {
         "resource": {"apiVersion": kind.0, "kind": kind.1},
+        "allowSensitiveKinds": [{"apiVersion": "v1", "kind": "Secret"}],
         "phases": [
             {"name": "Start", "initial": true, "next": ["Done"],
              "module": {"file": {"path": "wasmpilot_test_scripted.wasm"}},
@@ -110,14 +119,11 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
             "A's Ready message names its account: {a}"
         );
 
-        // A reads the Secret (the premise: an echoing worker does copy it) and writes.
+        // A reads the Secret and writes. Its worker copies its inputs into its status: the
+        // Secret arrives there with its keys, its values redacted by the host.
         apply_yaml(client, &echoing(PROBE, "p", "a-out").to_string(), Some(ns)).await?;
         let p = wait_phase(client, PROBE, ns, "p", "Done").await?;
-        ensure!(
-            p["status"].to_string().contains(SECRET_VALUE),
-            "A's worker received the Secret it is granted: {}",
-            p["status"]
-        );
+        echoed_redacted(&p, "A")?;
         must(
             get(client, "v1", "ConfigMap", Some(ns), "a-out").await?,
             "A's output",
@@ -156,11 +162,7 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
             "B's Ready message says it runs only where granted: {message}"
         );
         let l = wait_phase(client, LAG, ns, "l", "Done").await?;
-        ensure!(
-            l["status"].to_string().contains(SECRET_VALUE),
-            "granted in {ns}, B reads the Secret there: {}",
-            l["status"]
-        );
+        echoed_redacted(&l, "B, granted in this namespace,")?;
         apply_yaml(
             client,
             &echoing(LAG, "elsewhere", "b-out").to_string(),
@@ -198,6 +200,21 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     .await;
     let _ = delete(client, "v1", "Namespace", None, &other).await;
     result
+}
+
+/// The echoing worker received the Secret (its key is in the status it returned) and its value
+/// did not reach the status.
+fn echoed_redacted(resource: &Value, who: &str) -> anyhow::Result<()> {
+    let status = resource["status"].to_string();
+    ensure!(
+        status.contains("password") && status.contains("[redacted]"),
+        "{who}'s worker received the Secret (its key echoed, the value redacted): {status}"
+    );
+    ensure!(
+        !status.contains(SECRET_VALUE) && !status.contains("hunter2"),
+        "the Secret's value reached the status: {status}"
+    );
+    Ok(())
 }
 
 fn condition_message(obj: &Value, type_: &str) -> String {

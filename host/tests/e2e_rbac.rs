@@ -192,6 +192,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     // An operator whose role was never granted: reported, not failing at its first write.
     let probe_op = json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "rbac-missing"},
         "spec": {"resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Probe"},
+                 "allowSensitiveKinds": [{"apiVersion": "v1", "kind": "Secret"}],
                  "phases": [{"name": "Start", "initial": true, "module": {"file": {"path": "x.wasm"}},
                              "outputs": [{"apiVersion": "v1", "kind": "Secret"}]}]}});
     apply_file(

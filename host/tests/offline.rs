@@ -166,13 +166,15 @@ fn scripted_operator(outputs: &[(&str, &str)], crds: &str) -> tempfile::TempDir 
         .iter()
         .map(|(v, k)| format!("        - {{apiVersion: {v}, kind: {k}}}\n"))
         .collect();
+    // Allowed by the admin: what is checked here is the decision's refusal.
     let manifest = format!(
         "apiVersion: wasmpilot.io/v1alpha1
 kind: WasmOperator
 metadata: {{name: scripted}}
 spec:
   resource: {{apiVersion: test.wasmpilot.io/v1, kind: Scripted}}
-  phases:
+  allowSensitiveKinds:
+{outputs}  phases:
     - name: Start
       initial: true
       module: {{file: {{path: wasmpilot_test_scripted.wasm}}}}

@@ -444,7 +444,10 @@ async fn a_finalizer_gets_its_inputs_from_the_host() {
             objects: vec![],
         },
     ];
-    let r = sb.run_finalize(&f, request(), inputs).await.unwrap();
+    let r = sb
+        .run_finalize(&f, request(), inputs, Default::default())
+        .await
+        .unwrap();
     assert!(r.done);
     let status: Value = serde_json::from_str(r.status_info.as_deref().unwrap()).unwrap();
     assert_eq!(
@@ -452,7 +455,10 @@ async fn a_finalizer_gets_its_inputs_from_the_host() {
         json!({"leases": ["l1", "l2"], "none": []})
     );
 
-    let r = sb.run_finalize(&f, request(), Vec::new()).await.unwrap();
+    let r = sb
+        .run_finalize(&f, request(), Vec::new(), Default::default())
+        .await
+        .unwrap();
     let status: Value = serde_json::from_str(r.status_info.as_deref().unwrap()).unwrap();
     assert_eq!(
         status["finalizerInputs"],
@@ -464,7 +470,9 @@ async fn a_finalizer_gets_its_inputs_from_the_host() {
         name: "leases".into(),
         objects: vec!["x".repeat(f.limits.memory_bytes / 2 + 1)],
     }];
-    let r = sb.run_finalize(&f, request(), huge).await;
+    let r = sb
+        .run_finalize(&f, request(), huge, Default::default())
+        .await;
     assert!(matches!(r, Err(RunError::RequestTooLarge { .. })), "{r:?}");
 }
 
@@ -490,6 +498,7 @@ async fn a_sleeping_finalizer_ends_at_its_deadline() {
                 now: "2026-01-01T00:00:00Z".into(),
             },
             Vec::new(),
+            Default::default(),
         )
         .await;
     assert!(matches!(r, Err(RunError::DeadlineExceeded(_))), "{r:?}");

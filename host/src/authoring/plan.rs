@@ -265,6 +265,19 @@ pub async fn plan(
         .map(|i| format!("{} ({})", i.name, i.objects.len()))
         .collect();
     let decision = call.decided?;
+    // Secret data the worker read, or writes, is not printed (keys and changes still are).
+    let redactor = crate::redaction::Redactor::of_objects(
+        call.request
+            .inputs
+            .iter()
+            .flat_map(|i| i.objects.iter().map(String::as_str)),
+    );
+    let redact = |value: &mut Value, kind: &KindRef| {
+        if kind.api_version == "v1" && kind.kind == "Secret" {
+            crate::redaction::redact_secret_object(value);
+        }
+        redactor.json(value);
+    };
     writeln!(
         out,
         "phase {phase_name} → {}, decided by {}{}",
@@ -350,6 +363,9 @@ pub async fn plan(
                 continue;
             }
         };
+        let (mut live, mut planned) = (live, planned);
+        redact(&mut live, &o.kind);
+        redact(&mut planned, &o.kind);
         let changes = diff(&without_bookkeeping(&live), &without_bookkeeping(&planned));
         let verb = if live.is_null() {
             summary.create += 1;

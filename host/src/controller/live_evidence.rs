@@ -34,14 +34,17 @@ pub fn after_live_call(ctx: &Arc<OperatorContext>, resource: &Arc<DynamicObject>
         }
         return;
     };
-    let record = |call: LiveCall| PendingRecord {
-        source: CaseSource::Recorded,
-        resource: OperatorContext::key(resource),
-        request: call.request,
-        module: call.module,
-        result: call.result,
-        duration: Some(call.duration),
-        shadow: None,
+    let record = |call: LiveCall| {
+        PendingRecord {
+            source: CaseSource::Recorded,
+            resource: OperatorContext::key(resource),
+            request: call.request,
+            module: call.module,
+            result: call.result,
+            duration: Some(call.duration),
+            shadow: None,
+        }
+        .without_secret_data()
     };
     match shadows {
         Some(shadows) => {

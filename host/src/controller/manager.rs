@@ -822,6 +822,21 @@ impl ManagerContext {
         let reads = async {
             let kinds = self.resolve_kinds(&definition).await?;
             tracing::debug!(operator = %name, "kinds resolved");
+            // A cluster-scoped output is the admin's to allow, like the sensitive kinds.
+            for (i, p) in spec.phases.iter().enumerate() {
+                for (j, output) in p.outputs.iter().enumerate() {
+                    let cluster_scoped = kinds.resolved.get(output).is_some_and(|k| !k.namespaced);
+                    if cluster_scoped && !crate::definition::allows_sensitive(spec, output) {
+                        return Err(LoadFailure::Invalid(crate::definition::DefinitionError {
+                            field: format!("spec.phases[{i}].outputs[{j}]"),
+                            problem: format!(
+                                "{} {} is cluster-scoped: list it in spec.allowSensitiveKinds (a field an admin reviews) to write it",
+                                output.api_version, output.kind
+                            ),
+                        }));
+                    }
+                }
+            }
             let caches = self.watch(&definition, &kinds.resolved);
             // Fail here, naming verb and resource, rather than at the first write of a reconcile:
             // the host must be able to read what the operator reads, and the operator's own

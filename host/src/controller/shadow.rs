@@ -348,7 +348,8 @@ fn keep_case(
         result: call.result.clone(),
         duration: Some(call.duration),
         shadow: Some((shadow_module.to_string(), shadow)),
-    };
+    }
+    .without_secret_data();
     if let Some(sink) = &ctx.record_sink {
         sink.record(record.clone());
     }

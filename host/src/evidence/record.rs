@@ -50,6 +50,15 @@ pub struct PendingRecord {
 }
 
 impl PendingRecord {
+    /// The record as kept: every Secret among the request's inputs with its values replaced
+    /// (keys kept), whatever reads the record directory or `/shadow-cases` later.
+    pub fn without_secret_data(mut self) -> Self {
+        for input in &mut self.request.inputs {
+            crate::redaction::without_secret_data(&mut input.objects);
+        }
+        self
+    }
+
     fn approximate_bytes(&self) -> usize {
         self.request.resource.len()
             + self

@@ -9,7 +9,8 @@ use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::pipeline::error::ReconcileError;
 use crate::pipeline::outputs::{self, CheckedOutput, Owner};
 use crate::pipeline::status::{StatusUpdate, Transition};
-use crate::sandbox::{PhaseModule, RequestDigest, RunError, Sandbox, SyncRequest};
+use crate::redaction::Redactor;
+use crate::sandbox::{PhaseModule, RequestDigest, RunError, Sandbox, SyncCall, SyncRequest};
 use crate::worker_text::{bounded, NAME_BYTES};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
@@ -104,15 +105,21 @@ pub async fn decide(
     } = input;
     let current = &phase.name;
     let input_hash = RequestDigest::of_sync(&request);
+    // The Secret values the worker is handed stay out of what it says (logs, errors, status).
+    let redactor = secrets_handed(phase, &request);
     let started = Instant::now();
+    let call = SyncCall {
+        slot,
+        redactor: redactor.clone(),
+    };
     let outcome = sandbox
-        .run_sync_digested(module, request, input_hash, slot)
+        .run_sync_digested(module, request, input_hash, call)
         .await;
     on_call(started.elapsed(), outcome.as_ref().err());
     let result = outcome.map_err(|source| ReconcileError::Worker {
         phase: current.clone(),
         digest: module.digest.clone(),
-        source,
+        source: source.redacted(&redactor),
     })?;
     tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, next = %result.next_phase, outputs = result.outputs.len(), "worker decided");
 
@@ -132,7 +139,14 @@ pub async fn decide(
             allowed: phase.next.join(", "),
         });
     }
-    let status_info = parse_status_info(current, result.status_info.as_deref())?;
+    let mut status_info = parse_status_info(current, result.status_info.as_deref())?;
+    if let Some(info) = status_info.as_mut().filter(|_| !redactor.is_empty()) {
+        let mut value = Value::Object(std::mem::take(info));
+        redactor.json(&mut value);
+        if let Value::Object(m) = value {
+            *info = m;
+        }
+    }
     let uid = resource.metadata.uid.clone().unwrap_or_default();
     let name = resource.metadata.name.clone().unwrap_or_default();
     let owner = Owner {
@@ -160,6 +174,26 @@ pub async fn decide(
         outputs,
         input_hash,
     })
+}
+
+/// The Secret values among the request's inputs that the phase declares as `v1 Secret`.
+fn secrets_handed(phase: &PhaseDefinition, request: &SyncRequest) -> Redactor {
+    let secret_inputs: Vec<&str> = phase
+        .inputs
+        .iter()
+        .filter(|i| i.api_version == "v1" && i.kind == "Secret")
+        .map(|i| i.name.as_str())
+        .collect();
+    if secret_inputs.is_empty() {
+        return Redactor::default();
+    }
+    Redactor::of_objects(
+        request
+            .inputs
+            .iter()
+            .filter(|n| secret_inputs.contains(&n.name.as_str()))
+            .flat_map(|n| n.objects.iter().map(String::as_str)),
+    )
 }
 
 /// The longest a worker's `requeue_after` may put a resource off (longer asks are cut to it).

@@ -42,16 +42,36 @@ pub async fn decide(
         resource: inputs::to_worker_json(resource, &definition.resource),
         now,
     };
+    // The Secret values it is handed stay out of what it says (logs, errors, status).
+    let secrets: Vec<&str> = declared
+        .iter()
+        .filter(|i| i.api_version == "v1" && i.kind == "Secret")
+        .map(|i| i.name.as_str())
+        .collect();
+    let redactor = crate::redaction::Redactor::of_objects(
+        finalizer_inputs
+            .iter()
+            .filter(|n| secrets.contains(&n.name.as_str()))
+            .flat_map(|n| n.objects.iter().map(String::as_str)),
+    );
     let result = sandbox
-        .run_finalize(module, request, finalizer_inputs)
+        .run_finalize(module, request, finalizer_inputs, redactor.clone())
         .await
         .map_err(|source| ReconcileError::FinalizerWorker {
             digest: module.digest.clone(),
-            source,
+            source: source.redacted(&redactor),
         })?;
+    let mut status_info = parse_status_info(FINALIZER_ROLE, result.status_info.as_deref())?;
+    if let Some(info) = status_info.as_mut().filter(|_| !redactor.is_empty()) {
+        let mut value = Value::Object(std::mem::take(info));
+        redactor.json(&mut value);
+        if let Value::Object(m) = value {
+            *info = m;
+        }
+    }
     Ok(FinalizeDecision {
         done: result.done,
         requeue_after: requeue_after(result.requeue_after_ms.unwrap_or(DEFAULT_PENDING_DELAY_MS)),
-        status_info: parse_status_info(FINALIZER_ROLE, result.status_info.as_deref())?,
+        status_info,
     })
 }

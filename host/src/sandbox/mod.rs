@@ -121,6 +121,15 @@ pub struct MemoryBudgetExceeded {
     pub budget: usize,
 }
 
+/// How one sync call runs beyond its request.
+#[derive(Default)]
+pub struct SyncCall {
+    /// The worker slot the caller took before it built the request (`None`: taken here).
+    pub slot: Option<WorkerSlot>,
+    /// The Secret values the request holds, replaced in the worker's log lines.
+    pub redactor: crate::redaction::Redactor,
+}
+
 /// Why a worker call produced no usable decision.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -158,6 +167,30 @@ pub enum RunError {
     Instantiate(String),
     #[error("the sandbox is shutting down")]
     ShuttingDown,
+}
+
+impl RunError {
+    /// The error with every Secret value in the worker's own text (its message, its stderr)
+    /// replaced.
+    pub fn redacted(self, redactor: &crate::redaction::Redactor) -> RunError {
+        if redactor.is_empty() {
+            return self;
+        }
+        match self {
+            RunError::Retryable(m) => RunError::Retryable(redactor.owned(m)),
+            RunError::Fatal(m) => RunError::Fatal(redactor.owned(m)),
+            RunError::MemoryLimit { limit, stderr } => RunError::MemoryLimit {
+                limit,
+                stderr: redactor.owned(stderr),
+            },
+            RunError::Trap { message, stderr } => RunError::Trap {
+                message: redactor.owned(message),
+                stderr: redactor.owned(stderr),
+            },
+            RunError::Instantiate(m) => RunError::Instantiate(redactor.owned(m)),
+            other => other,
+        }
+    }
 }
 
 /// A decision the worker could not serialize, as its SDK reported it.
@@ -537,18 +570,20 @@ impl Sandbox {
         request: SyncRequest,
     ) -> Result<SyncResult, RunError> {
         let digest = RequestDigest::of_sync(&request);
-        self.run_sync_digested(module, request, digest, None).await
+        self.run_sync_digested(module, request, digest, SyncCall::default())
+            .await
     }
 
-    /// [`Sandbox::run_sync`] for a request whose digest the caller has (it records it), in
-    /// `slot` when the caller took one before it built the request (else one is taken here).
+    /// [`Sandbox::run_sync`] for a request whose digest the caller has (it records it), as
+    /// `call` says (the slot the caller took, the Secret values to keep out of its logs).
     pub async fn run_sync_digested(
         &self,
         module: &PhaseModule,
         request: SyncRequest,
         digest: RequestDigest,
-        slot: Option<WorkerSlot>,
+        call: SyncCall,
     ) -> Result<SyncResult, RunError> {
+        let SyncCall { slot, redactor } = call;
         let size = request.resource.len()
             + request
                 .inputs
@@ -564,6 +599,7 @@ impl Sandbox {
         };
         let seed = (module.randomness == Randomness::Seeded).then_some(digest);
         let mut call = self.call(limits, &request.now, seed);
+        call.store.data_mut().redactor = redactor;
         let store = &mut call.store;
         let result = within_deadline(limits.deadline, call.started, async {
             let instance = module
@@ -586,12 +622,14 @@ impl Sandbox {
     }
 
     /// Runs `finalize` in a fresh instance, on a fiber of the caller's task, within the limits;
-    /// `inputs` (the finalizer's declared inputs) are what its `finalizer-inputs` import returns.
+    /// `inputs` (the finalizer's declared inputs) are what its `finalizer-inputs` import returns;
+    /// `redactor`'s Secret values are replaced in its log lines.
     pub async fn run_finalize(
         &self,
         module: &FinalizerModule,
         request: FinalizeRequest,
         inputs: Vec<NamedObjects>,
+        redactor: crate::redaction::Redactor,
     ) -> Result<FinalizeResult, RunError> {
         let limits = module.limits;
         let size = request.resource.len()
@@ -606,6 +644,7 @@ impl Sandbox {
             .then(|| RequestDigest::of_finalize(&request, &inputs));
         let mut call = self.call(limits, &request.now, seed);
         call.store.data_mut().finalizer_inputs = inputs;
+        call.store.data_mut().redactor = redactor;
         let store = &mut call.store;
         let result = within_deadline(limits.deadline, call.started, async {
             let instance = module

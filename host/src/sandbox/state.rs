@@ -33,6 +33,8 @@ pub struct HostState {
     /// What the `finalizer-inputs` import returns: a finalizer call's declared inputs (empty
     /// for a phase call).
     pub(super) finalizer_inputs: Vec<super::NamedObjects>,
+    /// The Secret values the call was handed: replaced in the log lines it sends.
+    pub(super) redactor: crate::redaction::Redactor,
 }
 
 impl HostState {
@@ -86,6 +88,7 @@ impl HostState {
             stderr,
             deadline: limits.deadline,
             finalizer_inputs: Vec::new(),
+            redactor: Default::default(),
         }
     }
 }
@@ -199,8 +202,12 @@ impl log::Host for HostState {
             .collect::<Vec<_>>()
             .join(" ");
         let max = crate::worker_text::LOG_LINE_BYTES;
-        let message = crate::worker_text::bounded(&message, max);
-        let fields = crate::worker_text::bounded(&fields, max);
+        let message = self
+            .redactor
+            .owned(crate::worker_text::bounded(&message, max).into_owned());
+        let fields = self
+            .redactor
+            .owned(crate::worker_text::bounded(&fields, max).into_owned());
         // The span of the current reconcile (operator, resource, phase) is entered by the caller.
         match level {
             LogLevel::Trace => tracing::trace!(target: "wasmpilot::guest", %fields, "{message}"),

@@ -445,10 +445,13 @@ pub async fn node_pressure(client: &Client) -> Option<String> {
     })
 }
 
-/// The test kinds (`host/tests/manifests/scripted.yaml`) applied, and no WasmOperator left on
-/// `kind` (one an interrupted earlier test left would hold the kind).
+/// The WasmOperator CRD and the test kinds (`host/tests/manifests/scripted.yaml`) applied, and
+/// no WasmOperator left on `kind` (one an interrupted earlier test left would hold the kind).
 pub async fn test_kind_free(client: &Client, kind: &str) -> anyhow::Result<()> {
     let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
+    // This build's WasmOperator CRD (the cluster may hold an older one).
+    let crd = <wasmpilot::crd::WasmOperator as kube::CustomResourceExt>::crd();
+    wasmpilot::deploy::apply_crd(client, serde_json::to_value(crd)?).await?;
     apply_file(
         client,
         &super::repo_root().join("host/tests/manifests/scripted.yaml"),
