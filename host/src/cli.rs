@@ -607,6 +607,26 @@ fn rbac_yaml(
         .clone()
         .ok_or_else(|| anyhow::anyhow!("{}: metadata.name is required", operator.display()))?;
     let mut out = String::new();
+    // Sensitive kinds get the admin's attention: on stderr, and atop what is applied.
+    let mut sensitive: Vec<String> = wasmpilot::definition::declared_kinds(&op.spec)
+        .into_iter()
+        .filter(|(k, _)| wasmpilot::definition::is_sensitive(k))
+        .map(|(k, field)| format!("{} {} ({field})", k.api_version, k.kind))
+        .collect();
+    sensitive.dedup();
+    if !sensitive.is_empty() {
+        let warning = format!(
+            "WARNING: operator {name} is granted sensitive kinds{}: {}",
+            if target.namespaces.is_empty() {
+                " cluster-wide"
+            } else {
+                ""
+            },
+            sensitive.join(", ")
+        );
+        eprintln!("{warning}");
+        out.push_str(&format!("# {warning}\n"));
+    }
     for doc in wasmpilot::rbac::grant_manifests(&name, &op.spec, &Default::default(), target) {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&doc)?);

@@ -586,3 +586,59 @@ fn deploy_refuses_an_invalid_definition_before_touching_the_cluster() {
         "nothing was applied or stored: {stderr}"
     );
 }
+
+/// `wasmpilot rbac` gives the operator its own account and role, gives the host only reads and
+/// the right to act as that account, and names sensitive kinds in a warning an admin sees.
+#[test]
+fn rbac_prints_the_operators_own_account_and_warns_of_sensitive_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("operator.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: wasmpilot.io/v1alpha1
+kind: WasmOperator
+metadata: {name: reader}
+spec:
+  resource: {apiVersion: test.wasmpilot.io/v1, kind: Probe}
+  allowSensitiveKinds: [{apiVersion: v1, kind: Secret}]
+  phases:
+    - name: Start
+      initial: true
+      module: {file: {path: x.wasm}}
+      inputs: [{name: s, apiVersion: v1, kind: Secret}]
+      outputs: [{apiVersion: v1, kind: ConfigMap}]
+",
+    )
+    .unwrap();
+    let out = wasmpilot(&["rbac".as_ref(), manifest.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("WARNING: operator reader is granted sensitive kinds cluster-wide: v1 Secret (spec.phases[0].inputs[0])"),
+        "{stderr}"
+    );
+    let docs: Vec<Value> =
+        wasmpilot::offline::parse_documents(&String::from_utf8_lossy(&out.stdout))
+            .expect("YAML documents");
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} in {docs:#?}"))
+    };
+    find("ServiceAccount", "op-reader");
+    let binding = find("ClusterRoleBinding", "wasmpilot-operator-reader");
+    assert_eq!(binding["subjects"][0]["name"], "op-reader");
+    let host_reads = find("ClusterRole", "wasmpilot-host-reads-reader");
+    for rule in host_reads["rules"].as_array().unwrap() {
+        assert_eq!(rule["verbs"], serde_json::json!(["get", "list", "watch"]));
+    }
+    let act_as = find("Role", "wasmpilot-act-as-reader");
+    assert_eq!(
+        act_as["rules"][0]["resourceNames"],
+        serde_json::json!(["op-reader"])
+    );
+}
