@@ -23,6 +23,19 @@ pub enum EgressRefused {
     OtherHost { from: String, to: String },
 }
 
+/// A host could not be checked against the policy, or was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressCheckError {
+    #[error("{0}")]
+    Refused(#[from] EgressRefused),
+    #[error("looking up {host}: {source}")]
+    Lookup {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// An `--allow-fetch-from` value that is not an address or a CIDR block.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -37,6 +50,8 @@ pub struct AllowParseError {
 pub struct EgressPolicy {
     /// Blocks allowed beyond public addresses: (network, prefix length).
     allowed: Vec<(IpAddr, u8)>,
+    /// Every address (the CLI tools, on the user's own machine with the user's reach).
+    any: bool,
 }
 
 impl EgressPolicy {
@@ -47,12 +62,27 @@ impl EgressPolicy {
             .filter(|v| !v.trim().is_empty())
             .map(|v| parse_block(v.trim()).ok_or_else(|| AllowParseError { value: v.clone() }))
             .collect::<Result<_, _>>()?;
-        Ok(EgressPolicy { allowed })
+        Ok(EgressPolicy {
+            allowed,
+            any: false,
+        })
+    }
+
+    /// Every address allowed: for the CLI tools (`simulate`, `plan`, …), which fetch with the
+    /// user's own reach. The host (`wasmpilot run`) never uses it.
+    pub fn unrestricted() -> EgressPolicy {
+        EgressPolicy {
+            allowed: Vec::new(),
+            any: true,
+        }
     }
 
     /// Whether `ip` may be connected to; `Err` names its class.
     pub fn check_ip(&self, host: &str, ip: IpAddr) -> Result<(), EgressRefused> {
         let ip = canonical(ip);
+        if self.any {
+            return Ok(());
+        }
         match special_class(ip) {
             None => Ok(()),
             Some(_)
@@ -82,6 +112,25 @@ impl EgressPolicy {
             return Ok(());
         };
         self.check_ip(&ip.to_string(), ip)
+    }
+
+    /// Checks every address `host` (a name or an IP literal, `[::1]` too) resolves to now:
+    /// for clients this policy cannot resolve for (the OCI client), checked just before use.
+    pub async fn check_host(&self, host: &str, port: u16) -> Result<(), EgressCheckError> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Ok(self.check_ip(host, ip)?);
+        }
+        let found = tokio::net::lookup_host((bare, port))
+            .await
+            .map_err(|source| EgressCheckError::Lookup {
+                host: host.to_string(),
+                source,
+            })?;
+        for addr in found {
+            self.check_ip(host, addr.ip())?;
+        }
+        Ok(())
     }
 
     /// A reqwest client builder that resolves names through this policy, follows redirects

@@ -1,8 +1,9 @@
-//! One operator cannot take the host's memory (issue 30): with a worker memory budget of
-//! 256 MiB and 4 worker slots, a WasmOperator whose phase may use 128 MiB per call (512 MiB with
-//! every slot running it) is refused before it loads — `Ready=False`, `MemoryBudgetExceeded`,
-//! saying what would fit — and its resources get no call; one within the budget runs. Before,
-//! one definition got the host OOM-killed.
+//! One operator cannot take the host's memory or reach past its definition (issue 30): with a
+//! worker memory budget of 256 MiB and 4 worker slots, a WasmOperator whose phase may use
+//! 128 MiB per call (512 MiB with every slot running it) is refused before it loads —
+//! `Ready=False`, `MemoryBudgetExceeded`, saying what would fit — and its resources get no call;
+//! one within the budget runs. Before, one definition got the host OOM-killed. And modules that
+//! point at the cloud metadata address or a loopback registry are not fetched.
 
 mod common;
 
@@ -17,6 +18,7 @@ const PROBE: (&str, &str) = ("test.wasmpilot.io/v1", "Probe");
 const LAG: (&str, &str) = ("test.wasmpilot.io/v1", "Lag");
 const FITS: &str = "budget-fits";
 const TOO_BIG: &str = "budget-too-big";
+const REACH: &str = "budget-reach";
 
 #[tokio::test]
 async fn an_operator_whose_limits_cannot_fit_the_host_is_refused() {
@@ -25,7 +27,7 @@ async fn an_operator_whose_limits_cannot_fit_the_host_is_refused() {
         &["--worker-memory-budget-mib", "256"],
         "wasmpilot-e2e-budgets",
         "e2e-budgets",
-        &[FITS, TOO_BIG],
+        &[FITS, TOO_BIG, REACH],
         |client, ns, _log| async move { scenario(&client, &ns).await },
     )
     .await;
@@ -97,5 +99,37 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         "the refused operator's resource got a call: {untouched}"
     );
     let _ = delete(client, OPS.0, OPS.1, None, TOO_BIG).await;
+
+    // Reach: a module URL on the metadata address, an OCI registry on loopback (the host runs
+    // without --allow-fetch-from): refused before any connection, naming the address.
+    for (module, refused) in [
+        (
+            json!({"url": {"url": "https://169.254.169.254/latest/meta-data/x.wasm", "sha256": "0".repeat(64)}}),
+            "a link-local address 169.254.169.254",
+        ),
+        (
+            json!({"oci": {"reference": "127.0.0.1:5000/team/worker:v1", "insecure": true}}),
+            "a loopback address 127.0.0.1",
+        ),
+    ] {
+        let mut op = operator(REACH, LAG, None);
+        op["spec"]["phases"][0]["module"] = module;
+        apply_yaml(client, &op.to_string(), None).await?;
+        let o = wait_for(&format!("{REACH} refused: {refused}"), T, || async {
+            let o = must(get(client, OPS.0, OPS.1, None, REACH).await?, REACH)?;
+            let ready = condition(&o, "Ready").cloned().unwrap_or_default();
+            Ok((ready["reason"] == "ModuleFetchFailed"
+                && ready["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(refused)))
+            .then_some(o))
+        })
+        .await?;
+        ensure!(
+            condition(&o, "Ready").is_some_and(|c| c["status"] == "False"),
+            "{o}"
+        );
+    }
+    let _ = delete(client, OPS.0, OPS.1, None, REACH).await;
     Ok(())
 }

@@ -123,7 +123,9 @@ async fn url_modules_download_verify_and_compile() -> anyhow::Result<()> {
     let e = strict.phase(&module(&digest)).await.err().expect("refused");
     assert!(e.to_string().contains("must be https"), "{e}");
     // And a loopback address, unless the host's policy allows it (`--allow-fetch-from`).
-    let public_only = ModuleCache::new(sandbox(), None, None).allow_plain_http_urls();
+    let public_only = ModuleCache::new(sandbox(), None, None)
+        .allow_plain_http_urls()
+        .with_egress(wasmpilot::egress::EgressPolicy::default());
     let e = public_only
         .phase(&module(&digest))
         .await
@@ -403,6 +405,9 @@ async fn oci_modules_on_a_real_cluster() {
         wasm_dir.to_str().expect("utf-8 path"),
         "--cache-dir",
         cache_dir.path().to_str().expect("utf-8 path"),
+        // The test registries listen on loopback, which operators may not reach otherwise.
+        "--allow-fetch-from",
+        "127.0.0.1",
     ];
     let mut host = Host::start(&args, "wasmpilot-e2e-modules");
     let ns = create_namespace(&client, "e2e-oci")

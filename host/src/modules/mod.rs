@@ -112,6 +112,17 @@ pub enum FetchError {
     Oci(#[from] oci::OciError),
     #[error(transparent)]
     Url(#[from] url::UrlError),
+    #[error(transparent)]
+    Egress(#[from] crate::egress::EgressCheckError),
+}
+
+/// A registry's host and port (`host:port`, `[v6]:port`, or the scheme's port).
+fn registry_host_port(registry: &str, insecure: bool) -> (&str, u16) {
+    let default = if insecure { 80 } else { 443 };
+    match registry.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse().unwrap_or(default)),
+        _ => (registry, default),
+    }
 }
 
 /// A pinned digest is not of the form `sha256:<64 lowercase hex>` (or the bare hex).
@@ -302,7 +313,7 @@ impl ModuleCache {
             disk: None,
             config_map_versions: ConfigMapVersions::new(None),
             allow_http_urls: false,
-            egress: Default::default(),
+            egress: crate::egress::EgressPolicy::unrestricted(),
             progress: false,
             stats_compiled: AtomicUsize::new(0),
             stats_disk: AtomicUsize::new(0),
@@ -343,7 +354,8 @@ impl ModuleCache {
         self
     }
 
-    /// Lets `url` modules be fetched from the addresses `egress` allows (default: public ones).
+    /// Fetches `url` and `oci` modules only from the addresses `egress` allows (default: any, as
+    /// the CLI tools fetch for their user; the host sets its policy).
     pub fn with_egress(mut self, egress: crate::egress::EgressPolicy) -> Self {
         self.egress = egress;
         self
@@ -627,6 +639,18 @@ impl ModuleCache {
                         .map_err(secret_failed)?
                 }
             };
+            // The registry is the definition's to name: only where the egress policy allows.
+            let registry = oci::parse_reference(&o.reference)
+                .map(|r| r.resolve_registry().to_string())
+                .unwrap_or_default();
+            let (host, port) = registry_host_port(&registry, o.insecure);
+            self.egress
+                .check_host(host, port)
+                .await
+                .map_err(|e| ModuleError::Fetch {
+                    source_name: source_name.clone(),
+                    source: e.into(),
+                })?;
             self.progress(format_args!("pulling oci://{} …", o.reference));
             let started = Instant::now();
             let pulled = oci::pull(
