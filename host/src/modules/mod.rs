@@ -34,6 +34,16 @@ pub const MAX_MODULE_BYTES: u64 = 64 << 20;
 /// How long one download (OCI pull or URL) may take, all requests included.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Bytes of modules being fetched and verified at once, host-wide: each fetch reserves
+/// [`MAX_MODULE_BYTES`] of it, so at most two are held before their compile (every phase of
+/// every loading operator asking at once would otherwise hold 64 MiB each).
+const FETCH_BUDGET_MIB: u32 = 128;
+
+/// How long a compile may take before its load fails (`ModuleCompileFailed`). Cranelift cannot
+/// be stopped: the compile runs on, still holding the one compile slot, and its result is
+/// dropped; operators already loaded run on meanwhile (compiles run off the async threads).
+pub const COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// A module could not be made ready; the message names the source (never credentials).
 #[derive(Debug, thiserror::Error)]
 pub enum ModuleError {
@@ -290,7 +300,9 @@ pub struct ModuleCache {
     compiled: Mutex<HashMap<String, Component>>,
     /// One compile at a time: Cranelift already uses every core for one, and each compile peaks
     /// at 300–400 MiB, so modules loaded together wait here (loading a cached one does not).
-    compiling: tokio::sync::Semaphore,
+    compiling: Arc<tokio::sync::Semaphore>,
+    /// MiB of module bytes being fetched at once (see [`FETCH_BUDGET_MIB`]).
+    fetching: tokio::sync::Semaphore,
     disk: Option<Arc<CompileCache>>,
     config_map_versions: ConfigMapVersions,
     allow_http_urls: bool,
@@ -309,7 +321,8 @@ impl ModuleCache {
             client,
             module_dir,
             compiled: Mutex::new(HashMap::new()),
-            compiling: tokio::sync::Semaphore::new(1),
+            compiling: Arc::new(tokio::sync::Semaphore::new(1)),
+            fetching: tokio::sync::Semaphore::new(FETCH_BUDGET_MIB as usize),
             disk: None,
             config_map_versions: ConfigMapVersions::new(None),
             allow_http_urls: false,
@@ -488,6 +501,15 @@ impl ModuleCache {
         if let Some(found) = self.unchanged_config_map(r).await {
             return Ok(found);
         }
+        // Held until the bytes are compiled or dropped (closed never: it lives as `self`).
+        let _budget = self
+            .fetching
+            .acquire_many((MAX_MODULE_BYTES >> 20) as u32)
+            .await
+            .map_err(|e| ModuleError::Load {
+                source_name: r.sources().join(" "),
+                error: LoadError::Compile(e.to_string()),
+            })?;
         let Fetched {
             source_name,
             bytes,
@@ -536,16 +558,19 @@ impl ModuleCache {
             Some(c) => Loaded::Cached(c),
             None => {
                 // Closed never: the semaphore lives as long as `self`.
-                let _permit = self
+                let permit = self
                     .compiling
-                    .acquire()
+                    .clone()
+                    .acquire_owned()
                     .await
                     .map_err(|e| load_error(LoadError::Compile(e.to_string())))?;
                 // Compiled by another load while this one waited for the permit?
                 if let Some(c) = self.lock().get(&digest) {
                     return Ok((source_name, digest, c.clone()));
                 }
-                self.compile(&digest, bytes).await.map_err(load_error)?
+                self.compile(&digest, bytes, permit)
+                    .await
+                    .map_err(load_error)?
             }
         };
         let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -580,8 +605,14 @@ impl ModuleCache {
     }
 
     /// Compiles `bytes` (whose digest is `digest`) off the async threads, through the disk cache
-    /// when there is one (which stores the result).
-    async fn compile(&self, digest: &str, bytes: Vec<u8>) -> Result<Loaded, LoadError> {
+    /// when there is one (which stores the result), within [`COMPILE_TIMEOUT`]. `permit` (the one
+    /// compile slot) is held until the compile itself ends, even one given up on.
+    async fn compile(
+        &self,
+        digest: &str,
+        bytes: Vec<u8>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<Loaded, LoadError> {
         if self.progress {
             match &self.disk {
                 Some(d) => eprintln!(
@@ -596,13 +627,22 @@ impl ModuleCache {
             }
         }
         let (sandbox, disk, key) = (self.sandbox.clone(), self.disk.clone(), digest.to_string());
-        tokio::task::spawn_blocking(move || match disk {
-            Some(disk) => disk.compile_and_store(sandbox.engine(), &key, &bytes),
-            None => sandbox.compile(&bytes),
-        })
-        .await
-        .map_err(|e| LoadError::Compile(e.to_string()))?
-        .map(Loaded::Compiled)
+        let compiling = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            match disk {
+                Some(disk) => disk.compile_and_store(sandbox.engine(), &key, &bytes),
+                None => sandbox.compile(&bytes),
+            }
+        });
+        tokio::time::timeout(COMPILE_TIMEOUT, compiling)
+            .await
+            .map_err(|_| {
+                LoadError::Compile(format!(
+                    "compiling took longer than {COMPILE_TIMEOUT:?}; given up (a smaller component compiles faster)"
+                ))
+            })?
+            .map_err(|e| LoadError::Compile(e.to_string()))?
+            .map(Loaded::Compiled)
     }
 
     /// Returns (source name for messages, component bytes, pinned digest).
