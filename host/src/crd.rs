@@ -227,6 +227,36 @@ pub struct FinalizerSpec {
     /// Where the finalizer's WASI random bytes come from (default `seeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub randomness: Option<RandomnessSpec>,
+    /// What deleting this WasmOperator does to its resources' finalizer: `release` (default)
+    /// removes it without running the worker; `runFinalizer` runs the finalizer worker once per
+    /// resource first (each call within its deadline), then removes it, done or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_operator_deletion: Option<OnOperatorDeletion>,
+    /// How long a deleted resource's finalizer worker may stay pending (not done, or failing)
+    /// before it is reported (`FinalizerStuck`; e.g. `10m`). Unset: no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub pending_timeout: Option<String>,
+    /// Past `pendingTimeout`: `report` (default) keeps running the worker and reports it stuck;
+    /// `giveUp` removes the finalizer without it (`FinalizerAbandoned`), so the deletion ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_pending_timeout: Option<OnPendingTimeout>,
+}
+
+/// What deleting a WasmOperator does to its resources' finalizer.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum OnOperatorDeletion {
+    Release,
+    RunFinalizer,
+}
+
+/// What happens to a finalizer pending longer than its `pendingTimeout`.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum OnPendingTimeout {
+    Report,
+    GiveUp,
 }
 
 /// Where a component comes from. Exactly one source must be set; every source resolves to the

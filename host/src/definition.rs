@@ -151,6 +151,10 @@ pub struct OperatorDefinition {
     pub finalizer_inputs: Vec<InputSpec>,
     pub finalizer_limits: LimitOverride,
     pub finalizer_randomness: Randomness,
+    /// Deleting the WasmOperator runs the finalizer worker on each resource before releasing it.
+    pub finalizer_on_operator_deletion: bool,
+    /// How long a finalizer may stay pending, and whether it is then given up.
+    pub finalizer_pending_timeout: Option<(Duration, bool)>,
     /// Transitions kept in each resource's `.status.history`.
     pub history_limit: usize,
     /// Prometheus for metric queries (URL, timeout), when the WasmOperator names one.
@@ -306,6 +310,20 @@ impl OperatorDefinition {
                 "spec.finalizer.limits",
             )?,
             finalizer_randomness: randomness(spec.finalizer.as_ref().and_then(|f| f.randomness)),
+            finalizer_on_operator_deletion: spec.finalizer.as_ref().is_some_and(|f| {
+                f.on_operator_deletion == Some(crate::crd::OnOperatorDeletion::RunFinalizer)
+            }),
+            finalizer_pending_timeout: match spec.finalizer.as_ref() {
+                Some(f) => match &f.pending_timeout {
+                    Some(t) => Some((
+                        parse_interval(t)
+                            .map_err(|e| invalid("spec.finalizer.pendingTimeout", e.to_string()))?,
+                        f.on_pending_timeout == Some(crate::crd::OnPendingTimeout::GiveUp),
+                    )),
+                    None => None,
+                },
+                None => None,
+            },
             history_limit: spec.history_limit.map_or(DEFAULT_HISTORY_LIMIT, |n| {
                 (n as usize).min(MAX_HISTORY_LIMIT)
             }),

@@ -535,9 +535,33 @@ async fn release(
         OperatorLoadError::Release(operator_removal::ReleaseError::Identity(source))
     })?;
     let recorder = Recorder::new(as_operator.clone(), ctx.reporter.clone());
+    // The finalizer worker, when the definition asks for it to run on removal (a module that
+    // cannot load does not hold the removal: the resources are released without it).
+    let definition = OperatorDefinition::validate(&name, &op.spec)
+        .ok()
+        .filter(|d| d.finalizer_on_operator_deletion);
+    let mut module = None;
+    if let Some(d) = &definition {
+        if let Some(m) = &d.finalizer {
+            match ctx.modules.finalizer_worker(d, m).await {
+                Ok(loaded) => module = Some(loaded),
+                Err(e) => {
+                    tracing::warn!(operator = %name, error = %e, "the finalizer worker cannot run on removal; releasing without it")
+                }
+            }
+        }
+    }
+    let finalize = match (&definition, &module) {
+        (Some(definition), Some(module)) => Some(operator_removal::FinalizeOnRemoval {
+            sandbox: ctx.modules.sandbox(),
+            definition,
+            module,
+        }),
+        _ => None,
+    };
     let released = tokio::time::timeout(
         RELEASE_TIMEOUT,
-        operator_removal::release(&ctx.client, &as_operator, &recorder, op),
+        operator_removal::release(&ctx.client, &as_operator, &recorder, op, finalize),
     )
     .await
     .map_err(|_| OperatorLoadError::ReleaseTimedOut(RELEASE_TIMEOUT))?;

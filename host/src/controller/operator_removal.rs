@@ -4,16 +4,24 @@
 //! Without it, deleting the WasmOperator stopped its controller and left `wasmpilot.io/<op>` on
 //! its resources, which then could never be deleted. Now its deletion waits until the host has
 //! removed that finalizer from every resource of the kind (each gets a `FinalizerReleased`
-//! Event: the finalizer worker does not run, its operator is gone), then lets the WasmOperator go.
+//! Event), then lets the WasmOperator go. The finalizer worker does not run, unless the
+//! definition says `onOperatorDeletion: runFinalizer`: then it runs once per resource first
+//! (within its deadline, its inputs listed from the API server), and the finalizer is removed
+//! whatever it answers.
 
 use crate::controller::finalizer;
-use crate::crd::WasmOperator;
+use crate::crd::{InputSpec, KindRef, WasmOperator};
+use crate::definition::OperatorDefinition;
 use crate::kinds;
+use crate::pipeline::inputs::{ObjectSource, WorkerObject};
 use crate::pipeline::status;
 use crate::pipeline::ReconcileError;
+use crate::sandbox::{FinalizerModule, Sandbox};
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::runtime::events::Recorder;
 use kube::{Api, Client, Resource, ResourceExt};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The host's finalizer on a WasmOperator whose resources carry the operator's finalizer.
 pub const RELEASE_FINALIZER: &str = "wasmpilot.io/release-resources";
@@ -71,14 +79,78 @@ pub async fn add_release_finalizer(
     finalizer::add(&api, &object, RELEASE_FINALIZER).await
 }
 
+/// The finalizer worker to run on each resource before it is released, when the definition
+/// asks for it.
+pub struct FinalizeOnRemoval<'a> {
+    pub sandbox: &'a Sandbox,
+    pub definition: &'a OperatorDefinition,
+    pub module: &'a FinalizerModule,
+}
+
+/// A finalizer's declared inputs as listed from the API server now (the operator's caches are
+/// gone with its controller).
+struct Listed(HashMap<KindRef, Vec<Arc<DynamicObject>>>);
+
+impl ObjectSource for Listed {
+    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+        let kind = KindRef::new(&input.api_version, &input.kind);
+        self.0
+            .get(&kind)
+            .map(|objects| crate::pipeline::inputs::worker_objects_of(objects, input, namespace))
+            .unwrap_or_default()
+    }
+}
+
+impl FinalizeOnRemoval<'_> {
+    /// Runs the finalizer worker for `resource`; says what it answered, for the Event.
+    async fn run(&self, client: &Client, resource: &DynamicObject) -> String {
+        let mut listed = HashMap::new();
+        for input in &self.definition.finalizer_inputs {
+            let kind = KindRef::new(&input.api_version, &input.kind);
+            if listed.contains_key(&kind) {
+                continue;
+            }
+            let Ok(resolved) = kinds::resolve(client, &kind, "spec.finalizer.inputs").await else {
+                continue;
+            };
+            let api: Api<DynamicObject> = resolved.api(client, resource.namespace().as_deref());
+            let objects = api
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.into_iter().map(Arc::new).collect())
+                .unwrap_or_default();
+            listed.insert(kind, objects);
+        }
+        let decided = crate::pipeline::finalize::decide(
+            self.sandbox,
+            self.definition,
+            self.module,
+            resource,
+            &Listed(listed),
+            crate::pipeline::step::now_rfc3339(),
+        )
+        .await;
+        match decided {
+            Ok(d) if d.done => "its finalizer worker ran and reported done".to_string(),
+            Ok(_) => "its finalizer worker ran and was not done".to_string(),
+            Err(e) => crate::worker_text::bound_owned(
+                format!("its finalizer worker ran and failed: {e}"),
+                crate::worker_text::MESSAGE_BYTES,
+            ),
+        }
+    }
+}
+
 /// Removes the operator's finalizer from every resource of its kind that carries it (listed as
-/// the host, patched and reported as the operator: `as_operator` and its `recorder`), then the
-/// release finalizer from the WasmOperator. Returns how many resources were released.
+/// the host, patched and reported as the operator: `as_operator` and its `recorder`), running
+/// the finalizer worker first when `finalize` is given, then the release finalizer from the
+/// WasmOperator. Returns how many resources were released.
 pub async fn release(
     client: &Client,
     as_operator: &Client,
     recorder: &Recorder,
     op: &WasmOperator,
+    finalize: Option<FinalizeOnRemoval<'_>>,
 ) -> Result<usize, ReleaseError> {
     let operator = op.name_any();
     let name = crate::finalizer_name(&operator);
@@ -96,6 +168,10 @@ pub async fn release(
                     source,
                 })?;
             for resource in page.items.iter().filter(|r| finalizer::has(r, &name)) {
+                let ran = match &finalize {
+                    Some(f) => f.run(client, resource).await,
+                    None => "without running the finalizer worker".to_string(),
+                };
                 let api = kind.api(as_operator, resource.namespace().as_deref());
                 finalizer::remove(&api, resource, &name)
                     .await
@@ -116,7 +192,7 @@ pub async fn release(
                     "FinalizerReleased",
                     "Release",
                     format!(
-                        "WasmOperator {operator} was deleted: its finalizer {name} was removed without running the finalizer worker"
+                        "WasmOperator {operator} was deleted: its finalizer {name} was removed ({ran})"
                     ),
                 )
                 .await;

@@ -470,7 +470,10 @@ async fn decide(
         }
         let uid = obj.uid().unwrap_or_default();
         if !ctx.finalized.contains(&uid) {
-            let action = run_finalizer(ctx, api, obj.clone()).await?;
+            let action = match run_finalizer(ctx, api, obj.clone()).await {
+                Ok(action) => action,
+                Err(e) => return past_pending_timeout(ctx, api, &obj, &name, e).await,
+            };
             ctx.finalized.insert(&uid);
             finalizer::remove(api, &obj, &name).await?;
             return Ok(action);
@@ -487,6 +490,66 @@ async fn decide(
     }
 }
 
+/// A finalizer that did not finish (`e`): past the definition's `pendingTimeout` since the
+/// deletion began, reported as stuck — or given up, its finalizer removed, when the definition
+/// says so; within it (or without one), `e` as it is.
+async fn past_pending_timeout(
+    ctx: &OperatorContext,
+    api: &Api<DynamicObject>,
+    obj: &Arc<DynamicObject>,
+    finalizer_name: &str,
+    e: ReconcileError,
+) -> Result<Action, ReconcileError> {
+    let Some((bound, give_up)) = ctx.definition.finalizer_pending_timeout else {
+        return Err(e);
+    };
+    let waited = obj
+        .meta()
+        .deletion_timestamp
+        .as_ref()
+        .and_then(|t| {
+            let since = jiff::Timestamp::now().duration_since(t.0);
+            Duration::try_from(since).ok()
+        })
+        .unwrap_or_default();
+    if waited <= bound {
+        return Err(e);
+    }
+    let retry = match &e {
+        ReconcileError::FinalizerPending(after) => *after,
+        _ => Duration::from_secs(5),
+    };
+    let why = crate::worker_text::bound_owned(e.to_string(), crate::worker_text::MESSAGE_BYTES);
+    if !give_up {
+        return Err(ReconcileError::FinalizerStuck {
+            waited,
+            bound,
+            why,
+            retry,
+        });
+    }
+    tracing::warn!(
+        ?waited,
+        ?bound,
+        "finalizer worker given up: removing the finalizer"
+    );
+    finalizer::remove(api, obj, finalizer_name).await?;
+    let reference = obj.object_ref(&ctx.resource.api);
+    status::publish_event(
+        &ctx.recorder,
+        &reference,
+        true,
+        "FinalizerAbandoned",
+        "Finalize",
+        format!(
+            "the finalizer worker had not finished {}s after the deletion began (spec.finalizer.pendingTimeout {bound:?}, onPendingTimeout: giveUp): finalizer removed without it; last: {why}",
+            waited.as_secs()
+        ),
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
 /// The controller's error policy: the worker's own delay for a pending finalizer, else backoff.
 pub fn error_policy(
     obj: Arc<DynamicObject>,
@@ -495,6 +558,7 @@ pub fn error_policy(
 ) -> Action {
     match err {
         ReconcileError::FinalizerPending(after) => Action::requeue(*after),
+        ReconcileError::FinalizerStuck { retry, .. } => Action::requeue(*retry),
         // Asked again once the answer may have changed.
         ReconcileError::NotGranted(_) => Action::requeue(GRANTS_RECHECK),
         // Not a failure of the resource: the watch will bring the new object shortly.

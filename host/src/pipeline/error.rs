@@ -43,6 +43,16 @@ pub enum ReconcileError {
     },
     #[error("finalizer worker not done yet; running again in {0:?}")]
     FinalizerPending(Duration),
+    // `waited` is not in the message: it would change the Condition at every retry.
+    #[error("the finalizer worker has not finished within spec.finalizer.pendingTimeout ({bound:?}) of the resource's deletion: {why}")]
+    FinalizerStuck {
+        waited: Duration,
+        bound: Duration,
+        /// Why it is not done (its last answer or error).
+        why: String,
+        /// When it runs again.
+        retry: Duration,
+    },
     #[error("outputs of phase {phase} refused, nothing was applied: {source}")]
     Outputs {
         phase: String,
@@ -131,6 +141,7 @@ impl ReconcileError {
             ReconcileError::Worker { source, .. }
             | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
             ReconcileError::FinalizerPending(_) => "FinalizerPending",
+            ReconcileError::FinalizerStuck { .. } => "FinalizerStuck",
             // Only refusals to take over someone else's object: the worker's names are taken.
             ReconcileError::Apply { failures, .. }
                 if failures
