@@ -7,7 +7,7 @@
 
 mod common;
 
-use anyhow::{ensure, Context};
+use anyhow::ensure;
 use common::autoroute::T;
 use common::cluster::*;
 use serde_json::{json, Value};
@@ -242,21 +242,14 @@ async fn wait_phase(
 /// was sent as A's account, impersonated by the host; B's as B's. (Skipped, saying so, when
 /// the cluster is not the local one that writes the log.)
 async fn audit_shows_operator_accounts(ns: &str) -> anyhow::Result<()> {
-    let Some(path) = std::env::var_os("WASMPILOT_AUDIT_LOG") else {
+    if audit_entries(ns)?.is_none() {
         eprintln!("SKIPPED: the audit log check (WASMPILOT_AUDIT_LOG is not set: not the local cluster of deploy/local/cluster.sh)");
         return Ok(());
-    };
+    }
     let account = |op: &str| format!("system:serviceaccount:wasmpilot-system:op-{op}");
     // The audit backend writes in batches: wait for the entries to arrive.
     wait_for("the operators' writes in the audit log", T, || async {
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.to_string_lossy()))?;
-        let writes: Vec<Value> = text
-            .lines()
-            .filter(|l| l.contains(ns))
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["objectRef"]["namespace"] == ns)
-            .collect();
+        let writes = audit_entries(ns)?.unwrap_or_default();
         let by = |resource: &str, subresource: Option<&str>, name: &str| -> Vec<&Value> {
             writes
                 .iter()

@@ -16,7 +16,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -239,6 +239,34 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         "the leader pod reconciled r1"
     );
     step("AutoRoute r1 Ready, reconciled in the leader pod");
+    // The pod acts as the operator's own account: its writes for AutoRoute are the host's
+    // requests impersonating op-autoroute (from the API server's audit log).
+    if audit_entries(ns)?.is_none() {
+        eprintln!("SKIPPED: the audit log check (WASMPILOT_AUDIT_LOG is not set)");
+    } else {
+        let entries = wait_for("r1's status write in the audit log", T, || async {
+            let entries = audit_entries(ns)?.unwrap_or_default();
+            let writes: Vec<Value> = entries
+                .into_iter()
+                .filter(|e| {
+                    e["objectRef"]["resource"] == "autoroutes"
+                        && e["objectRef"]["subresource"] == "status"
+                        && e["objectRef"]["name"] == "r1"
+                })
+                .collect();
+            Ok((!writes.is_empty()).then_some(writes))
+        })
+        .await?;
+        for e in &entries {
+            ensure!(
+                e["user"]["username"] == "system:serviceaccount:wasmpilot-system:wasmpilot"
+                    && e["impersonatedUser"]["username"]
+                        == "system:serviceaccount:wasmpilot-system:op-autoroute",
+                "r1's status written by the host pod as op-autoroute: {e}"
+            );
+        }
+        step("the pod wrote r1's status as the operator's account (audit log)");
+    }
 
     // 3. The leader pod deleted: the standby takes over within the Lease duration.
     let deleted = Instant::now();

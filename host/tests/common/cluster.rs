@@ -520,3 +520,21 @@ pub async fn with_scripted_host_args<F, Fut>(
         panic!("{e:#}\nhost log:\n{}", host.log_text());
     }
 }
+
+/// The API server's audit entries (writes, `deploy/local/cluster.sh`'s policy) for objects in
+/// namespace `ns`; `None` when the cluster writes no audit log this test can read
+/// (`WASMPILOT_AUDIT_LOG`, set by `cluster.sh env`).
+pub fn audit_entries(ns: &str) -> anyhow::Result<Option<Vec<Value>>> {
+    let Some(path) = std::env::var_os("WASMPILOT_AUDIT_LOG") else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {}", path.to_string_lossy()))?;
+    Ok(Some(
+        text.lines()
+            .filter(|l| l.contains(ns))
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["objectRef"]["namespace"] == ns)
+            .collect(),
+    ))
+}
