@@ -247,7 +247,9 @@ pub struct FinalizerSpec {
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum OnOperatorDeletion {
+    /// Remove the finalizer without running the worker (the default).
     Release,
+    /// Run the finalizer worker once per resource, then remove the finalizer.
     RunFinalizer,
 }
 
@@ -255,7 +257,9 @@ pub enum OnOperatorDeletion {
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum OnPendingTimeout {
+    /// Keep running the worker and report the resource `FinalizerStuck` (the default).
     Report,
+    /// Remove the finalizer without the worker (`FinalizerAbandoned`).
     GiveUp,
 }
 
@@ -408,6 +412,37 @@ pub struct ShadowStatus {
 mod tests {
     use super::*;
     use kube::CustomResourceExt;
+
+    /// No `enum` of the schema lists `null`: kubectl's validation and the API server (1.20)
+    /// refuse such a CRD ("unknown object type nil"). An optional enum whose variants are
+    /// undocumented gets one from schemars; documented variants do not.
+    #[test]
+    fn no_enum_of_the_schema_lists_null() {
+        fn walk(v: &serde_json::Value, at: &str, found: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    if let Some(serde_json::Value::Array(values)) = m.get("enum") {
+                        if values.iter().any(serde_json::Value::is_null) {
+                            found.push(at.to_string());
+                        }
+                    }
+                    for (k, child) in m {
+                        walk(child, &format!("{at}.{k}"), found);
+                    }
+                }
+                serde_json::Value::Array(items) => {
+                    for (i, child) in items.iter().enumerate() {
+                        walk(child, &format!("{at}[{i}]"), found);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let crd = serde_json::to_value(WasmOperator::crd()).unwrap();
+        let mut found = Vec::new();
+        walk(&crd, "", &mut found);
+        assert!(found.is_empty(), "enums listing null: {found:#?}");
+    }
 
     /// `deploy/crds/wasmoperator.yaml` is generated from these types; regenerate with
     /// `cargo run -p wasmpilot -- crd > deploy/crds/wasmoperator.yaml`.
