@@ -335,7 +335,13 @@ impl Prometheus {
                 .timeout(timeout)
                 .send()
                 .await
-                .map_err(|e| failed(format!("{} (timeout {timeout:?})", with_causes(&e))))?;
+                // With its causes: why it failed (an address the egress policy refused).
+                .map_err(|e| {
+                    failed(format!(
+                        "{} (timeout {timeout:?})",
+                        crate::error_report::one_line(&e)
+                    ))
+                })?;
             let status = response.status();
             let mut body = Vec::new();
             while let Some(chunk) = response
@@ -366,18 +372,6 @@ impl Prometheus {
         }
         Ok(inputs)
     }
-}
-
-/// An HTTP error with its causes (why it failed: an address the egress policy refused).
-fn with_causes(e: &reqwest::Error) -> String {
-    let mut msg = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
-    }
-    msg
 }
 
 #[cfg(test)]

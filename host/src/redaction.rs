@@ -83,6 +83,19 @@ impl Redactor {
         }
     }
 
+    /// Every string of a JSON object (a worker's status info), keys included, with every
+    /// Secret value replaced.
+    pub fn json_map(&self, map: &mut serde_json::Map<String, Value>) {
+        if self.is_empty() {
+            return;
+        }
+        let mut value = Value::Object(std::mem::take(map));
+        self.json(&mut value);
+        if let Value::Object(m) = value {
+            *map = m;
+        }
+    }
+
     /// Every string (keys included) in `value` with every Secret value replaced.
     pub fn json(&self, value: &mut Value) {
         if self.is_empty() {

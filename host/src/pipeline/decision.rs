@@ -4,13 +4,15 @@
 //! (declared kinds, named, in the resource's namespace) checked. Applying, pruning and the status
 //! write are the caller's: `reconcile` on the cluster, `simulate` on files, `plan` as a diff.
 
-use crate::crd::KindRef;
+use crate::crd::{InputSpec, KindRef};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::pipeline::error::ReconcileError;
 use crate::pipeline::outputs::{self, CheckedOutput, Owner};
 use crate::pipeline::status::{StatusUpdate, Transition};
 use crate::redaction::Redactor;
-use crate::sandbox::{PhaseModule, RequestDigest, RunError, Sandbox, SyncCall, SyncRequest};
+use crate::sandbox::{
+    NamedObjects, PhaseModule, RequestDigest, RunError, Sandbox, SyncCall, SyncRequest,
+};
 use crate::worker_text::{bounded, NAME_BYTES};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
@@ -106,7 +108,7 @@ pub async fn decide(
     let current = &phase.name;
     let input_hash = RequestDigest::of_sync(&request);
     // The Secret values the worker is handed stay out of what it says (logs, errors, status).
-    let redactor = secrets_handed(phase, &request);
+    let redactor = secrets_handed(&phase.inputs, &request.inputs);
     let started = Instant::now();
     let call = SyncCall {
         slot,
@@ -140,12 +142,8 @@ pub async fn decide(
         });
     }
     let mut status_info = parse_status_info(current, result.status_info.as_deref())?;
-    if let Some(info) = status_info.as_mut().filter(|_| !redactor.is_empty()) {
-        let mut value = Value::Object(std::mem::take(info));
-        redactor.json(&mut value);
-        if let Value::Object(m) = value {
-            *info = m;
-        }
+    if let Some(info) = status_info.as_mut() {
+        redactor.json_map(info);
     }
     let uid = resource.metadata.uid.clone().unwrap_or_default();
     let name = resource.metadata.name.clone().unwrap_or_default();
@@ -176,10 +174,10 @@ pub async fn decide(
     })
 }
 
-/// The Secret values among the request's inputs that the phase declares as `v1 Secret`.
-fn secrets_handed(phase: &PhaseDefinition, request: &SyncRequest) -> Redactor {
-    let secret_inputs: Vec<&str> = phase
-        .inputs
+/// The Secret values among the inputs handed to a worker (`named`) that are declared (`declared`)
+/// as `v1 Secret`.
+pub(crate) fn secrets_handed(declared: &[InputSpec], named: &[NamedObjects]) -> Redactor {
+    let secret_inputs: Vec<&str> = declared
         .iter()
         .filter(|i| i.api_version == "v1" && i.kind == "Secret")
         .map(|i| i.name.as_str())
@@ -188,8 +186,7 @@ fn secrets_handed(phase: &PhaseDefinition, request: &SyncRequest) -> Redactor {
         return Redactor::default();
     }
     Redactor::of_objects(
-        request
-            .inputs
+        named
             .iter()
             .filter(|n| secret_inputs.contains(&n.name.as_str()))
             .flat_map(|n| n.objects.iter().map(String::as_str)),

@@ -43,17 +43,7 @@ pub async fn decide(
         now,
     };
     // The Secret values it is handed stay out of what it says (logs, errors, status).
-    let secrets: Vec<&str> = declared
-        .iter()
-        .filter(|i| i.api_version == "v1" && i.kind == "Secret")
-        .map(|i| i.name.as_str())
-        .collect();
-    let redactor = crate::redaction::Redactor::of_objects(
-        finalizer_inputs
-            .iter()
-            .filter(|n| secrets.contains(&n.name.as_str()))
-            .flat_map(|n| n.objects.iter().map(String::as_str)),
-    );
+    let redactor = crate::pipeline::decision::secrets_handed(declared, &finalizer_inputs);
     let result = sandbox
         .run_finalize(module, request, finalizer_inputs, redactor.clone())
         .await
@@ -62,12 +52,8 @@ pub async fn decide(
             source: source.redacted(&redactor),
         })?;
     let mut status_info = parse_status_info(FINALIZER_ROLE, result.status_info.as_deref())?;
-    if let Some(info) = status_info.as_mut().filter(|_| !redactor.is_empty()) {
-        let mut value = Value::Object(std::mem::take(info));
-        redactor.json(&mut value);
-        if let Value::Object(m) = value {
-            *info = m;
-        }
+    if let Some(info) = status_info.as_mut() {
+        redactor.json_map(info);
     }
     Ok(FinalizeDecision {
         done: result.done,
