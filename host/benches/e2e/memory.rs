@@ -305,8 +305,18 @@ async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<(
         let mut spec = op.data["spec"].clone();
         spec["resource"] =
             json!({"apiVersion": format!("{GROUP}/v1"), "kind": format!("MemRoute{i}")});
+        let name = format!("membench-{i}");
+        // Each acts as its own account (as `wasmpilot deploy` grants one); the bench's host runs
+        // as the admin, so nothing is granted to the shipped host account.
+        let typed: wasmpilot::crd::WasmOperatorSpec = serde_json::from_value(spec.clone())?;
+        let target = wasmpilot::rbac::GrantTarget {
+            identity_namespace: wasmpilot::rbac::DEFAULT_IDENTITY_NAMESPACE.into(),
+            host_account: None,
+            namespaces: Vec::new(),
+        };
+        wasmpilot::deploy::apply_grants(client, &name, &typed, &target).await?;
         let body = json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
-                          "metadata": {"name": format!("membench-{i}")}, "spec": spec});
+                          "metadata": {"name": name}, "spec": spec});
         wasm_ops
             .create(&PostParams::default(), &serde_json::from_value(body)?)
             .await?;
