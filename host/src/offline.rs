@@ -5,11 +5,11 @@
 //! [`crate::pipeline::step::request`] builds, the phase's component, [`crate::pipeline::decision::decide`]);
 //! `wasmpilot run-phase`, `simulate`, `plan` and `capture` all go through it.
 
-use crate::crd::{InputSpec, KindRef, WasmOperator};
+use crate::crd::{KindRef, WasmOperator};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::modules::ModuleCache;
 use crate::pipeline::decision::{self, DecisionInput};
-use crate::pipeline::inputs::{self, ObjectSource, WorkerObject};
+use crate::pipeline::inputs::ObjectSource;
 use crate::pipeline::step::{self, Samples};
 use crate::pipeline::ReconcileError;
 use crate::sandbox::{Sandbox, SandboxLimits, SyncRequest};
@@ -74,18 +74,7 @@ pub struct OfflineFinalizeOutcome {
     pub status_info: Option<Value>,
 }
 
-/// Objects standing in for the cluster's watch caches, grouped by kind.
-#[derive(Clone, Default)]
-pub struct ObjectsByKind(pub HashMap<KindRef, Vec<Arc<DynamicObject>>>);
-
-impl ObjectSource for ObjectsByKind {
-    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
-        self.0
-            .get(&KindRef::new(&input.api_version, &input.kind))
-            .map(|objects| inputs::worker_objects_of(objects, input, namespace))
-            .unwrap_or_default()
-    }
-}
+pub use crate::pipeline::inputs::ObjectsByKind;
 
 impl ObjectsByKind {
     /// Groups Kubernetes objects (JSON) by apiVersion and kind.

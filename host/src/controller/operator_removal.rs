@@ -10,10 +10,10 @@
 //! whatever it answers.
 
 use crate::controller::finalizer;
-use crate::crd::{InputSpec, KindRef, WasmOperator};
+use crate::crd::{KindRef, WasmOperator};
 use crate::definition::OperatorDefinition;
 use crate::kinds;
-use crate::pipeline::inputs::{ObjectSource, WorkerObject};
+use crate::pipeline::inputs::ObjectsByKind;
 use crate::pipeline::status;
 use crate::pipeline::ReconcileError;
 use crate::sandbox::{FinalizerModule, Sandbox};
@@ -87,20 +87,6 @@ pub struct FinalizeOnRemoval<'a> {
     pub module: &'a FinalizerModule,
 }
 
-/// A finalizer's declared inputs as listed from the API server now (the operator's caches are
-/// gone with its controller).
-struct Listed(HashMap<KindRef, Vec<Arc<DynamicObject>>>);
-
-impl ObjectSource for Listed {
-    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
-        let kind = KindRef::new(&input.api_version, &input.kind);
-        self.0
-            .get(&kind)
-            .map(|objects| crate::pipeline::inputs::worker_objects_of(objects, input, namespace))
-            .unwrap_or_default()
-    }
-}
-
 impl FinalizeOnRemoval<'_> {
     /// Runs the finalizer worker for `resource`; says what it answered, for the Event.
     async fn run(&self, client: &Client, resource: &DynamicObject) -> String {
@@ -126,7 +112,8 @@ impl FinalizeOnRemoval<'_> {
             self.definition,
             self.module,
             resource,
-            &Listed(listed),
+            // Listed now: the operator's caches are gone with its controller.
+            &ObjectsByKind(listed),
             crate::pipeline::step::now_rfc3339(),
         )
         .await;

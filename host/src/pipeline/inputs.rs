@@ -80,6 +80,20 @@ pub fn projection(input: &InputSpec) -> Option<Projection> {
     Projection::new(&input.fields).ok()
 }
 
+/// Objects standing in for the watch caches, grouped by kind: the offline commands' objects
+/// from files, and a deleted operator's finalizer inputs listed from the API server.
+#[derive(Clone, Default)]
+pub struct ObjectsByKind(pub std::collections::HashMap<KindRef, Vec<Arc<DynamicObject>>>);
+
+impl ObjectSource for ObjectsByKind {
+    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+        self.0
+            .get(&KindRef::new(&input.api_version, &input.kind))
+            .map(|objects| worker_objects_of(objects, input, namespace))
+            .unwrap_or_default()
+    }
+}
+
 /// Objects of one kind held in memory (offline runs, tests): filtered and serialized per call.
 pub fn worker_objects_of(
     objects: &[Arc<DynamicObject>],
