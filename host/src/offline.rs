@@ -8,9 +8,9 @@
 use crate::crd::{KindRef, WasmOperator};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::modules::ModuleCache;
-use crate::pipeline::decision::{self, DecisionInput};
+use crate::pipeline::effects::{PhaseReads, WorkerCall, WorkerReads};
 use crate::pipeline::inputs::ObjectSource;
-use crate::pipeline::step::{self, Samples};
+use crate::pipeline::step::{self, PhaseStep, Samples};
 use crate::pipeline::ReconcileError;
 use crate::sandbox::{Sandbox, SandboxLimits, SyncRequest};
 use anyhow::{anyhow, bail, Context};
@@ -20,7 +20,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What to run.
 pub struct OfflineRun {
@@ -232,9 +232,9 @@ pub struct OfflineCall {
 }
 
 impl OfflineOperator<'_> {
-    /// Runs `phase`'s worker once for `resource`, as a reconcile does: the request
-    /// [`step::request`] builds (inputs selected from `source`, metric `samples`, the clock
-    /// `now`), the phase's component with its limits, then [`decision::decide`]. Errors before
+    /// Runs `phase`'s worker once for `resource`, as a reconcile decides
+    /// ([`step::decide`]: the phase's component with its limits, the request built from
+    /// `source`, metric `samples` and the clock `now`, the decision checked). Errors before
     /// the worker runs (a final phase, a component that does not load, an invalid selector, a
     /// failed query) are returned; the decision's own error is in the call.
     pub async fn call(
@@ -245,29 +245,19 @@ impl OfflineOperator<'_> {
         samples: Samples<'_>,
         now: &str,
     ) -> anyhow::Result<OfflineCall> {
-        let def = self.definition;
-        let Some(module_ref) = &phase.module else {
-            bail!("phase {} is final: it runs no worker", phase.name)
-        };
-        let module = phase_module(self.modules, phase, module_ref).await?;
-        let request = step::request(def, phase, resource, source, samples, now).await?;
-        let input = DecisionInput {
-            definition: def,
-            phase,
-            module: &module,
-            resource,
-            request: request.clone(),
-            namespaced: self.namespaced,
-            slot: None,
-        };
-        let started = Instant::now();
-        let decided = decision::decide(self.modules.sandbox(), input, |_, _| {}).await;
-        Ok(OfflineCall {
-            request,
-            module: module.digest.clone(),
-            duration: started.elapsed(),
-            decided,
-        })
+        let mut reads = OfflineReads::new(self.modules, source, samples);
+        let decided = step::decide(self.step(resource, now), phase, &mut reads).await;
+        match reads.call.take() {
+            Some(call) => Ok(OfflineCall {
+                request: call.request,
+                module: call.module,
+                duration: call.duration,
+                decided,
+            }),
+            None => Err(decided.err().map(anyhow::Error::from).unwrap_or_else(|| {
+                anyhow!("phase {}: the worker was not called", phase.name)
+            })),
+        }
     }
 
     /// [`Self::call`]'s decision; its errors are the host's own ([`ReconcileError`]), so their
@@ -284,6 +274,92 @@ impl OfflineOperator<'_> {
             .call(resource, phase, source, samples, now)
             .await?
             .decided?)
+    }
+
+    /// The phase step of `resource` at `now` with this operator.
+    pub fn step<'a>(&'a self, resource: &'a DynamicObject, now: &'a str) -> PhaseStep<'a> {
+        PhaseStep {
+            definition: self.definition,
+            resource,
+            now,
+            sandbox: self.modules.sandbox(),
+            namespaced: self.namespaced,
+        }
+    }
+}
+
+/// A worker call an offline step kept: what the worker was handed, which component, how long.
+pub struct KeptCall {
+    pub request: SyncRequest,
+    pub module: String,
+    pub duration: Duration,
+}
+
+/// A phase's worker as the offline commands read it: its component loaded through `modules`
+/// (as the controller loads it), its inputs selected from `source`, its metric samples given
+/// once; the call is kept.
+pub struct OfflineReads<'a, S> {
+    modules: &'a ModuleCache,
+    source: &'a S,
+    samples: Option<Samples<'a>>,
+    /// The worker call, once made.
+    pub call: Option<KeptCall>,
+}
+
+impl<'a, S: ObjectSource> OfflineReads<'a, S> {
+    pub fn new(modules: &'a ModuleCache, source: &'a S, samples: Samples<'a>) -> Self {
+        OfflineReads {
+            modules,
+            source,
+            samples: Some(samples),
+            call: None,
+        }
+    }
+}
+
+impl<S: ObjectSource> WorkerReads for OfflineReads<'_, S> {
+    type Source = S;
+
+    async fn reads(
+        &mut self,
+        phase: &PhaseDefinition,
+    ) -> Result<PhaseReads<'_, S>, ReconcileError> {
+        let Some(module_ref) = &phase.module else {
+            return Err(ReconcileError::NoWorker {
+                phase: phase.name.clone(),
+            });
+        };
+        let module = self
+            .modules
+            .phase_worker(phase, module_ref)
+            .await
+            .map_err(|source| ReconcileError::ModuleNotLoaded {
+                phase: phase.name.clone(),
+                source: Box::new(source),
+            })?;
+        Ok(PhaseReads {
+            module,
+            source: self.source,
+            samples: self
+                .samples
+                .take()
+                .unwrap_or(Samples::Given(Vec::new())),
+            slot: None,
+        })
+    }
+
+    fn keeps_request(&self, _phase: &str) -> bool {
+        true
+    }
+
+    fn called(&mut self, call: WorkerCall<'_>) {
+        if let Some(request) = call.request {
+            self.call = Some(KeptCall {
+                request,
+                module: call.module.to_string(),
+                duration: call.duration,
+            });
+        }
     }
 }
 

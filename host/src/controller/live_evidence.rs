@@ -1,7 +1,7 @@
 //! The evidence step of a reconcile: its live worker call, kept when the operator records or
 //! shadows the phase, handed to the record sink and to the phase's shadow lane afterwards.
 
-use crate::controller::reconcile::OperatorContext;
+use crate::controller::context::OperatorContext;
 use crate::evidence::case::{CaseSource, RecordedResult};
 use crate::evidence::record::PendingRecord;
 use crate::sandbox::SyncRequest;

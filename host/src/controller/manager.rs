@@ -5,7 +5,7 @@
 
 use crate::controller::grants::{Identities, LoadRefusal, OperatorGrants, Reach};
 use crate::controller::operator_removal;
-use crate::controller::reconcile::{InputCaches, OperatorContext, OutputCaches};
+use crate::controller::context::{InputCaches, OperatorContext, OutputCaches};
 use crate::controller::schedule::Backoff;
 use crate::controller::shadow::Shadows;
 use crate::controller::watch;
@@ -290,7 +290,7 @@ pub struct Manager {
     client: Client,
     identities: Identities,
     modules: Arc<ModuleCache>,
-    metrics_source: crate::controller::reconcile::MetricsSource,
+    metrics_source: crate::controller::context::MetricsSource,
     /// Where every operator's decisions are recorded, if anywhere.
     record_sink: Option<RecordSink>,
     /// Which resources an input object's change requeues (the same for every operator).
@@ -309,7 +309,7 @@ pub(super) struct ManagerContext {
     /// WasmOperators to reconcile again now: those refused for a kind another operator held,
     /// once it is free (or taken by an older one).
     recheck: futures::channel::mpsc::UnboundedSender<ObjectRef<WasmOperator>>,
-    metrics_source: crate::controller::reconcile::MetricsSource,
+    metrics_source: crate::controller::context::MetricsSource,
     /// Watches and caches per kind, shared by the operators that use them.
     informers: crate::controller::informers::Informers,
     record_sink: Option<RecordSink>,
@@ -331,7 +331,7 @@ impl Manager {
             client,
             identities,
             modules,
-            metrics_source: crate::controller::reconcile::MetricsSource::default(),
+            metrics_source: crate::controller::context::MetricsSource::default(),
             record_sink: None,
             input_requeue: Default::default(),
         }

@@ -2,7 +2,7 @@
 //! client): server-side apply of outputs, its convergence paths, pruning, the conditional status
 //! write. Each test states the requests, in order, that the host must make and no others.
 
-use crate::controller::reconcile::write_status;
+use crate::controller::cluster_effects::write_status;
 use crate::crd::KindRef;
 use crate::kinds::ResolvedKind;
 use crate::mock_api_server::{failure, scripted, Exchange};
@@ -563,9 +563,9 @@ fn widget_operator(
     client: &kube::Client,
     component: &[u8],
     outputs_synced: bool,
-) -> std::sync::Arc<crate::controller::reconcile::OperatorContext> {
+) -> std::sync::Arc<crate::controller::context::OperatorContext> {
     use crate::controller::informers::{metadata_of, Informer};
-    use crate::controller::reconcile::{InputCaches, OperatorContext, OutputCaches};
+    use crate::controller::context::{InputCaches, OperatorContext, OutputCaches};
     use crate::definition::OperatorDefinition;
     use crate::pipeline::inputs::WorkerObject;
     use crate::sandbox::{Sandbox, SandboxLimits};

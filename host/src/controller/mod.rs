@@ -1,8 +1,11 @@
-//! The cluster side: the `manager` loads WasmOperators, `watch` runs one controller per operator
-//! over shared `informers` (requeueing the resources a change concerns), `schedule` paces retries,
-//! `reconcile` runs one [`crate::pipeline`] step and applies it, `live_evidence` hands its worker call to the
-//! record sink and the `shadow` lane, `leader` elects the active host.
+//! The cluster side: the `manager` loads WasmOperators into a `context` each, `watch` runs one
+//! controller per operator over shared `informers` (requeueing the resources a change concerns),
+//! `schedule` paces retries, `reconcile` runs one [`crate::pipeline`] step on the cluster
+//! (`cluster_effects`, its `own_writes` waking nothing), `live_evidence` hands its worker call to
+//! the record sink and the `shadow` lane, `leader` elects the active host.
 
+pub mod cluster_effects;
+pub mod context;
 pub mod finalizer;
 pub mod grants;
 pub mod informers;
@@ -10,6 +13,7 @@ pub mod leader;
 pub mod live_evidence;
 pub mod manager;
 pub mod operator_removal;
+pub mod own_writes;
 pub mod reconcile;
 pub mod schedule;
 pub mod shadow;

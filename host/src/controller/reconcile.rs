@@ -1,302 +1,22 @@
-//! One reconcile of one resource, top to bottom: current phase → inputs → sandbox → outputs →
-//! status. Errors end as a Condition and an Event on the resource, then backoff or resync.
-//! The worker's decision and its checks are [`crate::pipeline::decision::decide`] (shared with the offline
-//! commands); applying, pruning and the status write are here.
+//! One reconcile of one resource, top to bottom: grants and finalizer bookkeeping, then one
+//! [`crate::pipeline::step::run`] on the cluster ([`ClusterEffects`]), phases chained, a stale
+//! read decided again; errors end as a Condition and an Event on the resource, then backoff.
 
+use crate::controller::cluster_effects::{short, write_status, ClusterEffects, Read};
+use crate::controller::context::OperatorContext;
 use crate::controller::finalizer;
 use crate::controller::grants::{ReconcileRefusal, GRANTS_RECHECK};
-use crate::controller::informers::{MetadataInformer, ObjectInformer};
-use crate::controller::live_evidence::LiveCall;
-use crate::controller::schedule::Backoff;
-use crate::crd::{InputSpec, KindRef};
-use crate::definition::OperatorDefinition;
-use crate::evidence::case::RecordedResult;
-use crate::kinds::ResolvedKind;
-use crate::pipeline::decision::{self, DecisionInput};
-use crate::pipeline::inputs::{ObjectSource, WorkerObject};
-use crate::pipeline::outputs::{self, CheckedOutput, ObjectKey, OutputError};
+use crate::pipeline::decision;
 use crate::pipeline::status::{self, ConditionUpdate, StatusUpdate, SYNCED};
-use crate::pipeline::step::{self, now_rfc3339, Samples, Standing};
+use crate::pipeline::step::{self, now_rfc3339, PhaseStep, StepOutcome};
 use crate::pipeline::ReconcileError;
-use crate::sandbox::{FinalizerModule, PhaseModule, RunError, Sandbox};
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::Recorder;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
-use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tracing::Instrument;
-
-/// How long a reconcile waits for the input caches' first list before retrying.
-const INPUTS_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Everything one operator's reconciles share; built by the manager when the operator loads.
-pub struct OperatorContext {
-    pub definition: OperatorDefinition,
-    /// Sends every request as the operator's own account (impersonated): its writes, and the
-    /// reads that decide one (a resource read after a stale decision).
-    pub as_operator: Client,
-    /// The host's own identity: the watches of the shared caches.
-    pub host_client: Client,
-    /// What the operator's account is granted, per namespace.
-    pub grants: crate::controller::grants::OperatorGrants,
-    /// Events the host reports itself on the operator's resources (a refusal for missing
-    /// grants, which the operator's account may not be able to report there).
-    pub host_recorder: Recorder,
-    pub resource: ResolvedKind,
-    /// Phase name → its component.
-    pub workers: HashMap<String, PhaseModule>,
-    pub finalizer: Option<FinalizerModule>,
-    /// Input and output kinds, resolved.
-    pub kinds: HashMap<KindRef, ResolvedKind>,
-    pub namespaced: HashMap<KindRef, bool>,
-    pub inputs: InputCaches,
-    pub outputs: OutputCaches,
-    pub sandbox: Arc<Sandbox>,
-    /// Events on the operator's resources, sent as the operator's account.
-    pub recorder: Recorder,
-    pub backoff: Backoff,
-    pub metrics_source: MetricsSource,
-    /// Resources whose finalizer worker reported done (it runs once per deletion).
-    pub finalized: finalizer::FinalizedResources,
-    /// Where decisions are recorded (`wasmpilot run --record-dir`), if anywhere.
-    pub record_sink: Option<crate::evidence::record::RecordSink>,
-    /// The phases' shadow components, if any phase declares one.
-    pub shadows: Option<crate::controller::shadow::Shadows>,
-    /// Which resources an input object's change requeues.
-    pub input_requeue: crate::controller::watch::InputRequeue,
-    /// The resource versions this host's own status writes produced (their watch events wake
-    /// nothing).
-    pub own_writes: OwnWrites,
-}
-
-/// Resources at most remembered with an own write whose watch event has not arrived (a
-/// resource deleted meanwhile never brings it); beyond, the memory starts over.
-const OWN_WRITES_KEPT: usize = 100_000;
-
-/// How long the resource's watch waits for a status write of this host in flight to answer
-/// before it takes an event of that resource as someone else's.
-const OWN_WRITE_WAIT: Duration = Duration::from_secs(5);
-
-/// This host's status writes per resource (by uid): in flight, or the resourceVersion the last
-/// one produced until its watch event arrives. That event is this host's own write, already
-/// acted on (the phase it moved to was run in the same reconcile, or a requeue is set), and
-/// reconciles nothing; an event arriving while a write is in flight waits for its answer to
-/// tell. A worker whose every decision changes its status therefore writes at its
-/// `requeue_after` pace, not as fast as the watch brings its writes back.
-#[derive(Default)]
-pub struct OwnWrites {
-    writes: std::sync::Mutex<HashMap<String, OwnWrite>>,
-    answered: tokio::sync::Notify,
-}
-
-enum OwnWrite {
-    InFlight,
-    Wrote(String),
-}
-
-impl OwnWrites {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnWrite>> {
-        self.writes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A status write of the resource `uid` is about to be sent.
-    fn begin(&self, uid: Option<&str>) {
-        let Some(uid) = uid else { return };
-        let mut writes = self.lock();
-        if writes.len() >= OWN_WRITES_KEPT {
-            writes.clear();
-        }
-        writes.insert(uid.to_string(), OwnWrite::InFlight);
-    }
-
-    /// The write begun for `uid` was answered: `written` (none if it failed).
-    fn finish(&self, uid: Option<&str>, written: Option<&DynamicObject>) {
-        let Some(uid) = uid else { return };
-        let rv = written.and_then(|w| w.metadata.resource_version.clone());
-        {
-            let mut writes = self.lock();
-            match rv {
-                Some(rv) => writes.insert(uid.to_string(), OwnWrite::Wrote(rv)),
-                None => writes.remove(uid),
-            };
-        }
-        self.answered.notify_waiters();
-    }
-
-    /// Whether the version `rv` of the resource `uid`, as its watch brings it, is exactly this
-    /// host's last write of it; waits (bounded) for a write of it in flight to be answered first.
-    pub async fn is_own(&self, uid: Option<String>, rv: Option<String>) -> bool {
-        let (Some(uid), Some(rv)) = (uid, rv) else {
-            return false;
-        };
-        let (uid, rv) = (&uid, &rv);
-        let waited = std::time::Instant::now();
-        loop {
-            let answered = self.answered.notified();
-            tokio::pin!(answered);
-            answered.as_mut().enable();
-            {
-                let mut writes = self.lock();
-                match writes.get(uid) {
-                    Some(OwnWrite::InFlight) => {}
-                    Some(OwnWrite::Wrote(written)) if written == rv => {
-                        writes.remove(uid);
-                        return true;
-                    }
-                    _ => return false,
-                }
-            }
-            let left = OWN_WRITE_WAIT.saturating_sub(waited.elapsed());
-            if left.is_zero() || tokio::time::timeout(left, answered).await.is_err() {
-                return false;
-            }
-        }
-    }
-}
-
-/// Where phases' metric queries go unless the WasmOperator names its own Prometheus.
-#[derive(Clone, Default)]
-pub struct MetricsSource {
-    pub client: crate::promql::Prometheus,
-    pub default_url: Option<String>,
-}
-
-/// The shared informers of the operator's inputs: per kind, one per projection declared (the
-/// `fields` as written; inputs declaring the same fields, or none, share one).
-#[derive(Clone, Default)]
-pub struct InputCaches(HashMap<KindRef, Vec<ProjectedInformer>>);
-
-/// An informer and the `fields` (as declared) of the inputs reading it.
-type ProjectedInformer = (Vec<String>, Arc<ObjectInformer>);
-
-impl InputCaches {
-    /// Adds the informer of inputs of `kind` declaring `fields`, unless there is one.
-    pub fn add(
-        &mut self,
-        kind: KindRef,
-        fields: &[String],
-        informer: impl FnOnce() -> Arc<ObjectInformer>,
-    ) {
-        let slot = self.0.entry(kind).or_default();
-        if !slot.iter().any(|(f, _)| f == fields) {
-            slot.push((fields.to_vec(), informer()));
-        }
-    }
-
-    /// The informer `input` reads.
-    pub fn informer(&self, input: &InputSpec) -> Option<&Arc<ObjectInformer>> {
-        let kind = KindRef::new(&input.api_version, &input.kind);
-        let slot = self.0.get(&kind)?;
-        slot.iter()
-            .find(|(f, _)| *f == input.fields)
-            .map(|(_, i)| i)
-    }
-
-    /// Caches an object this host just wrote in every informer of its kind (see
-    /// [`ObjectInformer::wrote`]).
-    pub fn wrote(&self, kind: &KindRef, object: &DynamicObject) {
-        for (_, informer) in self.0.get(kind).into_iter().flatten() {
-            informer.wrote(object);
-        }
-    }
-
-    /// Drops an object this host just deleted from every informer of its kind.
-    pub fn deleted(&self, kind: &KindRef, namespace: Option<&str>, name: &str) {
-        for (_, informer) in self.0.get(kind).into_iter().flatten() {
-            informer.deleted(namespace, name);
-        }
-    }
-
-    /// Every distinct informer, with its kind (two projections of a kind may share one).
-    pub fn all(&self) -> Vec<(&KindRef, &Arc<ObjectInformer>)> {
-        let mut all: Vec<(&KindRef, &Arc<ObjectInformer>)> = Vec::new();
-        for (kind, slot) in &self.0 {
-            for (_, informer) in slot {
-                if !all.iter().any(|(_, i)| Arc::ptr_eq(i, informer)) {
-                    all.push((kind, informer));
-                }
-            }
-        }
-        all
-    }
-
-    /// The kinds read.
-    pub fn kinds(&self) -> impl Iterator<Item = &KindRef> {
-        self.0.keys()
-    }
-}
-
-impl ObjectSource for InputCaches {
-    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
-        let Some(informer) = self.informer(input) else {
-            return Vec::new();
-        };
-        let mut objects = informer.cache.in_namespace(namespace);
-        // Cluster-scoped objects (indexed under "") are visible to namespaced resources too.
-        if namespace.is_some_and(|ns| !ns.is_empty()) {
-            objects.extend(informer.cache.in_namespace(Some("")));
-        }
-        objects
-    }
-}
-
-/// The shared metadata informers of every output kind (for pruning and owner requeues).
-#[derive(Clone, Default)]
-pub struct OutputCaches(pub HashMap<KindRef, Arc<MetadataInformer>>);
-
-impl OutputCaches {
-    /// Caches the metadata of an object this host just wrote (see [`MetadataInformer::wrote`]).
-    pub fn wrote(&self, kind: &KindRef, object: &DynamicObject) {
-        if let Some(informer) = self.0.get(kind) {
-            informer.wrote(object);
-        }
-    }
-
-    pub fn deleted(&self, kind: &KindRef, namespace: Option<&str>, name: &str) {
-        if let Some(informer) = self.0.get(kind) {
-            informer.deleted(namespace, name);
-        }
-    }
-}
-
-impl outputs::ExistingObjects for OutputCaches {
-    fn get(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Option<kube::api::ObjectMeta> {
-        let found = self.0.get(kind)?.cache.get(namespace, name)?;
-        Some(found.metadata.clone())
-    }
-
-    fn each_in_namespace(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        visit: &mut dyn FnMut(&kube::api::ObjectMeta),
-    ) {
-        if let Some(informer) = self.0.get(kind) {
-            for m in informer.cache.in_namespace(namespace) {
-                visit(&m.metadata);
-            }
-        }
-    }
-}
-
-impl OperatorContext {
-    fn api_for(&self, namespace: Option<&str>) -> Api<DynamicObject> {
-        self.resource.api(&self.as_operator, namespace)
-    }
-
-    /// `namespace/name` (or `name`), as logs, backoff and cases name a resource.
-    pub fn key(obj: &DynamicObject) -> String {
-        format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
-    }
-}
 
 /// The reconcile entry point given to the controller.
 pub async fn reconcile(
@@ -408,30 +128,19 @@ async fn decide_recorded(
     obj: Arc<DynamicObject>,
     read: Read,
 ) -> (Result<Action, ReconcileError>, Option<Arc<DynamicObject>>) {
-    let mut effects = Effects::default();
-    let result = decide(ctx, api, obj.clone(), read, &mut effects).await;
-    if let Some(call) = effects.live.take() {
+    let mut after = Aftermath::default();
+    let result = decide(ctx, api, obj.clone(), read, &mut after).await;
+    if let Some(call) = after.live.take() {
         crate::controller::live_evidence::after_live_call(ctx, &obj, call);
     }
-    (result, effects.next)
-}
-
-/// Where the object a decision is made from comes from.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Read {
-    /// The controller's watch cache, which may lag behind the API server: checked against a
-    /// fresh read of its metadata before outputs are applied.
-    FromCache,
-    /// The API server's answer just now (a status write's, or a read after a stale decision):
-    /// not read again.
-    FromApiServer,
+    (result, after.next)
 }
 
 /// What a decision leaves besides its action: the worker call for the evidence step, and the
 /// resource as written when its phase changed.
 #[derive(Default)]
-struct Effects {
-    live: Option<LiveCall>,
+struct Aftermath {
+    live: Option<crate::controller::live_evidence::LiveCall>,
     next: Option<Arc<DynamicObject>>,
 }
 
@@ -443,7 +152,7 @@ async fn decide(
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
-    effects: &mut Effects,
+    after: &mut Aftermath,
 ) -> Result<Action, ReconcileError> {
     // Nothing is read for the worker, nor written, where the operator's account is not granted.
     ctx.grants
@@ -466,7 +175,7 @@ async fn decide(
             return Ok(Action::await_change());
         }
         if !deleting {
-            return run_phase(ctx, api, obj, read, effects).await;
+            return run_phase(ctx, api, obj, read, after).await;
         }
         let uid = obj.uid().unwrap_or_default();
         if !ctx.finalized.contains(&uid) {
@@ -486,7 +195,7 @@ async fn decide(
     } else if obj.meta().deletion_timestamp.is_some() {
         Ok(Action::await_change())
     } else {
-        run_phase(ctx, api, obj, read, effects).await
+        run_phase(ctx, api, obj, read, after).await
     }
 }
 
@@ -573,164 +282,48 @@ pub fn error_policy(
     }
 }
 
+/// The phase step on the cluster ([`step::run`] with [`ClusterEffects`]), then what the
+/// controller adds: the PhaseChanged Event, and when to look at the resource again.
 async fn run_phase(
     ctx: &OperatorContext,
     api: &Api<DynamicObject>,
     obj: Arc<DynamicObject>,
     read: Read,
-    effects: &mut Effects,
+    after: &mut Aftermath,
 ) -> Result<Action, ReconcileError> {
     let def = &ctx.definition;
     let now = now_rfc3339();
     let current = step::current_phase(def, &obj).to_string();
     tracing::Span::current().record("phase", current.as_str());
-    let generation = obj.metadata.generation;
-    let phase = match step::standing(def, &obj, &now)? {
-        Standing::Runs(phase) => phase,
-        Standing::Final(_) => return Ok(Action::await_change()),
-        Standing::Restart { update, .. } => {
+    let mut effects = ClusterEffects {
+        ctx,
+        api,
+        resource: &obj,
+        read,
+        live: None,
+    };
+    let phase_step = PhaseStep {
+        definition: def,
+        resource: &obj,
+        now: &now,
+        sandbox: &ctx.sandbox,
+        namespaced: &ctx.namespaced,
+    };
+    let outcome = step::run(phase_step, &mut effects).await;
+    after.live = effects.live.take();
+    let decided = match outcome? {
+        StepOutcome::Final => return Ok(Action::await_change()),
+        StepOutcome::Restarted { written } => {
             tracing::info!(from = %current, to = %def.initial_phase, "spec changed after a final phase: starting again");
-            effects.next = write_status(api, &obj, &update, true, &ctx.own_writes)
-                .await?
-                .map(Arc::new);
+            after.next = written.map(Arc::new);
             return Ok(Action::await_change());
         }
+        StepOutcome::Decided(decided) => decided,
     };
-    let module = ctx
-        .workers
-        .get(&current)
-        .ok_or_else(|| ReconcileError::UnknownPhase {
-            phase: current.clone(),
-            operator: def.name.clone(),
-            declared: step::phase_names(def),
-        })?;
-    wait_for_inputs(ctx, &phase.inputs).await?;
-    // The takeover check and pruning read the output caches: not before their first list.
-    wait_for_outputs(ctx, &phase.outputs).await?;
-    let samples = Samples::Query {
-        prometheus: &ctx.metrics_source.client,
-        fallback_url: ctx.metrics_source.default_url.as_deref(),
-    };
-    // The request (every selected input, copied) is built once a worker slot is held, so
-    // calls waiting for one hold no request.
-    let slot = ctx
-        .sandbox
-        .slot(&def.name)
-        .await
-        .map_err(|source| ReconcileError::Worker {
-            phase: current.clone(),
-            digest: module.digest.clone(),
-            source,
-        })?;
-    let request = step::request(def, phase, &obj, &ctx.inputs, samples, &now).await?;
-    let kept_request =
-        crate::controller::live_evidence::wanted(ctx, &current).then(|| request.clone());
-    let input = DecisionInput {
-        definition: def,
-        phase,
-        module,
-        resource: &obj,
-        request,
-        namespaced: &ctx.namespaced,
-        slot: Some(slot),
-    };
-    let started = Instant::now();
-    let decided = decision::decide(&ctx.sandbox, input, |elapsed, error| {
-        record_worker_call(&def.name, &current, elapsed, error)
-    })
-    .await;
-    if let Some(request) = kept_request {
-        effects.live = Some(LiveCall {
-            request,
-            result: RecordedResult::of(&decided),
-            module: module.digest.clone(),
-            duration: started.elapsed(),
-        });
-    }
-    let mut decision = decided?;
-    let uid = obj.metadata.uid.clone().unwrap_or_default();
-    let namespace = obj.namespace();
-    let mut checked = std::mem::take(&mut decision.outputs);
-    // Outputs naming someone else's object are not applied (the others are) and reported.
-    let refused = outputs::refused_takeovers(&checked, &uid, &ctx.outputs);
-    let total = checked.len();
-    let keep: BTreeSet<ObjectKey> = checked.iter().map(CheckedOutput::key).collect();
-    let mut failures: Vec<OutputError> = Vec::new();
-    for (index, e) in refused.into_iter().rev() {
-        checked.remove(index);
-        failures.insert(0, e);
-    }
-    let owned = outputs::Owned {
-        operator: &def.name,
-        phase,
-        owner_uid: &uid,
-        namespace: namespace.as_deref(),
-    };
-    let prunable = outputs::prunable(&owned, &ctx.outputs, &keep);
-    if read == Read::FromCache && (!checked.is_empty() || !prunable.is_empty()) {
-        // Nothing is written from a decision about an object that has changed since.
-        ensure_unchanged(api, &obj).await?;
-    }
-    let report = outputs::apply_outputs(
-        &ctx.as_operator,
-        &def.name,
-        &current,
-        &uid,
-        &ctx.kinds,
-        checked,
-    )
-    .await;
-    let applied = report.applied;
-    // Read your own writes: the next decision on this resource (the phase chained below, or
-    // the reconcile the status write brings) reads its owned inputs from these caches.
-    for (kind, object) in &report.written {
-        ctx.inputs.wrote(kind, object);
-        ctx.outputs.wrote(kind, object);
-    }
-    failures.extend(report.failed);
-    if !report.converged.is_empty() {
-        let reference = obj.object_ref(&ctx.resource.api);
-        for (object, how) in &report.converged {
-            report_convergence(ctx, &reference, object, how).await;
-        }
-    }
-    let gone = |kind: &KindRef, m: &kube::api::ObjectMeta| {
-        let name = m.name.as_deref().unwrap_or_default();
-        ctx.inputs.deleted(kind, m.namespace.as_deref(), name);
-        ctx.outputs.deleted(kind, m.namespace.as_deref(), name);
-    };
-    let pruned = match outputs::prune_outputs(&ctx.as_operator, &ctx.kinds, prunable, gone).await {
-        Ok(pruned) => pruned,
-        Err((pruned, e)) => {
-            failures.push(e);
-            pruned
-        }
-    };
-    if pruned > 0 {
-        tracing::info!(pruned, "deleted outputs the worker no longer returns");
-    }
-    if !failures.is_empty() {
-        return Err(ReconcileError::Apply {
-            phase: current.clone(),
-            applied,
-            total,
-            failures,
-        });
-    }
-
-    let update = decision.status_update(
-        generation,
-        applied,
-        pruned,
-        &now_rfc3339(),
-        def.history_limit,
-    );
-    let next = decision.next_phase;
-    let input_hash = decision.input_hash.to_prefixed_hex();
-    let written = write_status(api, &obj, &update, true, &ctx.own_writes).await?;
-    let wrote = written.is_some();
-    if next != current {
-        effects.next = written.map(Arc::new);
+    let decision = &decided.decision;
+    let (applied, pruned) = (decided.applied, decided.pruned);
+    let next = &decision.next_phase;
+    if *next != current {
         tracing::info!(from = %current, to = %next, outputs = applied, pruned, "phase changed");
         let reference = obj.object_ref(&ctx.resource.api);
         status::publish_event(
@@ -744,12 +337,13 @@ async fn run_phase(
             &format!("{current}To{next}"),
             format!(
                 "{current} → {next} ({applied} outputs applied, {pruned} pruned, module {}, input {})",
-                short(&module.digest),
-                short(&input_hash)
+                short(&decision.module),
+                short(&decision.input_hash.to_prefixed_hex())
             ),
         )
         .await;
-    } else if wrote {
+        after.next = decided.written.map(Arc::new);
+    } else if decided.written.is_some() {
         tracing::debug!(phase = %current, "status updated");
     }
     Ok(match decision.requeue_after_ms {
@@ -767,7 +361,7 @@ async fn run_finalizer(
         return Ok(Action::await_change());
     };
     tracing::Span::current().record("phase", "finalizer");
-    wait_for_inputs(ctx, &ctx.definition.finalizer_inputs).await?;
+    ctx.inputs_synced(&ctx.definition.finalizer_inputs).await?;
     let decided = crate::pipeline::finalize::decide(
         &ctx.sandbox,
         &ctx.definition,
@@ -802,56 +396,6 @@ async fn run_finalizer(
     }
 }
 
-/// An output that server-side apply alone could not converge, and what the host did instead:
-/// a log line and an Event on the resource naming the object and the field managers overridden.
-async fn report_convergence(
-    ctx: &OperatorContext,
-    reference: &k8s_openapi::api::core::v1::ObjectReference,
-    object: &str,
-    how: &outputs::Convergence,
-) {
-    let (reason, note) = match how {
-        outputs::Convergence::Applied => return,
-        outputs::Convergence::Replaced { lists, managers } => (
-            "OutputReplaced",
-            format!(
-                "{object}: replaced {} holding entries of field manager(s) {} with the worker's, then applied",
-                lists.join(", "),
-                managers.iter().cloned().collect::<Vec<_>>().join(", ")
-            ),
-        ),
-        outputs::Convergence::Recreated { reason } => (
-            "OutputRecreated",
-            format!("{object}: deleted and created again from the worker's decision ({reason})"),
-        ),
-    };
-    tracing::info!(reason, "{note}");
-    status::publish_event(&ctx.recorder, reference, false, reason, "Apply", note).await;
-}
-
-/// Worker call duration, and limit kills, for `/metrics`.
-fn record_worker_call(operator: &str, phase: &str, elapsed: Duration, error: Option<&RunError>) {
-    let m = &crate::metrics::METRICS;
-    let labels = crate::metrics::PhaseLabels {
-        operator: operator.to_string(),
-        phase: phase.to_string(),
-    };
-    m.worker_duration
-        .get_or_create(&labels)
-        .observe(elapsed.as_secs_f64());
-    let limit = match error {
-        Some(RunError::DeadlineExceeded(_)) => "deadline",
-        Some(RunError::MemoryLimit { .. }) => "memory",
-        _ => return,
-    };
-    m.limit_kills
-        .get_or_create(&crate::metrics::LimitLabels {
-            operator: labels.operator,
-            phase: labels.phase,
-            limit: limit.into(),
-        })
-        .inc();
-}
 
 /// Reports an error on the resource; fatal ones wait for a change, the rest go to backoff.
 async fn report_error(
@@ -904,94 +448,12 @@ async fn report_error(
     }
 }
 
-/// Writes a status update if it changes anything; returns the resource as written, if it wrote.
-/// The write is remembered in `own`, so its watch event does not reconcile the resource again.
-pub(crate) async fn write_status(
-    api: &Api<DynamicObject>,
-    obj: &DynamicObject,
-    update: &StatusUpdate,
-    conditional: bool,
-    own: &OwnWrites,
-) -> Result<Option<DynamicObject>, ReconcileError> {
-    let Some(patch) = status::status_patch(obj.data.get("status"), update, &now_rfc3339()) else {
-        return Ok(None);
-    };
-    let rv = if conditional {
-        obj.metadata.resource_version.as_deref()
-    } else {
-        None
-    };
-    let uid = obj.metadata.uid.as_deref();
-    own.begin(uid);
-    let written = status::patch_status(api, &obj.name_any(), rv, patch).await;
-    own.finish(uid, written.as_ref().ok());
-    match written {
-        Ok(written) => Ok(Some(written)),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(ReconcileError::StatusConflict),
-        Err(source) => Err(ReconcileError::Api {
-            action: "patching the status",
-            source,
-        }),
-    }
-}
 
-/// Fails with [`ReconcileError::StaleDecision`] when the resource on the API server is not the
-/// version the decision was made from (the watch cache lagged behind a change): its outputs
-/// would be applied from an outdated spec or phase. The caller decides again from a fresh read.
-/// (Between this read and the writes a change can still land; the status write is conditional
-/// on the same resourceVersion, and the next reconcile converges the outputs.)
-async fn ensure_unchanged(
-    api: &Api<DynamicObject>,
-    obj: &DynamicObject,
-) -> Result<(), ReconcileError> {
-    let fresh = api
-        .get_metadata_opt(&obj.name_any())
-        .await
-        .map_err(|source| ReconcileError::Api {
-            action: "reading the resource before applying its outputs",
-            source,
-        })?;
-    match fresh {
-        Some(m) if m.metadata.resource_version == obj.metadata.resource_version => Ok(()),
-        _ => Err(ReconcileError::StaleDecision),
-    }
-}
-
-async fn wait_for_inputs(
-    ctx: &OperatorContext,
-    inputs: &[InputSpec],
-) -> Result<(), ReconcileError> {
-    for informer in inputs.iter().filter_map(|i| ctx.inputs.informer(i)) {
-        synced(informer).await?;
-    }
-    Ok(())
-}
-
-async fn wait_for_outputs(ctx: &OperatorContext, kinds: &[KindRef]) -> Result<(), ReconcileError> {
-    for informer in kinds.iter().filter_map(|k| ctx.outputs.0.get(k)) {
-        synced(informer).await?;
-    }
-    Ok(())
-}
-
-/// Waits (bounded) for an informer's first complete list.
-async fn synced<T: crate::controller::informers::Cached>(
-    informer: &crate::controller::informers::Informer<T>,
-) -> Result<(), ReconcileError> {
-    match tokio::time::timeout(INPUTS_SYNC_TIMEOUT, informer.wait_until_ready()).await {
-        Ok(true) => Ok(()),
-        _ => Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),
-    }
-}
-
-/// `sha256:0123456789ab` — enough to tell modules apart in messages.
-fn short(digest: &str) -> &str {
-    digest.get(..19).unwrap_or(digest)
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::RunError;
 
     #[test]
     fn status_info_must_be_an_object() {
@@ -1011,48 +473,6 @@ mod tests {
             "{e}"
         );
         assert!(e.is_fatal());
-    }
-
-    fn written(rv: &str) -> DynamicObject {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "examples.io/v1", "kind": "AutoRoute",
-            "metadata": {"name": "r", "uid": "u1", "resourceVersion": rv}
-        }))
-        .expect("an object")
-    }
-
-    /// The watch event of a write still in flight waits for its answer; the event of the
-    /// version written is the host's own (once), any other version is news.
-    #[tokio::test]
-    async fn own_status_writes_are_told_from_other_changes() {
-        let own = Arc::new(OwnWrites::default());
-        let some = |s: &str| Some(s.to_string());
-        own.begin(Some("u1"));
-        let waiting = {
-            let own = own.clone();
-            tokio::spawn(async move { own.is_own(some("u1"), some("5")).await })
-        };
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "waits while the write is in flight");
-        own.finish(Some("u1"), Some(&written("5")));
-        assert!(
-            waiting.await.expect("the waiting event"),
-            "the write's own event"
-        );
-        assert!(!own.is_own(some("u1"), some("5")).await, "told once");
-        own.begin(Some("u1"));
-        own.finish(Some("u1"), Some(&written("7")));
-        assert!(
-            !own.is_own(some("u1"), some("6")).await,
-            "another writer's version"
-        );
-        assert!(!own.is_own(some("u2"), some("7")).await, "another resource");
-        own.begin(Some("u1"));
-        own.finish(Some("u1"), None);
-        assert!(
-            !own.is_own(some("u1"), some("7")).await,
-            "a failed write wrote nothing"
-        );
     }
 
     #[test]

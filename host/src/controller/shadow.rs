@@ -4,7 +4,7 @@
 //! kept as replay cases and reported as rate-limited `ShadowDiffered` Events — never applied.
 
 use crate::controller::live_evidence::LiveCall;
-use crate::controller::reconcile::OperatorContext;
+use crate::controller::context::OperatorContext;
 use crate::crd::{ShadowStatus, WasmOperator};
 use crate::evidence::case::{compare, summarize, CaseSource, RecordedResult, Verdict};
 use crate::evidence::record::PendingRecord;
@@ -265,7 +265,7 @@ async fn run(
         namespaced: &ctx.namespaced,
         slot: None,
     };
-    let shadow = RecordedResult::of(&decision::decide(&ctx.sandbox, input, |_, _| {}).await);
+    let shadow = RecordedResult::of(&decision::decide(&ctx.sandbox, input).await);
     let verdict = compare(&call.result, &shadow);
     crate::metrics::METRICS
         .shadow_decisions

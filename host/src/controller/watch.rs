@@ -4,7 +4,8 @@
 //! — or only the controlling resource for `owned` inputs) and output kinds (the owner).
 
 use crate::controller::informers::ObjectInformer;
-use crate::controller::reconcile::{self, OperatorContext};
+use crate::controller::context::OperatorContext;
+use crate::controller::reconcile;
 use crate::crd::{InputSpec, KindRef};
 use crate::pipeline::inputs;
 use futures::{StreamExt, TryStreamExt};

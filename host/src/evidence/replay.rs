@@ -296,7 +296,7 @@ async fn decide(
         namespaced,
         slot: None,
     };
-    RecordedResult::of(&decision::decide(modules.sandbox(), input, |_, _| {}).await)
+    RecordedResult::of(&decision::decide(modules.sandbox(), input).await)
 }
 
 fn phase_randomness(def: &OperatorDefinition, case: &DecisionCase) -> Option<Randomness> {

@@ -1,8 +1,8 @@
 //! One worker decision through the host's checks: the phase's component run in the sandbox on
 //! the request [`crate::pipeline::step::request`] built (or a recorded one), then the next phase
 //! (declared, and allowed from this phase), the status info (a JSON object) and the outputs
-//! (declared kinds, named, in the resource's namespace) checked. Applying, pruning and the status
-//! write are the caller's: `reconcile` on the cluster, `simulate` on files, `plan` as a diff.
+//! (declared kinds, named, in the resource's namespace) checked. [`crate::pipeline::step::run`]
+//! writes it; replay and the shadow lane only compare it.
 
 use crate::crd::{InputSpec, KindRef};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
@@ -11,7 +11,7 @@ use crate::pipeline::outputs::{self, CheckedOutput, Owner};
 use crate::pipeline::status::{StatusUpdate, Transition};
 use crate::redaction::Redactor;
 use crate::sandbox::{
-    NamedObjects, PhaseModule, RequestDigest, RunError, Sandbox, SyncCall, SyncRequest,
+    NamedObjects, PhaseModule, RequestDigest, Sandbox, SyncCall, SyncRequest,
 };
 use crate::worker_text::{bounded, NAME_BYTES};
 use kube::api::DynamicObject;
@@ -88,14 +88,9 @@ pub struct DecisionInput<'a> {
     pub slot: Option<crate::sandbox::WorkerSlot>,
 }
 
-/// Runs the phase's worker once and checks its decision. `on_call` gets the worker call's
-/// duration and its error, if any (the host records them as metrics). Errors are the host's
-/// own, so their messages are what the resource's `Synced` condition says.
-pub async fn decide(
-    sandbox: &Sandbox,
-    input: DecisionInput<'_>,
-    on_call: impl FnOnce(Duration, Option<&RunError>),
-) -> Result<Decision, ReconcileError> {
+/// Runs the phase's worker once and checks its decision. Errors are the host's own, so their
+/// messages are what the resource's `Synced` condition says.
+pub async fn decide(sandbox: &Sandbox, input: DecisionInput<'_>) -> Result<Decision, ReconcileError> {
     let DecisionInput {
         definition: def,
         phase,
@@ -117,7 +112,6 @@ pub async fn decide(
     let outcome = sandbox
         .run_sync_digested(module, request, input_hash, call)
         .await;
-    on_call(started.elapsed(), outcome.as_ref().err());
     let result = outcome.map_err(|source| ReconcileError::Worker {
         phase: current.clone(),
         digest: module.digest.clone(),

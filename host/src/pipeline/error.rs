@@ -35,6 +35,14 @@ pub enum ReconcileError {
         #[source]
         source: RunError,
     },
+    #[error("phase {phase} is final: it runs no worker")]
+    NoWorker { phase: String },
+    #[error("loading the module of phase {phase}: {source}")]
+    ModuleNotLoaded {
+        phase: String,
+        #[source]
+        source: Box<crate::modules::ModuleError>,
+    },
     #[error("finalizer worker ({digest}): {source}")]
     FinalizerWorker {
         digest: String,
@@ -135,6 +143,8 @@ impl ReconcileError {
     pub fn reason(&self) -> &'static str {
         match self {
             ReconcileError::UnknownPhase { .. } => "UnknownPhase",
+            ReconcileError::ModuleNotLoaded { .. } => "ModuleNotLoaded",
+            ReconcileError::NoWorker { .. } => "NoWorker",
             ReconcileError::UnknownNextPhase { .. } => "UnknownNextPhase",
             ReconcileError::TransitionNotAllowed { .. } => "TransitionNotAllowed",
             ReconcileError::BadStatusInfo { .. } => "BadStatusInfo",

@@ -1,10 +1,12 @@
-//! One phase step, the same in the controller and the offline commands: where the resource
-//! stands and what its worker is handed (`step`: phase, `inputs` selected by [`crate::selector`],
+//! One phase step, the same in the controller and the offline commands (`step::run`): where the
+//! resource stands and what its worker is handed (`step`: phase, `inputs` selected,
 //! [`crate::promql`] samples), the worker's checked `decision` (run in [`crate::sandbox`]), its
-//! `outputs` (checked, applied, pruned) and the `status` written; `error` says why a step did
-//! not complete. `finalize` is the finalizer's step on a resource being deleted.
+//! `outputs` (checked, applied, pruned) and the `status` written, all through `effects` (the
+//! cluster, a dry run, an in-memory world); `error` says why a step did not complete.
+//! `finalize` is the finalizer's step on a resource being deleted.
 
 pub mod decision;
+pub mod effects;
 pub mod error;
 pub mod finalize;
 pub mod inputs;

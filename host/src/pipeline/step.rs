@@ -1,15 +1,22 @@
-//! The start of one phase step, written once for the controller and the offline commands (`plan`,
-//! `simulate`, `run-phase`, `capture`): which phase the resource is in, the final-phase restart
-//! rule, and the request its worker is handed (inputs selected, metric samples, the clock).
+//! One phase step, written once for the controller and the offline commands: where the resource
+//! stands (its phase, the final-phase restart rule), the request its worker is handed (inputs
+//! selected, metric samples, the clock), the decision, then [`run`]'s takeover refusal, apply,
+//! prune and status write through [`Effects`] (cluster, dry run or in-memory world).
 
+use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
+use crate::pipeline::decision::{self, Decision, DecisionInput};
+use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
 use crate::pipeline::error::ReconcileError;
 use crate::pipeline::inputs::{self, ObjectSource};
+use crate::pipeline::outputs::{self, CheckedOutput, ObjectKey, Owned};
 use crate::pipeline::status::StatusUpdate;
 use crate::promql::{Endpoint, Prometheus};
-use crate::sandbox::{NamedObjects, SyncRequest};
+use crate::sandbox::{NamedObjects, Sandbox, SyncRequest};
 use kube::api::DynamicObject;
 use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
 
 /// The host's clock as workers get it: RFC 3339, UTC, whole seconds.
 pub fn now_rfc3339() -> String {
@@ -169,4 +176,161 @@ pub async fn request(
         inputs: phase_inputs,
         now: now.to_string(),
     })
+}
+
+/// One step of one resource: the operator, the resource as read, and the clock.
+#[derive(Clone, Copy)]
+pub struct PhaseStep<'a> {
+    pub definition: &'a OperatorDefinition,
+    pub resource: &'a DynamicObject,
+    /// The clock handed to the worker and stamped on the transition.
+    pub now: &'a str,
+    pub sandbox: &'a Sandbox,
+    /// Whether each output kind is namespaced (kinds absent are taken as namespaced).
+    pub namespaced: &'a HashMap<KindRef, bool>,
+}
+
+/// What a step did.
+#[derive(Debug)]
+pub enum StepOutcome {
+    /// A final phase, its spec unchanged since: no worker ran, nothing was written.
+    Final,
+    /// A final phase whose spec changed: the status moved back to the initial phase (the
+    /// resource as written, if the write changed anything).
+    Restarted { written: Option<DynamicObject> },
+    /// The worker decided, and its outputs, prunes and status were written.
+    Decided(Box<Decided>),
+}
+
+/// A decision and what writing it did.
+#[derive(Debug)]
+pub struct Decided {
+    /// The decision (its outputs were handed to [`Effects::apply`]: empty here).
+    pub decision: Decision,
+    pub applied: usize,
+    pub pruned: usize,
+    /// The resource as its status write answered (`None`: the write changed nothing).
+    pub written: Option<DynamicObject>,
+}
+
+/// Runs one phase step of `step.resource`, from where it stands to its status write: a final
+/// phase runs nothing (or restarts, when its spec changed); otherwise the phase's worker decides
+/// ([`decide`]), outputs naming an object the resource does not control are refused (the rest
+/// are applied), objects the phase applied before and no longer returns are pruned, and — when
+/// every output was applied and every prune done — the decision's status is written. Any
+/// refusal or failure is [`ReconcileError::Apply`], with the status left as it was.
+pub async fn run(
+    step: PhaseStep<'_>,
+    effects: &mut impl Effects,
+) -> Result<StepOutcome, ReconcileError> {
+    let def = step.definition;
+    let resource = step.resource;
+    let phase = match standing(def, resource, step.now)? {
+        Standing::Runs(phase) => phase,
+        Standing::Final(_) => return Ok(StepOutcome::Final),
+        Standing::Restart { update, .. } => {
+            let written = effects.write_status(resource, &update, true).await?;
+            return Ok(StepOutcome::Restarted { written });
+        }
+    };
+    let mut decision = decide(step, phase, effects).await?;
+    let uid = resource.metadata.uid.clone().unwrap_or_default();
+    let mut checked = std::mem::take(&mut decision.outputs);
+    let total = checked.len();
+    let keep: BTreeSet<ObjectKey> = checked.iter().map(CheckedOutput::key).collect();
+    // Outputs naming someone else's object are not applied (the others are) and reported.
+    let mut failures = Vec::new();
+    let refused = outputs::refused_takeovers(&checked, &uid, effects.existing());
+    for (index, e) in refused.into_iter().rev() {
+        checked.remove(index);
+        failures.insert(0, e);
+    }
+    let owned = Owned {
+        operator: &def.name,
+        phase,
+        owner_uid: &uid,
+        namespace: resource.metadata.namespace.as_deref(),
+    };
+    let prunable = outputs::prunable(&owned, effects.existing(), &keep);
+    if !checked.is_empty() || !prunable.is_empty() {
+        effects.before_writes(resource).await?;
+    }
+    let report = effects.apply(&phase.name, &uid, checked).await;
+    failures.extend(report.failed);
+    let pruned = match effects.prune(prunable).await {
+        Ok(pruned) => pruned,
+        Err((pruned, e)) => {
+            failures.push(e);
+            pruned
+        }
+    };
+    if !failures.is_empty() {
+        return Err(ReconcileError::Apply {
+            phase: phase.name.clone(),
+            applied: report.applied,
+            total,
+            failures,
+        });
+    }
+    let update = decision.status_update(
+        resource.metadata.generation,
+        report.applied,
+        pruned,
+        step.now,
+        def.history_limit,
+    );
+    let written = effects.write_status(resource, &update, true).await?;
+    Ok(StepOutcome::Decided(Box::new(Decided {
+        decision,
+        applied: report.applied,
+        pruned,
+        written,
+    })))
+}
+
+/// The decision of `phase`'s worker on `step.resource`: its component and inputs as `effects`
+/// reads them, the request [`request`] builds, the worker run and checked by
+/// [`decision::decide`]; `effects` is told of the call ([`Effects::called`]). `run-phase` and
+/// `capture` decide through this without writing.
+pub async fn decide(
+    step: PhaseStep<'_>,
+    phase: &PhaseDefinition,
+    effects: &mut impl WorkerReads,
+) -> Result<Decision, ReconcileError> {
+    let keep_request = effects.keeps_request(&phase.name);
+    let PhaseReads {
+        module,
+        source,
+        samples,
+        slot,
+    } = effects.reads(phase).await?;
+    let request = request(
+        step.definition,
+        phase,
+        step.resource,
+        source,
+        samples,
+        step.now,
+    )
+    .await?;
+    let kept = keep_request.then(|| request.clone());
+    let input = DecisionInput {
+        definition: step.definition,
+        phase,
+        module: &module,
+        resource: step.resource,
+        request,
+        namespaced: step.namespaced,
+        slot,
+    };
+    let started = Instant::now();
+    let decided = decision::decide(step.sandbox, input).await;
+    effects.called(WorkerCall {
+        phase: &phase.name,
+        module: &module.digest,
+        request: kept,
+        duration: started.elapsed(),
+        decided: &decided,
+    });
+    decided
 }

@@ -1,0 +1,287 @@
+//! The phase step's effects on the cluster ([`ClusterEffects`]): inputs from the shared watch
+//! caches, outputs applied and pruned as the operator's account, its status written conditionally.
+
+use crate::controller::context::OperatorContext;
+use crate::controller::live_evidence::LiveCall;
+use crate::controller::own_writes::OwnWrites;
+use crate::crd::KindRef;
+use crate::definition::PhaseDefinition;
+use crate::evidence::case::RecordedResult;
+use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
+use crate::pipeline::outputs::{self, ApplyReport, CheckedOutput, OutputError};
+use crate::pipeline::status::{self, StatusUpdate};
+use crate::pipeline::step::{self, now_rfc3339, Samples};
+use crate::pipeline::ReconcileError;
+use crate::sandbox::RunError;
+use kube::api::{DynamicObject, ObjectMeta};
+use kube::{Api, Resource, ResourceExt};
+use std::time::Duration;
+
+/// Where the object a decision is made from comes from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Read {
+    /// The controller's watch cache, which may lag behind the API server: checked against a
+    /// fresh read of its metadata before outputs are applied.
+    FromCache,
+    /// The API server's answer just now (a status write's, or a read after a stale decision):
+    /// not read again.
+    FromApiServer,
+}
+
+/// One decision's reads and writes on the cluster, for [`crate::pipeline::step::run`].
+pub struct ClusterEffects<'a> {
+    pub ctx: &'a OperatorContext,
+    /// The resource's API, as the operator's account.
+    pub api: &'a Api<DynamicObject>,
+    /// The resource the step decides on (Events about its outputs name it).
+    pub resource: &'a DynamicObject,
+    pub read: Read,
+    /// The worker call, kept when the evidence step wants it.
+    pub live: Option<LiveCall>,
+}
+
+impl WorkerReads for ClusterEffects<'_> {
+    type Source = crate::controller::context::InputCaches;
+
+    async fn reads(
+        &mut self,
+        phase: &PhaseDefinition,
+    ) -> Result<PhaseReads<'_, Self::Source>, ReconcileError> {
+        let ctx = self.ctx;
+        let def = &ctx.definition;
+        let module = ctx.workers.get(&phase.name).cloned().ok_or_else(|| {
+            ReconcileError::UnknownPhase {
+                phase: phase.name.clone(),
+                operator: def.name.clone(),
+                declared: step::phase_names(def),
+            }
+        })?;
+        ctx.inputs_synced(&phase.inputs).await?;
+        // The takeover check and pruning read the output caches: not before their first list.
+        ctx.outputs_synced(&phase.outputs).await?;
+        // The request (every selected input, copied) is built once a worker slot is held, so
+        // calls waiting for one hold no request.
+        let slot = ctx
+            .sandbox
+            .slot(&def.name)
+            .await
+            .map_err(|source| ReconcileError::Worker {
+                phase: phase.name.clone(),
+                digest: module.digest.clone(),
+                source,
+            })?;
+        Ok(PhaseReads {
+            module,
+            source: &ctx.inputs,
+            samples: Samples::Query {
+                prometheus: &ctx.metrics_source.client,
+                fallback_url: ctx.metrics_source.default_url.as_deref(),
+            },
+            slot: Some(slot),
+        })
+    }
+
+    fn keeps_request(&self, phase: &str) -> bool {
+        crate::controller::live_evidence::wanted(self.ctx, phase)
+    }
+
+    fn called(&mut self, call: WorkerCall<'_>) {
+        let error = match call.decided {
+            Err(ReconcileError::Worker { source, .. }) => Some(source),
+            _ => None,
+        };
+        record_worker_call(&self.ctx.definition.name, call.phase, call.duration, error);
+        if let Some(request) = call.request {
+            self.live = Some(LiveCall {
+                request,
+                result: RecordedResult::of(call.decided),
+                module: call.module.to_string(),
+                duration: call.duration,
+            });
+        }
+    }
+
+}
+
+impl Effects for ClusterEffects<'_> {
+    type Existing = crate::controller::context::OutputCaches;
+
+    fn existing(&self) -> &Self::Existing {
+        &self.ctx.outputs
+    }
+
+    async fn before_writes(&mut self, resource: &DynamicObject) -> Result<(), ReconcileError> {
+        match self.read {
+            // Nothing is written from a decision about an object that has changed since.
+            Read::FromCache => ensure_unchanged(self.api, resource).await,
+            Read::FromApiServer => Ok(()),
+        }
+    }
+
+    async fn apply(
+        &mut self,
+        phase: &str,
+        owner_uid: &str,
+        outputs: Vec<CheckedOutput>,
+    ) -> ApplyReport {
+        let ctx = self.ctx;
+        let report = outputs::apply_outputs(
+            &ctx.as_operator,
+            &ctx.definition.name,
+            phase,
+            owner_uid,
+            &ctx.kinds,
+            outputs,
+        )
+        .await;
+        // Read your own writes: the next decision on this resource (the phase chained, or the
+        // reconcile the status write brings) reads its owned inputs from these caches.
+        for (kind, object) in &report.written {
+            ctx.inputs.wrote(kind, object);
+            ctx.outputs.wrote(kind, object);
+        }
+        if !report.converged.is_empty() {
+            let reference = self.resource.object_ref(&ctx.resource.api);
+            for (object, how) in &report.converged {
+                report_convergence(ctx, &reference, object, how).await;
+            }
+        }
+        report
+    }
+
+    async fn prune(
+        &mut self,
+        objects: Vec<(KindRef, ObjectMeta)>,
+    ) -> Result<usize, (usize, OutputError)> {
+        let ctx = self.ctx;
+        let gone = |kind: &KindRef, m: &ObjectMeta| {
+            let name = m.name.as_deref().unwrap_or_default();
+            ctx.inputs.deleted(kind, m.namespace.as_deref(), name);
+            ctx.outputs.deleted(kind, m.namespace.as_deref(), name);
+        };
+        let pruned = outputs::prune_outputs(&ctx.as_operator, &ctx.kinds, objects, gone).await;
+        if let Ok(pruned @ 1..) = pruned {
+            tracing::info!(pruned, "deleted outputs the worker no longer returns");
+        }
+        pruned
+    }
+
+    async fn write_status(
+        &mut self,
+        resource: &DynamicObject,
+        update: &StatusUpdate,
+        conditional: bool,
+    ) -> Result<Option<DynamicObject>, ReconcileError> {
+        write_status(self.api, resource, update, conditional, &self.ctx.own_writes).await
+    }
+}
+
+/// Writes a status update if it changes anything; returns the resource as written, if it wrote.
+/// The write is remembered in `own`, so its watch event does not reconcile the resource again.
+pub async fn write_status(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    update: &StatusUpdate,
+    conditional: bool,
+    own: &OwnWrites,
+) -> Result<Option<DynamicObject>, ReconcileError> {
+    let Some(patch) = status::status_patch(obj.data.get("status"), update, &now_rfc3339()) else {
+        return Ok(None);
+    };
+    let rv = if conditional {
+        obj.metadata.resource_version.as_deref()
+    } else {
+        None
+    };
+    let uid = obj.metadata.uid.as_deref();
+    own.begin(uid);
+    let written = status::patch_status(api, &obj.name_any(), rv, patch).await;
+    own.finish(uid, written.as_ref().ok());
+    match written {
+        Ok(written) => Ok(Some(written)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(ReconcileError::StatusConflict),
+        Err(source) => Err(ReconcileError::Api {
+            action: "patching the status",
+            source,
+        }),
+    }
+}
+
+/// Fails with [`ReconcileError::StaleDecision`] when the resource on the API server is not the
+/// version the decision was made from (the watch cache lagged behind a change): its outputs
+/// would be applied from an outdated spec or phase. The caller decides again from a fresh read.
+/// (Between this read and the writes a change can still land; the status write is conditional
+/// on the same resourceVersion, and the next reconcile converges the outputs.)
+async fn ensure_unchanged(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+) -> Result<(), ReconcileError> {
+    let fresh = api
+        .get_metadata_opt(&obj.name_any())
+        .await
+        .map_err(|source| ReconcileError::Api {
+            action: "reading the resource before applying its outputs",
+            source,
+        })?;
+    match fresh {
+        Some(m) if m.metadata.resource_version == obj.metadata.resource_version => Ok(()),
+        _ => Err(ReconcileError::StaleDecision),
+    }
+}
+
+/// An output that server-side apply alone could not converge, and what the host did instead:
+/// a log line and an Event on the resource naming the object and the field managers overridden.
+async fn report_convergence(
+    ctx: &OperatorContext,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    object: &str,
+    how: &outputs::Convergence,
+) {
+    let (reason, note) = match how {
+        outputs::Convergence::Applied => return,
+        outputs::Convergence::Replaced { lists, managers } => (
+            "OutputReplaced",
+            format!(
+                "{object}: replaced {} holding entries of field manager(s) {} with the worker's, then applied",
+                lists.join(", "),
+                managers.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        outputs::Convergence::Recreated { reason } => (
+            "OutputRecreated",
+            format!("{object}: deleted and created again from the worker's decision ({reason})"),
+        ),
+    };
+    tracing::info!(reason, "{note}");
+    status::publish_event(&ctx.recorder, reference, false, reason, "Apply", note).await;
+}
+
+/// Worker call duration, and limit kills, for `/metrics`.
+fn record_worker_call(operator: &str, phase: &str, elapsed: Duration, error: Option<&RunError>) {
+    let m = &crate::metrics::METRICS;
+    let labels = crate::metrics::PhaseLabels {
+        operator: operator.to_string(),
+        phase: phase.to_string(),
+    };
+    m.worker_duration
+        .get_or_create(&labels)
+        .observe(elapsed.as_secs_f64());
+    let limit = match error {
+        Some(RunError::DeadlineExceeded(_)) => "deadline",
+        Some(RunError::MemoryLimit { .. }) => "memory",
+        _ => return,
+    };
+    m.limit_kills
+        .get_or_create(&crate::metrics::LimitLabels {
+            operator: labels.operator,
+            phase: labels.phase,
+            limit: limit.into(),
+        })
+        .inc();
+}
+
+
+/// `sha256:0123456789ab` — enough to tell modules apart in messages.
+pub fn short(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
+}

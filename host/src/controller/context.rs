@@ -1,0 +1,230 @@
+//! Everything one operator's reconciles share, built by the manager when the operator loads:
+//! its definition, clients, components, and the shared watch caches of its inputs and outputs.
+
+use crate::controller::finalizer;
+use crate::controller::informers::{Cached, Informer, MetadataInformer, ObjectInformer};
+use crate::controller::own_writes::OwnWrites;
+use crate::controller::schedule::Backoff;
+use crate::crd::{InputSpec, KindRef};
+use crate::definition::OperatorDefinition;
+use crate::kinds::ResolvedKind;
+use crate::pipeline::inputs::{ObjectSource, WorkerObject};
+use crate::pipeline::outputs;
+use crate::pipeline::ReconcileError;
+use crate::sandbox::{FinalizerModule, PhaseModule, Sandbox};
+use kube::api::DynamicObject;
+use kube::runtime::events::Recorder;
+use kube::{Api, Client, ResourceExt};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a reconcile waits for a cache's first list before retrying.
+const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything one operator's reconciles share; built by the manager when the operator loads.
+pub struct OperatorContext {
+    pub definition: OperatorDefinition,
+    /// Sends every request as the operator's own account (impersonated): its writes, and the
+    /// reads that decide one (a resource read after a stale decision).
+    pub as_operator: Client,
+    /// The host's own identity: the watches of the shared caches.
+    pub host_client: Client,
+    /// What the operator's account is granted, per namespace.
+    pub grants: crate::controller::grants::OperatorGrants,
+    /// Events the host reports itself on the operator's resources (a refusal for missing
+    /// grants, which the operator's account may not be able to report there).
+    pub host_recorder: Recorder,
+    pub resource: ResolvedKind,
+    /// Phase name → its component.
+    pub workers: HashMap<String, PhaseModule>,
+    pub finalizer: Option<FinalizerModule>,
+    /// Input and output kinds, resolved.
+    pub kinds: HashMap<KindRef, ResolvedKind>,
+    pub namespaced: HashMap<KindRef, bool>,
+    pub inputs: InputCaches,
+    pub outputs: OutputCaches,
+    pub sandbox: Arc<Sandbox>,
+    /// Events on the operator's resources, sent as the operator's account.
+    pub recorder: Recorder,
+    pub backoff: Backoff,
+    pub metrics_source: MetricsSource,
+    /// Resources whose finalizer worker reported done (it runs once per deletion).
+    pub finalized: finalizer::FinalizedResources,
+    /// Where decisions are recorded (`wasmpilot run --record-dir`), if anywhere.
+    pub record_sink: Option<crate::evidence::record::RecordSink>,
+    /// The phases' shadow components, if any phase declares one.
+    pub shadows: Option<crate::controller::shadow::Shadows>,
+    /// Which resources an input object's change requeues.
+    pub input_requeue: crate::controller::watch::InputRequeue,
+    /// The resource versions this host's own status writes produced (their watch events wake
+    /// nothing).
+    pub own_writes: OwnWrites,
+}
+
+/// Where phases' metric queries go unless the WasmOperator names its own Prometheus.
+#[derive(Clone, Default)]
+pub struct MetricsSource {
+    pub client: crate::promql::Prometheus,
+    pub default_url: Option<String>,
+}
+
+/// The shared informers of the operator's inputs: per kind, one per projection declared (the
+/// `fields` as written; inputs declaring the same fields, or none, share one).
+#[derive(Clone, Default)]
+pub struct InputCaches(HashMap<KindRef, Vec<ProjectedInformer>>);
+
+/// An informer and the `fields` (as declared) of the inputs reading it.
+type ProjectedInformer = (Vec<String>, Arc<ObjectInformer>);
+
+impl InputCaches {
+    /// Adds the informer of inputs of `kind` declaring `fields`, unless there is one.
+    pub fn add(
+        &mut self,
+        kind: KindRef,
+        fields: &[String],
+        informer: impl FnOnce() -> Arc<ObjectInformer>,
+    ) {
+        let slot = self.0.entry(kind).or_default();
+        if !slot.iter().any(|(f, _)| f == fields) {
+            slot.push((fields.to_vec(), informer()));
+        }
+    }
+
+    /// The informer `input` reads.
+    pub fn informer(&self, input: &InputSpec) -> Option<&Arc<ObjectInformer>> {
+        let kind = KindRef::new(&input.api_version, &input.kind);
+        let slot = self.0.get(&kind)?;
+        slot.iter()
+            .find(|(f, _)| *f == input.fields)
+            .map(|(_, i)| i)
+    }
+
+    /// Caches an object this host just wrote in every informer of its kind (see
+    /// [`ObjectInformer::wrote`]).
+    pub fn wrote(&self, kind: &KindRef, object: &DynamicObject) {
+        for (_, informer) in self.0.get(kind).into_iter().flatten() {
+            informer.wrote(object);
+        }
+    }
+
+    /// Drops an object this host just deleted from every informer of its kind.
+    pub fn deleted(&self, kind: &KindRef, namespace: Option<&str>, name: &str) {
+        for (_, informer) in self.0.get(kind).into_iter().flatten() {
+            informer.deleted(namespace, name);
+        }
+    }
+
+    /// Every distinct informer, with its kind (two projections of a kind may share one).
+    pub fn all(&self) -> Vec<(&KindRef, &Arc<ObjectInformer>)> {
+        let mut all: Vec<(&KindRef, &Arc<ObjectInformer>)> = Vec::new();
+        for (kind, slot) in &self.0 {
+            for (_, informer) in slot {
+                if !all.iter().any(|(_, i)| Arc::ptr_eq(i, informer)) {
+                    all.push((kind, informer));
+                }
+            }
+        }
+        all
+    }
+
+    /// The kinds read.
+    pub fn kinds(&self) -> impl Iterator<Item = &KindRef> {
+        self.0.keys()
+    }
+}
+
+impl ObjectSource for InputCaches {
+    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+        let Some(informer) = self.informer(input) else {
+            return Vec::new();
+        };
+        let mut objects = informer.cache.in_namespace(namespace);
+        // Cluster-scoped objects (indexed under "") are visible to namespaced resources too.
+        if namespace.is_some_and(|ns| !ns.is_empty()) {
+            objects.extend(informer.cache.in_namespace(Some("")));
+        }
+        objects
+    }
+}
+
+/// The shared metadata informers of every output kind (for pruning and owner requeues).
+#[derive(Clone, Default)]
+pub struct OutputCaches(pub HashMap<KindRef, Arc<MetadataInformer>>);
+
+impl OutputCaches {
+    /// Caches the metadata of an object this host just wrote (see [`MetadataInformer::wrote`]).
+    pub fn wrote(&self, kind: &KindRef, object: &DynamicObject) {
+        if let Some(informer) = self.0.get(kind) {
+            informer.wrote(object);
+        }
+    }
+
+    pub fn deleted(&self, kind: &KindRef, namespace: Option<&str>, name: &str) {
+        if let Some(informer) = self.0.get(kind) {
+            informer.deleted(namespace, name);
+        }
+    }
+}
+
+impl outputs::ExistingObjects for OutputCaches {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<kube::api::ObjectMeta> {
+        let found = self.0.get(kind)?.cache.get(namespace, name)?;
+        Some(found.metadata.clone())
+    }
+
+    fn each_in_namespace(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(&kube::api::ObjectMeta),
+    ) {
+        if let Some(informer) = self.0.get(kind) {
+            for m in informer.cache.in_namespace(namespace) {
+                visit(&m.metadata);
+            }
+        }
+    }
+}
+
+impl OperatorContext {
+    pub fn api_for(&self, namespace: Option<&str>) -> Api<DynamicObject> {
+        self.resource.api(&self.as_operator, namespace)
+    }
+
+    /// `namespace/name` (or `name`), as logs, backoff and cases name a resource.
+    pub fn key(obj: &DynamicObject) -> String {
+        format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+    }
+}
+
+impl OperatorContext {
+    /// Waits (bounded) for the first list of the caches `inputs` read.
+    pub async fn inputs_synced(&self, inputs: &[InputSpec]) -> Result<(), ReconcileError> {
+        for informer in inputs.iter().filter_map(|i| self.inputs.informer(i)) {
+            synced(informer).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits (bounded) for the first list of the output caches of `kinds`.
+    pub async fn outputs_synced(&self, kinds: &[KindRef]) -> Result<(), ReconcileError> {
+        for informer in kinds.iter().filter_map(|k| self.outputs.0.get(k)) {
+            synced(informer).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Waits (bounded) for an informer's first complete list.
+async fn synced<T: Cached>(informer: &Informer<T>) -> Result<(), ReconcileError> {
+    match tokio::time::timeout(CACHE_SYNC_TIMEOUT, informer.wait_until_ready()).await {
+        Ok(true) => Ok(()),
+        _ => Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),
+    }
+}

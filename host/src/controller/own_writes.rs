@@ -1,0 +1,139 @@
+//! This host's own status writes, remembered per resource until their watch events arrive, so
+//! the event of a write the host already acted on reconciles nothing.
+
+use kube::api::DynamicObject;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Resources at most remembered with an own write whose watch event has not arrived (a
+/// resource deleted meanwhile never brings it); beyond, the memory starts over.
+const OWN_WRITES_KEPT: usize = 100_000;
+
+/// How long the resource's watch waits for a status write of this host in flight to answer
+/// before it takes an event of that resource as someone else's.
+const OWN_WRITE_WAIT: Duration = Duration::from_secs(5);
+
+/// This host's status writes per resource (by uid): in flight, or the resourceVersion the last
+/// one produced until its watch event arrives. That event is this host's own write, already
+/// acted on (the phase it moved to was run in the same reconcile, or a requeue is set), and
+/// reconciles nothing; an event arriving while a write is in flight waits for its answer to
+/// tell. A worker whose every decision changes its status therefore writes at its
+/// `requeue_after` pace, not as fast as the watch brings its writes back.
+#[derive(Default)]
+pub struct OwnWrites {
+    writes: std::sync::Mutex<HashMap<String, OwnWrite>>,
+    answered: tokio::sync::Notify,
+}
+
+enum OwnWrite {
+    InFlight,
+    Wrote(String),
+}
+
+impl OwnWrites {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnWrite>> {
+        self.writes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A status write of the resource `uid` is about to be sent.
+    pub(crate) fn begin(&self, uid: Option<&str>) {
+        let Some(uid) = uid else { return };
+        let mut writes = self.lock();
+        if writes.len() >= OWN_WRITES_KEPT {
+            writes.clear();
+        }
+        writes.insert(uid.to_string(), OwnWrite::InFlight);
+    }
+
+    /// The write begun for `uid` was answered: `written` (none if it failed).
+    pub(crate) fn finish(&self, uid: Option<&str>, written: Option<&DynamicObject>) {
+        let Some(uid) = uid else { return };
+        let rv = written.and_then(|w| w.metadata.resource_version.clone());
+        {
+            let mut writes = self.lock();
+            match rv {
+                Some(rv) => writes.insert(uid.to_string(), OwnWrite::Wrote(rv)),
+                None => writes.remove(uid),
+            };
+        }
+        self.answered.notify_waiters();
+    }
+
+    /// Whether the version `rv` of the resource `uid`, as its watch brings it, is exactly this
+    /// host's last write of it; waits (bounded) for a write of it in flight to be answered first.
+    pub async fn is_own(&self, uid: Option<String>, rv: Option<String>) -> bool {
+        let (Some(uid), Some(rv)) = (uid, rv) else {
+            return false;
+        };
+        let (uid, rv) = (&uid, &rv);
+        let waited = std::time::Instant::now();
+        loop {
+            let answered = self.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            {
+                let mut writes = self.lock();
+                match writes.get(uid) {
+                    Some(OwnWrite::InFlight) => {}
+                    Some(OwnWrite::Wrote(written)) if written == rv => {
+                        writes.remove(uid);
+                        return true;
+                    }
+                    _ => return false,
+                }
+            }
+            let left = OWN_WRITE_WAIT.saturating_sub(waited.elapsed());
+            if left.is_zero() || tokio::time::timeout(left, answered).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn written(rv: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "examples.io/v1", "kind": "AutoRoute",
+            "metadata": {"name": "r", "uid": "u1", "resourceVersion": rv}
+        }))
+        .expect("an object")
+    }
+
+    /// The watch event of a write still in flight waits for its answer; the event of the
+    /// version written is the host's own (once), any other version is news.
+    #[tokio::test]
+    async fn own_status_writes_are_told_from_other_changes() {
+        let own = Arc::new(OwnWrites::default());
+        let some = |s: &str| Some(s.to_string());
+        own.begin(Some("u1"));
+        let waiting = {
+            let own = own.clone();
+            tokio::spawn(async move { own.is_own(some("u1"), some("5")).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "waits while the write is in flight");
+        own.finish(Some("u1"), Some(&written("5")));
+        assert!(
+            waiting.await.expect("the waiting event"),
+            "the write's own event"
+        );
+        assert!(!own.is_own(some("u1"), some("5")).await, "told once");
+        own.begin(Some("u1"));
+        own.finish(Some("u1"), Some(&written("7")));
+        assert!(
+            !own.is_own(some("u1"), some("6")).await,
+            "another writer's version"
+        );
+        assert!(!own.is_own(some("u2"), some("7")).await, "another resource");
+        own.begin(Some("u1"));
+        own.finish(Some("u1"), None);
+        assert!(
+            !own.is_own(some("u1"), some("7")).await,
+            "a failed write wrote nothing"
+        );
+    }
+}
