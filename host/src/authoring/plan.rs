@@ -16,8 +16,10 @@ use crate::diff::{diff, without_bookkeeping, Change};
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
-use crate::pipeline::outputs::{self, drift, ObjectKey, Owned};
-use crate::pipeline::step::{self, Samples, Standing};
+use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
+use crate::pipeline::outputs::{self, drift, ApplyReport, CheckedOutput, OutputError};
+use crate::pipeline::status::{self, StatusUpdate};
+use crate::pipeline::step::{self, Samples, StepOutcome};
 use crate::pipeline::ReconcileError;
 use crate::promql::Prometheus;
 use crate::sandbox::{Sandbox, SandboxLimits};
@@ -198,7 +200,8 @@ pub(crate) fn live_modules(
     .with_progress())
 }
 
-/// Runs the plan and writes it to `out`.
+/// Runs the plan and writes it to `out`: the controller's phase step ([`step::run`]) with a
+/// server-side dry run as its effects ([`DryRun`]).
 pub async fn plan(
     client: Client,
     args: &PlanArgs,
@@ -215,33 +218,28 @@ pub async fn plan(
     let described = outputs::describe(&(def.resource.clone(), namespace.clone(), name.to_string()));
     let phase_name = step::current_phase(def, resource).to_string();
     writeln!(out, "plan for {described} (operator {operator})")?;
-    let generation = resource.metadata.generation;
-    let phase = match step::standing(def, resource, &step::now_rfc3339())? {
-        Standing::Runs(phase) => phase,
-        Standing::Final(_) => {
-            writeln!(
-                out,
-                "phase {phase_name} is final: the host runs no worker until the spec changes"
-            )?;
-            return Ok(PlanSummary {
-                phase: phase_name,
-                ..Default::default()
-            });
-        }
-        Standing::Restart { .. } => {
-            writeln!(out, "phase {phase_name} is final, but the spec changed (generation {}): the host will restart it at {}", resource.metadata.generation.unwrap_or(0), def.initial_phase)?;
-            return Ok(PlanSummary {
-                phase: phase_name,
-                ..Default::default()
-            });
-        }
-    };
+    let phase = step::declared_phase(def, &phase_name)?;
 
+    // What the phase reads, and the objects of its output kinds, listed once.
     let prometheus = Prometheus::default();
     let (now, source, samples) = live_inputs(&client, &live, phase, args, &prometheus).await?;
     let mut output_kinds: HashMap<KindRef, ResolvedKind> = HashMap::new();
+    let mut existing = ListedObjects::default();
     for (i, k) in phase.outputs.iter().enumerate() {
         let resolved = kinds::resolve(&client, k, &format!("outputs[{i}]")).await?;
+        let listed = dynamic_api(&client, &resolved, namespace.as_deref())
+            .list_metadata(&ListParams::default())
+            .await
+            .with_context(|| {
+                format!(
+                    "listing the {} objects, to check takeovers and find what the phase would prune: check that KUBECONFIG's user may list them (kubectl auth can-i list {})",
+                    k.kind, resolved.api.plural
+                )
+            })?;
+        existing.0.insert(
+            k.clone(),
+            listed.items.into_iter().map(|m| m.metadata).collect(),
+        );
         output_kinds.insert(k.clone(), resolved);
     }
     let namespaced: HashMap<KindRef, bool> = output_kinds
@@ -254,218 +252,58 @@ pub async fn plan(
         definition: def,
         namespaced: &namespaced,
     };
-    let call = operator_run
-        .call(resource, phase, &source, samples, &now)
-        .await
-        .map_err(with_query_hint)?;
-    let seen: Vec<String> = call
-        .request
-        .inputs
-        .iter()
-        .map(|i| format!("{} ({})", i.name, i.objects.len()))
-        .collect();
-    let decision = call.decided?;
-    // Secret data the worker read, or writes, is not printed (keys and changes still are).
-    let redactor = crate::redaction::Redactor::of_objects(
-        call.request
-            .inputs
-            .iter()
-            .flat_map(|i| i.objects.iter().map(String::as_str)),
-    );
-    let redact = |value: &mut Value, kind: &KindRef| {
-        if kind.api_version == "v1" && kind.kind == "Secret" {
-            crate::redaction::redact_secret_object(value);
-        }
-        redactor.json(value);
-    };
-    writeln!(
-        out,
-        "phase {phase_name} → {}, decided by {}{}",
-        decision.next_phase,
-        decision.module,
-        if seen.is_empty() {
-            String::new()
-        } else {
-            format!(" from inputs {}", seen.join(", "))
-        }
-    )?;
-
-    let mut summary = PlanSummary {
-        phase: phase_name.clone(),
-        next_phase: Some(decision.next_phase.clone()),
-        ..Default::default()
-    };
-    let field_manager = crate::field_manager(&def.name);
-    let mut refused = Vec::new();
-    let mut taken = Vec::new();
-    let uid = resource.metadata.uid.clone().unwrap_or_default();
-    let mut checked = decision.outputs.clone();
-    checked.sort_by_key(|c| c.key());
-    let keep: BTreeSet<ObjectKey> = checked.iter().map(|c| c.key()).collect();
-    for mut o in checked {
-        outputs::label(&mut o.object, &def.name, &phase_name);
-        let what = o.describe();
-        let api = dynamic_api(&client, &output_kinds[&o.kind], o.namespace.as_deref());
-        let live = api.get_opt(&o.name).await.with_context(|| {
-            format!("reading the live {what} to diff against: check that KUBECONFIG's user may get it (kubectl auth can-i get {})", output_kinds[&o.kind].api.plural)
-        })?;
-        if let Some(existing) = &live {
-            if let Err(e) = outputs::refuse_takeover(&o, &uid, &existing.metadata) {
-                writeln!(out, "\n! {e}")?;
-                taken.push(what);
-                continue;
-            }
-        }
-        let params = PatchParams::apply(&field_manager).force().dry_run();
-        let live = live
-            .map(|l| serde_json::to_value(l).unwrap_or(Value::Null))
-            .unwrap_or(Value::Null);
-        let ours = !live.is_null() && outputs::controlled_by(&live, &uid);
-        // What the host does when server-side apply alone cannot converge an object of the
-        // resource's (outputs::Convergence): said before the diff, blaming the right party.
-        let planned = match api.patch(&o.name, &params, &Patch::Apply(&o.object)).await {
-            Ok(p) => {
-                let planned = serde_json::to_value(p)?;
-                let foreign = drift::foreign_lists(&planned, &o.object, &field_manager);
-                if ours && !foreign.is_empty() {
-                    write_replacement(out, &what, &foreign, None)?;
-                    drift::with_lists_replaced(&planned, &foreign)
-                } else {
-                    planned
-                }
-            }
-            Err(kube::Error::Api(e)) if ours && e.code == 422 => {
-                let foreign = drift::foreign_lists(&live, &o.object, &field_manager);
-                if !foreign.is_empty() {
-                    write_replacement(out, &what, &foreign, Some(&e.message))?;
-                    // No dry run can follow a dry run: the apply after the replacement is
-                    // approximated by merging the worker's object over the replaced one.
-                    let mut planned = drift::with_lists_replaced(&live, &foreign);
-                    json_patch::merge(&mut planned, &o.object);
-                    planned
-                } else if e.message.contains("immutable") {
-                    writeln!(
-                        out,
-                        "\n~ recreate {what}: the worker changes a field that cannot change once set ({}); the host deletes it and creates it from the worker's decision (OutputRecreated)",
-                        e.message
-                    )?;
-                    summary.update += 1;
-                    continue;
-                } else {
-                    writeln!(out, "\n! {what}: the API server refuses it: {}", e.message)?;
-                    refused.push(what);
-                    continue;
-                }
-            }
-            Err(e) => {
-                writeln!(out, "\n! {what}: the API server refuses it: {e}")?;
-                refused.push(what);
-                continue;
-            }
-        };
-        let (mut live, mut planned) = (live, planned);
-        redact(&mut live, &o.kind);
-        redact(&mut planned, &o.kind);
-        let changes = diff(&without_bookkeeping(&live), &without_bookkeeping(&planned));
-        let verb = if live.is_null() {
-            summary.create += 1;
-            "+ create"
-        } else if changes.is_empty() {
-            summary.unchanged += 1;
-            "= unchanged"
-        } else {
-            summary.update += 1;
-            "~ update"
-        };
-        writeln!(out, "\n{verb} {what}")?;
-        write_changes(out, &changes)?;
-    }
-
-    let owned = Owned {
+    let mut dry = DryRun {
+        reads: offline::OfflineReads::new(&modules, &source, samples),
+        client: &client,
+        status_api: &api,
         operator: &def.name,
-        phase,
-        owner_uid: &uid,
-        namespace: namespace.as_deref(),
+        output_kinds: &output_kinds,
+        existing,
+        out,
+        summary: PlanSummary {
+            phase: phase_name.clone(),
+            ..Default::default()
+        },
+        redactor: Default::default(),
+        status_changed: false,
+        described: &described,
+        now: &now,
     };
-    let selector = format!(
-        "{}={},{}={}",
-        crate::OPERATOR_LABEL,
-        def.name,
-        crate::PHASE_LABEL,
-        phase_name
-    );
-    for kind in &phase.outputs {
-        let resolved = &output_kinds[kind];
-        let api = dynamic_api(&client, resolved, namespace.as_deref());
-        let applied = api
-            .list_metadata(&ListParams::default().labels(&selector))
-            .await
-            .with_context(|| {
-                format!(
-                    "listing the {} phase {phase_name} applied, to find what it would prune: check that KUBECONFIG's user may list them (kubectl auth can-i list {})",
-                    kind.kind, resolved.api.plural
-                )
-            })?;
-        for meta in applied {
-            let m = &meta.metadata;
-            let key = (
-                kind.clone(),
-                m.namespace.clone(),
-                m.name.clone().unwrap_or_default(),
-            );
-            if !owned.created(m) || keep.contains(&key) {
-                continue;
-            }
-            let params = DeleteParams {
-                dry_run: true,
-                ..Default::default()
-            };
-            api.delete(&key.2, &params).await.with_context(|| {
-                format!(
-                    "dry-run delete of {} failed: the host could not prune it either; grant it with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`",
-                    outputs::describe(&key)
-                )
-            })?;
-            summary.delete += 1;
+    let outcome = step::run(operator_run.step(resource, &now), &mut dry).await;
+    let DryRun {
+        out,
+        mut summary,
+        status_changed,
+        ..
+    } = dry;
+    let decided = match outcome {
+        Ok(StepOutcome::Final) => {
             writeln!(
                 out,
-                "\n- delete {} (phase {phase_name} no longer returns it)",
-                outputs::describe(&key)
+                "phase {phase_name} is final: the host runs no worker until the spec changes"
             )?;
+            return Ok(summary);
         }
-    }
-
-    let update = decision.status_update(
-        generation,
-        decision.outputs.len(),
-        summary.delete,
-        &now,
-        def.history_limit,
-    );
-    let current = resource.data.get("status");
-    let status_changed = match crate::pipeline::status::status_patch(current, &update, &now) {
-        None => {
-            writeln!(out, "\n= status of {described} unchanged")?;
-            false
+        Ok(StepOutcome::Restarted { .. }) => {
+            writeln!(out, "\nphase {phase_name} is final, but the spec changed (generation {}): the host restarts it at {}", resource.metadata.generation.unwrap_or(0), def.initial_phase)?;
+            return Ok(summary);
         }
-        Some(patch) => {
-            let params = PatchParams {
-                dry_run: true,
-                ..Default::default()
-            };
-            let planned = api
-                .patch_status(name, &params, &Patch::Merge(&json!({ "status": patch })))
-                .await
-                .with_context(|| format!("dry-run status patch of {described}"))?;
-            let changes = diff(
-                current.unwrap_or(&Value::Null),
-                planned.data.get("status").unwrap_or(&Value::Null),
-            );
-            writeln!(out, "\n~ status of {described}")?;
-            write_changes(out, &changes)?;
-            true
+        Ok(StepOutcome::Decided(decided)) => decided,
+        Err(ReconcileError::Apply { failures, .. }) => {
+            for failure in &failures {
+                writeln!(out, "\n! {failure}")?;
+            }
+            writeln!(
+                out,
+                "\n{} to create, {} to update, {} unchanged; the host prunes nothing and writes no status until every output applies.\nNothing was written (server-side dry run).",
+                summary.create, summary.update, summary.unchanged
+            )?;
+            return Err(refusals(&failures));
         }
+        Err(e) => return Err(with_query_hint(e.into())),
     };
+    let decision = &decided.decision;
+    summary.next_phase = Some(decision.next_phase.clone());
     let then = if status_changed || summary.create + summary.update + summary.delete > 0 {
         "at once (the host watches what it writes)".to_string()
     } else {
@@ -488,19 +326,358 @@ pub async fn plan(
         "\n{} to create, {} to update, {} unchanged, {} to delete; next reconcile {then}.\nNothing was written (server-side dry run).",
         summary.create, summary.update, summary.unchanged, summary.delete
     )?;
-    if !taken.is_empty() {
-        bail!(
-            "the host would refuse {} (OutputRefused: they exist without this resource as controller) and apply the other outputs; delete or rename them, or have the worker return other names",
-            taken.join(", ")
-        );
-    }
-    if !refused.is_empty() {
-        bail!(
-            "the API server refuses {} (the host would report ApplyFailed): fix the worker's outputs",
-            refused.join(", ")
-        );
-    }
     Ok(summary)
+}
+
+/// Why a plan fails when the host would not apply every output: the outputs it would refuse
+/// (someone else's objects) and those the API server refuses.
+fn refusals(failures: &[OutputError]) -> anyhow::Error {
+    let (taken, refused): (Vec<&OutputError>, Vec<&OutputError>) = failures
+        .iter()
+        .partition(|f| matches!(f, OutputError::NotOurs { .. }));
+    let objects = |fs: &[&OutputError]| {
+        fs.iter()
+            .map(|f| match f {
+                OutputError::NotOurs { object, .. }
+                | OutputError::ApplyFailed { object, .. }
+                | OutputError::ConvergeFailed { object, .. }
+                | OutputError::PruneFailed { object, .. } => object.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !taken.is_empty() {
+        return anyhow!(
+            "the host would refuse {} (OutputRefused: they exist without this resource as controller) and apply the other outputs; delete or rename them, or have the worker return other names",
+            objects(&taken)
+        );
+    }
+    anyhow!(
+        "the API server refuses {} (the host would report ApplyFailed): fix the worker's outputs",
+        objects(&refused)
+    )
+}
+
+/// The metadata of the objects of each output kind in the resource's namespace, listed once:
+/// what the plan checks takeovers and pruning against, as the host checks its caches.
+#[derive(Default)]
+struct ListedObjects(HashMap<KindRef, Vec<kube::api::ObjectMeta>>);
+
+impl outputs::ExistingObjects for ListedObjects {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<kube::api::ObjectMeta> {
+        self.0
+            .get(kind)?
+            .iter()
+            .find(|m| m.name.as_deref() == Some(name) && m.namespace.as_deref() == namespace)
+            .cloned()
+    }
+
+    fn each_in_namespace(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(&kube::api::ObjectMeta),
+    ) {
+        for m in self.0.get(kind).into_iter().flatten() {
+            if namespace.is_none() || m.namespace.as_deref() == namespace {
+                visit(m);
+            }
+        }
+    }
+}
+
+/// The phase step's effects as a server-side dry run: each output applied with `dryRun=All`
+/// (same field manager, labels and ownerReference as the host), each prune a `dryRun=All`
+/// delete, the status patch sent to the status subresource with `dryRun=All`; every answer
+/// diffed against the live object and written to `out`.
+struct DryRun<'a> {
+    reads: offline::OfflineReads<'a, ObjectsByKind>,
+    client: &'a Client,
+    /// The resource's API (its status subresource).
+    status_api: &'a Api<DynamicObject>,
+    operator: &'a str,
+    output_kinds: &'a HashMap<KindRef, ResolvedKind>,
+    existing: ListedObjects,
+    out: &'a mut dyn Write,
+    summary: PlanSummary,
+    /// Secret data the worker read, or writes, is not printed (keys and changes still are).
+    redactor: crate::redaction::Redactor,
+    status_changed: bool,
+    /// The resource, as messages name it.
+    described: &'a str,
+    now: &'a str,
+}
+
+impl WorkerReads for DryRun<'_> {
+    type Source = ObjectsByKind;
+
+    async fn reads(
+        &mut self,
+        phase: &PhaseDefinition,
+    ) -> Result<PhaseReads<'_, ObjectsByKind>, ReconcileError> {
+        self.reads.reads(phase).await
+    }
+
+    fn keeps_request(&self, phase: &str) -> bool {
+        self.reads.keeps_request(phase)
+    }
+
+    fn called(&mut self, call: WorkerCall<'_>) {
+        let request = call.request.as_ref();
+        let inputs = request.map(|r| r.inputs.as_slice()).unwrap_or_default();
+        self.redactor = crate::redaction::Redactor::of_objects(
+            inputs
+                .iter()
+                .flat_map(|i| i.objects.iter().map(String::as_str)),
+        );
+        if let Ok(decision) = call.decided {
+            let seen: Vec<String> = inputs
+                .iter()
+                .map(|i| format!("{} ({})", i.name, i.objects.len()))
+                .collect();
+            // A failed write of the plan is reported by the writes after it.
+            let _ = writeln!(
+                self.out,
+                "phase {} → {}, decided by {}{}",
+                call.phase,
+                decision.next_phase,
+                decision.module,
+                if seen.is_empty() {
+                    String::new()
+                } else {
+                    format!(" from inputs {}", seen.join(", "))
+                }
+            );
+        }
+        self.reads.called(call)
+    }
+}
+
+impl DryRun<'_> {
+    fn redact(&self, value: &mut Value, kind: &KindRef) {
+        if kind.api_version == "v1" && kind.kind == "Secret" {
+            crate::redaction::redact_secret_object(value);
+        }
+        self.redactor.json(value);
+    }
+
+    /// One output, dry-run applied and diffed; a refusal is returned.
+    async fn apply_one(
+        &mut self,
+        o: &CheckedOutput,
+        uid: &str,
+    ) -> anyhow::Result<Result<(), OutputError>> {
+        let field_manager = crate::field_manager(self.operator);
+        let what = o.describe();
+        let resolved = &self.output_kinds[&o.kind];
+        let api = dynamic_api(self.client, resolved, o.namespace.as_deref());
+        let live = api.get_opt(&o.name).await.with_context(|| {
+            format!("reading the live {what} to diff against: check that KUBECONFIG's user may get it (kubectl auth can-i get {})", resolved.api.plural)
+        })?;
+        let params = PatchParams::apply(&field_manager).force().dry_run();
+        let live = live
+            .map(|l| serde_json::to_value(l).unwrap_or(Value::Null))
+            .unwrap_or(Value::Null);
+        let ours = !live.is_null() && outputs::controlled_by(&live, uid);
+        // What the host does when server-side apply alone cannot converge an object of the
+        // resource's (outputs::Convergence): said before the diff, blaming the right party.
+        let planned = match api.patch(&o.name, &params, &Patch::Apply(&o.object)).await {
+            Ok(p) => {
+                let planned = serde_json::to_value(p)?;
+                let foreign = drift::foreign_lists(&planned, &o.object, &field_manager);
+                if ours && !foreign.is_empty() {
+                    write_replacement(self.out, &what, &foreign, None)?;
+                    drift::with_lists_replaced(&planned, &foreign)
+                } else {
+                    planned
+                }
+            }
+            Err(kube::Error::Api(e)) if ours && e.code == 422 => {
+                let foreign = drift::foreign_lists(&live, &o.object, &field_manager);
+                if !foreign.is_empty() {
+                    write_replacement(self.out, &what, &foreign, Some(&e.message))?;
+                    // No dry run can follow a dry run: the apply after the replacement is
+                    // approximated by merging the worker's object over the replaced one.
+                    let mut planned = drift::with_lists_replaced(&live, &foreign);
+                    json_patch::merge(&mut planned, &o.object);
+                    planned
+                } else if e.message.contains("immutable") {
+                    writeln!(
+                        self.out,
+                        "\n~ recreate {what}: the worker changes a field that cannot change once set ({}); the host deletes it and creates it from the worker's decision (OutputRecreated)",
+                        e.message
+                    )?;
+                    self.summary.update += 1;
+                    return Ok(Ok(()));
+                } else {
+                    return Ok(Err(OutputError::ApplyFailed {
+                        object: what,
+                        source: kube::Error::Api(e),
+                    }));
+                }
+            }
+            Err(source) => return Ok(Err(OutputError::ApplyFailed { object: what, source })),
+        };
+        let (mut live, mut planned) = (live, planned);
+        self.redact(&mut live, &o.kind);
+        self.redact(&mut planned, &o.kind);
+        let changes = diff(&without_bookkeeping(&live), &without_bookkeeping(&planned));
+        let verb = if live.is_null() {
+            self.summary.create += 1;
+            "+ create"
+        } else if changes.is_empty() {
+            self.summary.unchanged += 1;
+            "= unchanged"
+        } else {
+            self.summary.update += 1;
+            "~ update"
+        };
+        writeln!(self.out, "\n{verb} {what}")?;
+        write_changes(self.out, &changes)?;
+        Ok(Ok(()))
+    }
+
+    async fn prune_one(&mut self, kind: &KindRef, m: &kube::api::ObjectMeta) -> anyhow::Result<()> {
+        let key = (
+            kind.clone(),
+            m.namespace.clone(),
+            m.name.clone().unwrap_or_default(),
+        );
+        let api = dynamic_api(self.client, &self.output_kinds[kind], m.namespace.as_deref());
+        let params = DeleteParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        api.delete(&key.2, &params).await.with_context(|| {
+            format!(
+                "dry-run delete of {} failed: the host could not prune it either; grant it with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`",
+                outputs::describe(&key)
+            )
+        })?;
+        self.summary.delete += 1;
+        let phase = m
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::PHASE_LABEL))
+            .cloned()
+            .unwrap_or_default();
+        writeln!(
+            self.out,
+            "\n- delete {} (phase {phase} no longer returns it)",
+            outputs::describe(&key)
+        )?;
+        Ok(())
+    }
+
+    async fn status_one(
+        &mut self,
+        resource: &DynamicObject,
+        update: &StatusUpdate,
+    ) -> anyhow::Result<Option<DynamicObject>> {
+        let current = resource.data.get("status");
+        let Some(patch) = status::status_patch(current, update, self.now) else {
+            writeln!(self.out, "\n= status of {} unchanged", self.described)?;
+            return Ok(None);
+        };
+        let params = PatchParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let name = resource.metadata.name.clone().unwrap_or_default();
+        let planned = self
+            .status_api
+            .patch_status(&name, &params, &Patch::Merge(&json!({ "status": patch })))
+            .await
+            .with_context(|| format!("dry-run status patch of {}", self.described))?;
+        let changes = diff(
+            current.unwrap_or(&Value::Null),
+            planned.data.get("status").unwrap_or(&Value::Null),
+        );
+        writeln!(self.out, "\n~ status of {}", self.described)?;
+        write_changes(self.out, &changes)?;
+        self.status_changed = true;
+        Ok(Some(planned))
+    }
+}
+
+/// A failure of the plan itself (not of the host's would-be write), as the step's error.
+fn plan_failed(action: &'static str) -> impl Fn(anyhow::Error) -> ReconcileError {
+    move |e| ReconcileError::Effect {
+        action,
+        source: e.into(),
+    }
+}
+
+impl Effects for DryRun<'_> {
+    type Existing = ListedObjects;
+
+    fn existing(&self) -> &ListedObjects {
+        &self.existing
+    }
+
+    async fn apply(
+        &mut self,
+        phase: &str,
+        owner_uid: &str,
+        mut checked: Vec<CheckedOutput>,
+    ) -> ApplyReport {
+        let mut report = ApplyReport::default();
+        checked.sort_by_key(CheckedOutput::key);
+        for mut o in checked {
+            outputs::label(&mut o.object, self.operator, phase);
+            match self.apply_one(&o, owner_uid).await {
+                Ok(Ok(())) => report.applied += 1,
+                Ok(Err(refused)) => report.failed.push(refused),
+                Err(e) => report.failed.push(OutputError::ApplyFailed {
+                    object: o.describe(),
+                    source: kube::Error::Service(e.into()),
+                }),
+            }
+        }
+        report
+    }
+
+    async fn prune(
+        &mut self,
+        objects: Vec<(KindRef, kube::api::ObjectMeta)>,
+    ) -> Result<usize, (usize, OutputError)> {
+        let mut pruned = 0;
+        for (kind, m) in objects {
+            if let Err(e) = self.prune_one(&kind, &m).await {
+                let object = outputs::describe(&(
+                    kind,
+                    m.namespace.clone(),
+                    m.name.clone().unwrap_or_default(),
+                ));
+                return Err((
+                    pruned,
+                    OutputError::PruneFailed {
+                        object,
+                        source: kube::Error::Service(e.into()),
+                    },
+                ));
+            }
+            pruned += 1;
+        }
+        Ok(pruned)
+    }
+
+    async fn write_status(
+        &mut self,
+        resource: &DynamicObject,
+        update: &StatusUpdate,
+        _conditional: bool,
+    ) -> Result<Option<DynamicObject>, ReconcileError> {
+        self.status_one(resource, update)
+            .await
+            .map_err(plan_failed("the dry-run status patch"))
+    }
 }
 
 /// Says which lists the host replaces in an object of the resource's, whose entries they hold,

@@ -1,11 +1,13 @@
 //! `wasmpilot simulate`: runs an operator's real components offline, reconcile after reconcile,
 //! against objects from a file, and prints every step (phase, outputs, status) as YAML.
 //!
-//! Each step is one host reconcile through [`crate::offline::OfflineOperator`] (the host's input
-//! gathering, sandbox, transition and output checks); then, as the host would:
-//! - outputs are applied to the simulated cluster (labelled with operator and phase; an output
-//!   replaces the object of the same kind/namespace/name) and objects this phase applied before
-//!   and no longer returns are pruned ([`crate::pipeline::outputs::Owned::created`]);
+//! Each step is the controller's phase step ([`crate::pipeline::step::run`]: the host's input
+//! gathering, sandbox, transition and output checks, takeover refusal, pruning, status write)
+//! with the simulated cluster as its effects:
+//! - outputs are applied to it (labelled with operator and phase; an output replaces the
+//!   object of the same kind/namespace/name) and objects this phase applied before and no
+//!   longer returns are pruned; an output naming an object the resource does not control is
+//!   refused, as the host refuses it;
 //! - the status info is merged into `.status` with phase, observedGeneration, moduleDigest and
 //!   the `Synced` condition ([`crate::pipeline::status::status_patch`]);
 //! - the virtual clock moves like the host's schedule: a write (status or objects) triggers the
@@ -21,9 +23,13 @@ use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
-use crate::pipeline::outputs::{self, describe, CheckedOutput, ObjectKey, Owned};
+use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
+use crate::pipeline::outputs::{
+    self, describe, ApplyReport, CheckedOutput, ExistingObjects, ObjectKey, OutputError,
+};
 use crate::pipeline::status::{self, StatusUpdate};
-use crate::pipeline::step::{self, Standing};
+use crate::pipeline::step::{self, StepOutcome};
+use crate::pipeline::ReconcileError;
 use crate::sandbox::{NamedObjects, Sandbox, SandboxLimits};
 use anyhow::{anyhow, bail, Context};
 use kube::api::{DynamicObject, ObjectMeta};
@@ -136,56 +142,6 @@ impl World {
             .unwrap_or_else(|| json!({}))
     }
 
-    /// Applies a phase's checked outputs (labelled like the host's) and prunes what the phase
-    /// applied for this resource before and no longer returns. Returns the changes, and the
-    /// applied objects in key order.
-    fn apply(
-        &mut self,
-        operator: &str,
-        phase: &PhaseDefinition,
-        checked: &[CheckedOutput],
-    ) -> (Vec<String>, Vec<Value>) {
-        let mut changes = Vec::new();
-        let mut applied = Vec::new();
-        let keep: BTreeSet<ObjectKey> = checked.iter().map(CheckedOutput::key).collect();
-        for o in checked {
-            let mut object = o.object.clone();
-            outputs::label(&mut object, operator, &phase.name);
-            match self.objects.insert(o.key(), object.clone()) {
-                None => changes.push(format!("created {}", o.describe())),
-                Some(previous) if previous != object => {
-                    changes.push(format!("updated {}", o.describe()))
-                }
-                Some(_) => {}
-            }
-            applied.push(object);
-        }
-        let uid = self.resource.metadata.uid.clone().unwrap_or_default();
-        let owned = Owned {
-            operator,
-            phase,
-            owner_uid: &uid,
-            namespace: self.resource.metadata.namespace.as_deref(),
-        };
-        let pruned: Vec<ObjectKey> = self
-            .objects
-            .iter()
-            .filter(|(k, v)| {
-                phase.outputs.contains(&k.0)
-                    && !keep.contains(*k)
-                    && serde_json::from_value::<ObjectMeta>(v["metadata"].clone())
-                        .is_ok_and(|m| owned.created(&m))
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in pruned {
-            self.objects.remove(&k);
-            changes.push(format!("deleted {} (no longer returned)", describe(&k)));
-        }
-        applied.sort_by_key(key_of);
-        (changes, applied)
-    }
-
     /// Merges a status update like the host; returns the top-level fields it changed.
     fn write_status(&mut self, update: &StatusUpdate, now: &str) -> Vec<String> {
         let current = self.resource.data.get("status");
@@ -204,6 +160,128 @@ impl World {
             .collect();
         self.resource.data["status"] = merged;
         changed
+    }
+}
+
+impl ExistingObjects for World {
+    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<ObjectMeta> {
+        let key = (kind.clone(), namespace.map(str::to_string), name.to_string());
+        meta_of(self.objects.get(&key)?)
+    }
+
+    fn each_in_namespace(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        visit: &mut dyn FnMut(&ObjectMeta),
+    ) {
+        for ((k, ns, _), object) in &self.objects {
+            if k == kind && (namespace.is_none() || ns.as_deref() == namespace) {
+                if let Some(meta) = meta_of(object) {
+                    visit(&meta);
+                }
+            }
+        }
+    }
+}
+
+/// An object's metadata, with its namespace as the key has it.
+fn meta_of(object: &Value) -> Option<ObjectMeta> {
+    serde_json::from_value(object["metadata"].clone()).ok()
+}
+
+/// One simulated reconcile's reads and writes: the worker's component and inputs as the
+/// offline commands read them, writes to the simulated cluster, what changed noted for the
+/// step's report.
+struct SimulatedCluster<'a> {
+    reads: offline::OfflineReads<'a, ObjectsByKind>,
+    world: &'a mut World,
+    operator: &'a str,
+    /// The step's clock (Conditions' transition times).
+    now: &'a str,
+    /// "created …", "updated …", "deleted …".
+    changes: Vec<String>,
+    /// The applied objects, in key order.
+    applied: Vec<Value>,
+    /// The status fields the step changed.
+    status_changed: Vec<String>,
+}
+
+impl WorkerReads for SimulatedCluster<'_> {
+    type Source = ObjectsByKind;
+
+    async fn reads(
+        &mut self,
+        phase: &PhaseDefinition,
+    ) -> Result<PhaseReads<'_, ObjectsByKind>, ReconcileError> {
+        self.reads.reads(phase).await
+    }
+
+    fn keeps_request(&self, phase: &str) -> bool {
+        self.reads.keeps_request(phase)
+    }
+
+    fn called(&mut self, call: WorkerCall<'_>) {
+        self.reads.called(call)
+    }
+}
+
+impl Effects for SimulatedCluster<'_> {
+    type Existing = World;
+
+    fn existing(&self) -> &World {
+        self.world
+    }
+
+    /// Outputs labelled like the host's replace the object of the same kind/namespace/name.
+    async fn apply(
+        &mut self,
+        phase: &str,
+        _owner_uid: &str,
+        outputs: Vec<CheckedOutput>,
+    ) -> ApplyReport {
+        let mut report = ApplyReport::default();
+        for o in outputs {
+            let mut object = o.object.clone();
+            outputs::label(&mut object, self.operator, phase);
+            match self.world.objects.insert(o.key(), object.clone()) {
+                None => self.changes.push(format!("created {}", o.describe())),
+                Some(previous) if previous != object => {
+                    self.changes.push(format!("updated {}", o.describe()))
+                }
+                Some(_) => {}
+            }
+            self.applied.push(object);
+            report.applied += 1;
+        }
+        self.applied.sort_by_key(key_of);
+        report
+    }
+
+    async fn prune(
+        &mut self,
+        objects: Vec<(KindRef, ObjectMeta)>,
+    ) -> Result<usize, (usize, OutputError)> {
+        let mut pruned = 0;
+        for (kind, m) in objects {
+            let key = (kind, m.namespace.clone(), m.name.clone().unwrap_or_default());
+            if self.world.objects.remove(&key).is_some() {
+                pruned += 1;
+                self.changes
+                    .push(format!("deleted {} (no longer returned)", describe(&key)));
+            }
+        }
+        Ok(pruned)
+    }
+
+    async fn write_status(
+        &mut self,
+        _resource: &DynamicObject,
+        update: &StatusUpdate,
+        _conditional: bool,
+    ) -> Result<Option<DynamicObject>, ReconcileError> {
+        self.status_changed = self.world.write_status(update, self.now);
+        Ok((!self.status_changed.is_empty()).then(|| self.world.resource.clone()))
     }
 }
 
@@ -257,7 +335,6 @@ pub async fn simulate(
     let modules = ModuleCache::new(Sandbox::new(limits)?, None, Some(module_dir))
         .with_compile_cache(compile_cache_dir(None, false))
         .with_progress();
-    let generation = world.resource.metadata.generation;
     let name = describe(&(
         def.resource.clone(),
         world.resource.metadata.namespace.clone(),
@@ -280,8 +357,6 @@ pub async fn simulate(
             let time = now.to_string();
             let phase_name = step::current_phase(&def, &world.resource).to_string();
             last_phase = phase_name.clone();
-            let standing = step::standing(&def, &world.resource, &time)
-                .with_context(|| format!("step {step_number}"))?;
             let mut report = StepReport {
                 step: step_number,
                 time: time.clone(),
@@ -294,36 +369,17 @@ pub async fn simulate(
                 status: Value::Null,
                 then: String::new(),
             };
-            let phase = match standing {
-                Standing::Runs(phase) => phase,
-                Standing::Final(_) => {
-                    writeln!(
-                    out,
-                    "# stop: {phase_name} is final; the host runs no worker until the spec changes"
-                )?;
-                    break 'phases End::Final { phase: phase_name };
-                }
-                Standing::Restart { update, .. } => {
-                    let changed = world.write_status(&update, &time);
-                    report.next_phase = Some(def.initial_phase.clone());
-                    report.status = world.status();
-                    report.then = format!(
-                        "reconcile again at once: the status ({}) changed",
-                        changed.join(", ")
-                    );
-                    print_step(out, &report)?;
-                    continue;
-                }
-            };
-            let given: Vec<NamedObjects> = phase
-                .queries
-                .iter()
+            // The samples each query of the standing phase gets now (a final phase has none).
+            let given: Vec<NamedObjects> = def
+                .phase(&phase_name)
+                .into_iter()
+                .flat_map(|p| p.queries.iter())
                 .map(|q| NamedObjects {
                     name: q.name.clone(),
                     objects: samples.at(&q.name, now),
                 })
                 .collect();
-            for q in &phase.queries {
+            for q in def.phase(&phase_name).into_iter().flat_map(|p| p.queries.iter()) {
                 if !samples.0.contains_key(&q.name) && noted_queries.insert(q.name.clone()) {
                     eprintln!(
                         "note: no --samples for query {} of phase {phase_name}: it gets no samples",
@@ -332,48 +388,61 @@ pub async fn simulate(
                 }
             }
             let source = world.source()?;
-            let decision = match operator
-                .decide(
-                    &world.resource,
-                    phase,
-                    &source,
-                    step::Samples::Given(given),
-                    &time,
-                )
-                .await
-            {
-                Ok(d) => d,
+            let resource = world.resource.clone();
+            let mut cluster = SimulatedCluster {
+                reads: offline::OfflineReads::new(&modules, &source, step::Samples::Given(given)),
+                world: &mut world,
+                operator: &def.name,
+                now: &time,
+                changes: Vec::new(),
+                applied: Vec::new(),
+                status_changed: Vec::new(),
+            };
+            let outcome = step::run(operator.step(&resource, &time), &mut cluster).await;
+            let SimulatedCluster {
+                changes,
+                applied,
+                status_changed,
+                ..
+            } = cluster;
+            report.changes = changes;
+            report.outputs = applied;
+            let decided = match outcome {
+                Ok(StepOutcome::Final) => {
+                    writeln!(
+                        out,
+                        "# stop: {phase_name} is final; the host runs no worker until the spec changes"
+                    )?;
+                    break 'phases End::Final { phase: phase_name };
+                }
+                Ok(StepOutcome::Restarted { .. }) => {
+                    report.next_phase = Some(def.initial_phase.clone());
+                    report.status = world.status();
+                    report.then = format!(
+                        "reconcile again at once: the status ({}) changed",
+                        status_changed.join(", ")
+                    );
+                    print_step(out, &report)?;
+                    continue;
+                }
+                Ok(StepOutcome::Decided(decided)) => decided,
+                Err(e @ ReconcileError::UnknownPhase { .. }) => {
+                    return Err(anyhow::Error::from(e).context(format!("step {step_number}")));
+                }
                 Err(e) => {
-                    report.error = Some(crate::error_report::one_line(e.as_ref()));
+                    report.error = Some(crate::error_report::one_line(&e));
                     report.status = world.status();
                     report.then = "stop: the host would record this in the Synced condition and retry (with backoff, or on the next change for a fatal error)".into();
                     print_step(out, &report)?;
                     bail!(
-                    "step {step_number} ({phase_name}) failed: {}\nfix the worker (test it natively with cargo test), then run wasmpilot build again",
-                    crate::error_report::one_line(e.as_ref())
-                );
+                        "step {step_number} ({phase_name}) failed: {}\nfix the worker (test it natively with cargo test), then run wasmpilot build again",
+                        crate::error_report::one_line(&e)
+                    );
                 }
             };
+            let decision = &decided.decision;
             report.module = Some(decision.module.clone());
             report.next_phase = Some(decision.next_phase.clone());
-
-            let (changes, applied) = world.apply(&def.name, phase, &decision.outputs);
-            report.changes = changes;
-            report.outputs = applied;
-
-            let pruned = report
-                .changes
-                .iter()
-                .filter(|c| c.starts_with("deleted "))
-                .count();
-            let update = decision.status_update(
-                generation,
-                decision.outputs.len(),
-                pruned,
-                &time,
-                def.history_limit,
-            );
-            let status_changed = world.write_status(&update, &time);
             report.status = world.status();
             let objects_changed = !report.changes.is_empty();
             let status_changed_what = format!("the status ({})", status_changed.join(", "));

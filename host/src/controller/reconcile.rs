@@ -315,7 +315,7 @@ async fn run_phase(
         StepOutcome::Final => return Ok(Action::await_change()),
         StepOutcome::Restarted { written } => {
             tracing::info!(from = %current, to = %def.initial_phase, "spec changed after a final phase: starting again");
-            after.next = written.map(Arc::new);
+            after.next = written.map(|w| Arc::new(*w));
             return Ok(Action::await_change());
         }
         StepOutcome::Decided(decided) => decided,

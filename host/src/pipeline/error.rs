@@ -35,6 +35,12 @@ pub enum ReconcileError {
         #[source]
         source: RunError,
     },
+    #[error("{action}: {source}")]
+    Effect {
+        action: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("phase {phase} is final: it runs no worker")]
     NoWorker { phase: String },
     #[error("loading the module of phase {phase}: {source}")]
@@ -145,6 +151,7 @@ impl ReconcileError {
             ReconcileError::UnknownPhase { .. } => "UnknownPhase",
             ReconcileError::ModuleNotLoaded { .. } => "ModuleNotLoaded",
             ReconcileError::NoWorker { .. } => "NoWorker",
+            ReconcileError::Effect { .. } => "EffectFailed",
             ReconcileError::UnknownNextPhase { .. } => "UnknownNextPhase",
             ReconcileError::TransitionNotAllowed { .. } => "TransitionNotAllowed",
             ReconcileError::BadStatusInfo { .. } => "BadStatusInfo",

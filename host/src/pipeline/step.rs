@@ -197,7 +197,9 @@ pub enum StepOutcome {
     Final,
     /// A final phase whose spec changed: the status moved back to the initial phase (the
     /// resource as written, if the write changed anything).
-    Restarted { written: Option<DynamicObject> },
+    Restarted {
+        written: Option<Box<DynamicObject>>,
+    },
     /// The worker decided, and its outputs, prunes and status were written.
     Decided(Box<Decided>),
 }
@@ -230,7 +232,9 @@ pub async fn run(
         Standing::Final(_) => return Ok(StepOutcome::Final),
         Standing::Restart { update, .. } => {
             let written = effects.write_status(resource, &update, true).await?;
-            return Ok(StepOutcome::Restarted { written });
+            return Ok(StepOutcome::Restarted {
+                written: written.map(Box::new),
+            });
         }
     };
     let mut decision = decide(step, phase, effects).await?;
