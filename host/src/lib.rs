@@ -41,6 +41,8 @@ pub mod promql;
 pub mod rbac;
 pub mod redaction;
 pub mod sandbox;
+#[cfg(test)]
+mod step_equivalence_tests;
 pub mod worker_text;
 
 /// The finalizer the host puts on resources of operators that declare a finalizer worker.

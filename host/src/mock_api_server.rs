@@ -94,3 +94,150 @@ pub fn scripted(script: Vec<Exchange>) -> (Client, JoinHandle<()>) {
     });
     (Client::new(service, "default"), server)
 }
+
+/// A tiny stateful API server for tests that compare the host's writes: objects kept by path;
+/// server-side apply (one field manager: the applied object, keeping uid), merge patches of
+/// `/status` (conditional on a resourceVersion in the body), deletes (with a uid
+/// precondition), metadata and full reads, Events accepted. Anything else fails the test.
+pub struct FakeApiServer {
+    pub objects: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, Value>>>,
+}
+
+impl FakeApiServer {
+    /// A client of a fake API server holding `objects` (by path); it serves until the client
+    /// is dropped.
+    pub fn start(
+        objects: std::collections::BTreeMap<String, Value>,
+    ) -> (Client, FakeApiServer, JoinHandle<()>) {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let store = std::sync::Arc::new(std::sync::Mutex::new(objects));
+        let served = store.clone();
+        let server = tokio::spawn(async move {
+            let mut handle = std::pin::pin!(handle);
+            let mut version = 1000u64;
+            while let Some((request, send)) = handle.next_request().await {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await.expect("the request body");
+                let body: Value = if bytes.is_empty() {
+                    Value::Null
+                } else {
+                    serde_json::from_slice(&bytes).expect("a JSON request body")
+                };
+                version += 1;
+                let mut store = served.lock().unwrap_or_else(|p| p.into_inner());
+                let (status, answer) = fake_answer(&mut store, &parts, body, version);
+                drop(store);
+                let answer = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&answer).expect("JSON")))
+                    .expect("a response");
+                send.send_response(answer);
+            }
+        });
+        (
+            Client::new(service, "default"),
+            FakeApiServer { objects: store },
+            server,
+        )
+    }
+}
+
+fn fake_answer(
+    store: &mut std::collections::BTreeMap<String, Value>,
+    parts: &http::request::Parts,
+    body: Value,
+    version: u64,
+) -> (StatusCode, Value) {
+    let path = parts.uri.path().to_string();
+    let not_found = || (StatusCode::NOT_FOUND, failure(404, "NotFound", "not found"));
+    let content_type = parts
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if path.ends_with("/events") && parts.method == Method::POST {
+        return (StatusCode::CREATED, body);
+    }
+    if let Some(object_path) = path.strip_suffix("/status") {
+        assert_eq!(parts.method, Method::PATCH, "{path}");
+        let Some(object) = store.get_mut(object_path) else {
+            return not_found();
+        };
+        if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
+            if object["metadata"]["resourceVersion"] != rv {
+                return (StatusCode::CONFLICT, failure(409, "Conflict", "modified"));
+            }
+        }
+        json_patch::merge(object, &json!({"status": body["status"]}));
+        object["metadata"]["resourceVersion"] = json!(version.to_string());
+        return (StatusCode::OK, object.clone());
+    }
+    match parts.method.clone() {
+        Method::GET => match store.get(&path) {
+            Some(object) => {
+                let accept = parts
+                    .headers
+                    .get("accept")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                if accept.contains("PartialObjectMetadata") {
+                    let metadata = object["metadata"].clone();
+                    (
+                        StatusCode::OK,
+                        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                               "metadata": metadata}),
+                    )
+                } else {
+                    (StatusCode::OK, object.clone())
+                }
+            }
+            None => not_found(),
+        },
+        Method::PATCH if content_type.starts_with("application/apply-patch") => {
+            let mut object = body;
+            let uid = store
+                .get(&path)
+                .map(|o| o["metadata"]["uid"].clone())
+                .unwrap_or_else(|| json!(format!("uid-{version}")));
+            object["metadata"]["uid"] = uid;
+            object["metadata"]["resourceVersion"] = json!(version.to_string());
+            store.insert(path, object.clone());
+            (StatusCode::OK, object)
+        }
+        Method::DELETE => {
+            let Some(object) = store.get(&path) else {
+                return not_found();
+            };
+            let wanted = &body["preconditions"]["uid"];
+            if !wanted.is_null() && *wanted != object["metadata"]["uid"] {
+                return (
+                    StatusCode::CONFLICT,
+                    failure(409, "Conflict", "uid differs"),
+                );
+            }
+            store.remove(&path);
+            (
+                StatusCode::OK,
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+            )
+        }
+        other => panic!("the fake API server does not serve {other} {path}"),
+    }
+}
+
+/// `wasmpilot_test_scripted.wasm` as built for the sandbox tests (`WASMPILOT_WASM_DIR`, else
+/// the target directory's wasm32-wasip2/release), if it is.
+pub fn scripted_component_dir() -> Option<std::path::PathBuf> {
+    let dir = match std::env::var("WASMPILOT_WASM_DIR") {
+        Ok(dir) => std::path::PathBuf::from(dir),
+        Err(_) => std::env::current_exe()
+            .ok()?
+            .ancestors()
+            .nth(3)?
+            .join("wasm32-wasip2/release"),
+    };
+    dir.join("wasmpilot_test_scripted.wasm")
+        .is_file()
+        .then_some(dir)
+}

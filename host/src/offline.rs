@@ -254,9 +254,10 @@ impl OfflineOperator<'_> {
                 duration: call.duration,
                 decided,
             }),
-            None => Err(decided.err().map(anyhow::Error::from).unwrap_or_else(|| {
-                anyhow!("phase {}: the worker was not called", phase.name)
-            })),
+            None => Err(decided
+                .err()
+                .map(anyhow::Error::from)
+                .unwrap_or_else(|| anyhow!("phase {}: the worker was not called", phase.name))),
         }
     }
 
@@ -340,10 +341,7 @@ impl<S: ObjectSource> WorkerReads for OfflineReads<'_, S> {
         Ok(PhaseReads {
             module,
             source: self.source,
-            samples: self
-                .samples
-                .take()
-                .unwrap_or(Samples::Given(Vec::new())),
+            samples: self.samples.take().unwrap_or(Samples::Given(Vec::new())),
             slot: None,
         })
     }

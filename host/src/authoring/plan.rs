@@ -267,7 +267,6 @@ pub async fn plan(
         redactor: Default::default(),
         status_changed: false,
         described: &described,
-        now: &now,
     };
     let outcome = step::run(operator_run.step(resource, &now), &mut dry).await;
     let DryRun {
@@ -411,7 +410,6 @@ struct DryRun<'a> {
     status_changed: bool,
     /// The resource, as messages name it.
     described: &'a str,
-    now: &'a str,
 }
 
 impl WorkerReads for DryRun<'_> {
@@ -522,7 +520,12 @@ impl DryRun<'_> {
                     }));
                 }
             }
-            Err(source) => return Ok(Err(OutputError::ApplyFailed { object: what, source })),
+            Err(source) => {
+                return Ok(Err(OutputError::ApplyFailed {
+                    object: what,
+                    source,
+                }))
+            }
         };
         let (mut live, mut planned) = (live, planned);
         self.redact(&mut live, &o.kind);
@@ -549,7 +552,11 @@ impl DryRun<'_> {
             m.namespace.clone(),
             m.name.clone().unwrap_or_default(),
         );
-        let api = dynamic_api(self.client, &self.output_kinds[kind], m.namespace.as_deref());
+        let api = dynamic_api(
+            self.client,
+            &self.output_kinds[kind],
+            m.namespace.as_deref(),
+        );
         let params = DeleteParams {
             dry_run: true,
             ..Default::default()
@@ -579,9 +586,10 @@ impl DryRun<'_> {
         &mut self,
         resource: &DynamicObject,
         update: &StatusUpdate,
+        now: &str,
     ) -> anyhow::Result<Option<DynamicObject>> {
         let current = resource.data.get("status");
-        let Some(patch) = status::status_patch(current, update, self.now) else {
+        let Some(patch) = status::status_patch(current, update, now) else {
             writeln!(self.out, "\n= status of {} unchanged", self.described)?;
             return Ok(None);
         };
@@ -672,9 +680,10 @@ impl Effects for DryRun<'_> {
         &mut self,
         resource: &DynamicObject,
         update: &StatusUpdate,
+        now: &str,
         _conditional: bool,
     ) -> Result<Option<DynamicObject>, ReconcileError> {
-        self.status_one(resource, update)
+        self.status_one(resource, update, now)
             .await
             .map_err(plan_failed("the dry-run status patch"))
     }

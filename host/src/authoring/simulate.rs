@@ -123,13 +123,13 @@ pub enum End {
 }
 
 /// The simulated cluster: the resource and every other object, keyed.
-struct World {
-    resource: DynamicObject,
-    objects: BTreeMap<ObjectKey, Value>,
+pub(crate) struct World {
+    pub(crate) resource: DynamicObject,
+    pub(crate) objects: BTreeMap<ObjectKey, Value>,
 }
 
 impl World {
-    fn source(&self) -> anyhow::Result<ObjectsByKind> {
+    pub(crate) fn source(&self) -> anyhow::Result<ObjectsByKind> {
         let resource = serde_json::to_value(&self.resource)?;
         ObjectsByKind::from_values(self.objects.values().cloned().chain([resource]))
     }
@@ -165,7 +165,11 @@ impl World {
 
 impl ExistingObjects for World {
     fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<ObjectMeta> {
-        let key = (kind.clone(), namespace.map(str::to_string), name.to_string());
+        let key = (
+            kind.clone(),
+            namespace.map(str::to_string),
+            name.to_string(),
+        );
         meta_of(self.objects.get(&key)?)
     }
 
@@ -193,18 +197,34 @@ fn meta_of(object: &Value) -> Option<ObjectMeta> {
 /// One simulated reconcile's reads and writes: the worker's component and inputs as the
 /// offline commands read them, writes to the simulated cluster, what changed noted for the
 /// step's report.
-struct SimulatedCluster<'a> {
+pub(crate) struct SimulatedCluster<'a> {
     reads: offline::OfflineReads<'a, ObjectsByKind>,
     world: &'a mut World,
     operator: &'a str,
-    /// The step's clock (Conditions' transition times).
-    now: &'a str,
     /// "created …", "updated …", "deleted …".
     changes: Vec<String>,
     /// The applied objects, in key order.
     applied: Vec<Value>,
     /// The status fields the step changed.
     status_changed: Vec<String>,
+}
+
+impl<'a> SimulatedCluster<'a> {
+    /// `operator`'s step on `world`, its worker read through `reads`.
+    pub(crate) fn new(
+        reads: offline::OfflineReads<'a, ObjectsByKind>,
+        world: &'a mut World,
+        operator: &'a str,
+    ) -> Self {
+        SimulatedCluster {
+            reads,
+            world,
+            operator,
+            changes: Vec::new(),
+            applied: Vec::new(),
+            status_changed: Vec::new(),
+        }
+    }
 }
 
 impl WorkerReads for SimulatedCluster<'_> {
@@ -264,7 +284,11 @@ impl Effects for SimulatedCluster<'_> {
     ) -> Result<usize, (usize, OutputError)> {
         let mut pruned = 0;
         for (kind, m) in objects {
-            let key = (kind, m.namespace.clone(), m.name.clone().unwrap_or_default());
+            let key = (
+                kind,
+                m.namespace.clone(),
+                m.name.clone().unwrap_or_default(),
+            );
             if self.world.objects.remove(&key).is_some() {
                 pruned += 1;
                 self.changes
@@ -278,9 +302,10 @@ impl Effects for SimulatedCluster<'_> {
         &mut self,
         _resource: &DynamicObject,
         update: &StatusUpdate,
+        now: &str,
         _conditional: bool,
     ) -> Result<Option<DynamicObject>, ReconcileError> {
-        self.status_changed = self.world.write_status(update, self.now);
+        self.status_changed = self.world.write_status(update, now);
         Ok((!self.status_changed.is_empty()).then(|| self.world.resource.clone()))
     }
 }
@@ -379,7 +404,11 @@ pub async fn simulate(
                     objects: samples.at(&q.name, now),
                 })
                 .collect();
-            for q in def.phase(&phase_name).into_iter().flat_map(|p| p.queries.iter()) {
+            for q in def
+                .phase(&phase_name)
+                .into_iter()
+                .flat_map(|p| p.queries.iter())
+            {
                 if !samples.0.contains_key(&q.name) && noted_queries.insert(q.name.clone()) {
                     eprintln!(
                         "note: no --samples for query {} of phase {phase_name}: it gets no samples",
@@ -389,15 +418,8 @@ pub async fn simulate(
             }
             let source = world.source()?;
             let resource = world.resource.clone();
-            let mut cluster = SimulatedCluster {
-                reads: offline::OfflineReads::new(&modules, &source, step::Samples::Given(given)),
-                world: &mut world,
-                operator: &def.name,
-                now: &time,
-                changes: Vec::new(),
-                applied: Vec::new(),
-                status_changed: Vec::new(),
-            };
+            let reads = offline::OfflineReads::new(&modules, &source, step::Samples::Given(given));
+            let mut cluster = SimulatedCluster::new(reads, &mut world, &def.name);
             let outcome = step::run(operator.step(&resource, &time), &mut cluster).await;
             let SimulatedCluster {
                 changes,

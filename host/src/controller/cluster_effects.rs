@@ -10,7 +10,7 @@ use crate::evidence::case::RecordedResult;
 use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
 use crate::pipeline::outputs::{self, ApplyReport, CheckedOutput, OutputError};
 use crate::pipeline::status::{self, StatusUpdate};
-use crate::pipeline::step::{self, now_rfc3339, Samples};
+use crate::pipeline::step::{self, Samples};
 use crate::pipeline::ReconcileError;
 use crate::sandbox::RunError;
 use kube::api::{DynamicObject, ObjectMeta};
@@ -49,13 +49,15 @@ impl WorkerReads for ClusterEffects<'_> {
     ) -> Result<PhaseReads<'_, Self::Source>, ReconcileError> {
         let ctx = self.ctx;
         let def = &ctx.definition;
-        let module = ctx.workers.get(&phase.name).cloned().ok_or_else(|| {
-            ReconcileError::UnknownPhase {
-                phase: phase.name.clone(),
-                operator: def.name.clone(),
-                declared: step::phase_names(def),
-            }
-        })?;
+        let module =
+            ctx.workers
+                .get(&phase.name)
+                .cloned()
+                .ok_or_else(|| ReconcileError::UnknownPhase {
+                    phase: phase.name.clone(),
+                    operator: def.name.clone(),
+                    declared: step::phase_names(def),
+                })?;
         ctx.inputs_synced(&phase.inputs).await?;
         // The takeover check and pruning read the output caches: not before their first list.
         ctx.outputs_synced(&phase.outputs).await?;
@@ -100,7 +102,6 @@ impl WorkerReads for ClusterEffects<'_> {
             });
         }
     }
-
 }
 
 impl Effects for ClusterEffects<'_> {
@@ -170,9 +171,18 @@ impl Effects for ClusterEffects<'_> {
         &mut self,
         resource: &DynamicObject,
         update: &StatusUpdate,
+        now: &str,
         conditional: bool,
     ) -> Result<Option<DynamicObject>, ReconcileError> {
-        write_status(self.api, resource, update, conditional, &self.ctx.own_writes).await
+        write_status(
+            self.api,
+            resource,
+            update,
+            now,
+            conditional,
+            &self.ctx.own_writes,
+        )
+        .await
     }
 }
 
@@ -182,10 +192,11 @@ pub async fn write_status(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     update: &StatusUpdate,
+    now: &str,
     conditional: bool,
     own: &OwnWrites,
 ) -> Result<Option<DynamicObject>, ReconcileError> {
-    let Some(patch) = status::status_patch(obj.data.get("status"), update, &now_rfc3339()) else {
+    let Some(patch) = status::status_patch(obj.data.get("status"), update, now) else {
         return Ok(None);
     };
     let rv = if conditional {
@@ -279,7 +290,6 @@ fn record_worker_call(operator: &str, phase: &str, elapsed: Duration, error: Opt
         })
         .inc();
 }
-
 
 /// `sha256:0123456789ab` — enough to tell modules apart in messages.
 pub fn short(digest: &str) -> &str {

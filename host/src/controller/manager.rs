@@ -3,9 +3,9 @@
 //! status; its error policy retries with a backoff. A swap drains the previous controller first
 //! (its in-flight reconciles finish on the old modules), so two never reconcile at the same time.
 
+use crate::controller::context::{InputCaches, OperatorContext, OutputCaches};
 use crate::controller::grants::{Identities, LoadRefusal, OperatorGrants, Reach};
 use crate::controller::operator_removal;
-use crate::controller::context::{InputCaches, OperatorContext, OutputCaches};
 use crate::controller::schedule::Backoff;
 use crate::controller::shadow::Shadows;
 use crate::controller::watch;

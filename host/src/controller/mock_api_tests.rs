@@ -316,7 +316,15 @@ async fn the_status_write_is_conditional_and_a_conflict_means_deciding_again() {
         patch(StatusCode::OK, serde_json::to_value(&written).expect("JSON"), false),
     ]);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "team-a", &resource);
-    let conflict = write_status(&api, &obj, &update, true, &Default::default()).await;
+    let conflict = write_status(
+        &api,
+        &obj,
+        &update,
+        "2026-01-01T00:00:00Z",
+        true,
+        &Default::default(),
+    )
+    .await;
     assert!(
         matches!(conflict, Err(ReconcileError::StatusConflict)),
         "{conflict:?}"
@@ -325,7 +333,15 @@ async fn the_status_write_is_conditional_and_a_conflict_means_deciding_again() {
         conflict.map_err(|e| e.reason()).err(),
         Some("StatusConflict")
     );
-    let wrote = write_status(&api, &obj, &update, false, &Default::default()).await;
+    let wrote = write_status(
+        &api,
+        &obj,
+        &update,
+        "2026-01-01T00:00:00Z",
+        false,
+        &Default::default(),
+    )
+    .await;
     assert!(
         matches!(&wrote, Ok(Some(o)) if o.data["status"]["phase"] == "Ready"),
         "the resource as written: {wrote:?}"
@@ -564,8 +580,8 @@ fn widget_operator(
     component: &[u8],
     outputs_synced: bool,
 ) -> std::sync::Arc<crate::controller::context::OperatorContext> {
-    use crate::controller::informers::{metadata_of, Informer};
     use crate::controller::context::{InputCaches, OperatorContext, OutputCaches};
+    use crate::controller::informers::{metadata_of, Informer};
     use crate::definition::OperatorDefinition;
     use crate::pipeline::inputs::WorkerObject;
     use crate::sandbox::{Sandbox, SandboxLimits};

@@ -376,7 +376,7 @@ async fn run_finalizer(
             status_info: decided.status_info,
             ..Default::default()
         };
-        write_status(api, &obj, &update, false, &ctx.own_writes).await?;
+        write_status(api, &obj, &update, &now_rfc3339(), false, &ctx.own_writes).await?;
     }
     if decided.done {
         tracing::info!("finalizer worker done; releasing the resource");
@@ -395,7 +395,6 @@ async fn run_finalizer(
         Err(ReconcileError::FinalizerPending(decided.requeue_after))
     }
 }
-
 
 /// Reports an error on the resource; fatal ones wait for a change, the rest go to backoff.
 async fn report_error(
@@ -418,7 +417,9 @@ async fn report_error(
         };
         // Only a still-existing object can carry a condition; a failure here is logged.
         if obj.meta().deletion_timestamp.is_none() || ctx.finalizer.is_some() {
-            if let Err(e) = write_status(api, obj, &update, false, &ctx.own_writes).await {
+            if let Err(e) =
+                write_status(api, obj, &update, &now_rfc3339(), false, &ctx.own_writes).await
+            {
                 tracing::warn!(error = %e, "could not record the failure in the status");
             }
         }
@@ -447,8 +448,6 @@ async fn report_error(
         Err(err)
     }
 }
-
-
 
 #[cfg(test)]
 mod tests {

@@ -3,8 +3,8 @@
 //! decision is only compared — counted in metrics and the WasmOperator's status, differences
 //! kept as replay cases and reported as rate-limited `ShadowDiffered` Events — never applied.
 
-use crate::controller::live_evidence::LiveCall;
 use crate::controller::context::OperatorContext;
+use crate::controller::live_evidence::LiveCall;
 use crate::crd::{ShadowStatus, WasmOperator};
 use crate::evidence::case::{compare, summarize, CaseSource, RecordedResult, Verdict};
 use crate::evidence::record::PendingRecord;

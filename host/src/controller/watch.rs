@@ -3,8 +3,8 @@
 //! selector matches the object's old or new labels — all of them for inputs without a selector
 //! — or only the controlling resource for `owned` inputs) and output kinds (the owner).
 
-use crate::controller::informers::ObjectInformer;
 use crate::controller::context::OperatorContext;
+use crate::controller::informers::ObjectInformer;
 use crate::controller::reconcile;
 use crate::crd::{InputSpec, KindRef};
 use crate::pipeline::inputs;

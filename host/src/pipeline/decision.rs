@@ -10,9 +10,7 @@ use crate::pipeline::error::ReconcileError;
 use crate::pipeline::outputs::{self, CheckedOutput, Owner};
 use crate::pipeline::status::{StatusUpdate, Transition};
 use crate::redaction::Redactor;
-use crate::sandbox::{
-    NamedObjects, PhaseModule, RequestDigest, Sandbox, SyncCall, SyncRequest,
-};
+use crate::sandbox::{NamedObjects, PhaseModule, RequestDigest, Sandbox, SyncCall, SyncRequest};
 use crate::worker_text::{bounded, NAME_BYTES};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
@@ -90,7 +88,10 @@ pub struct DecisionInput<'a> {
 
 /// Runs the phase's worker once and checks its decision. Errors are the host's own, so their
 /// messages are what the resource's `Synced` condition says.
-pub async fn decide(sandbox: &Sandbox, input: DecisionInput<'_>) -> Result<Decision, ReconcileError> {
+pub async fn decide(
+    sandbox: &Sandbox,
+    input: DecisionInput<'_>,
+) -> Result<Decision, ReconcileError> {
     let DecisionInput {
         definition: def,
         phase,

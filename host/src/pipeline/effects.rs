@@ -94,12 +94,14 @@ pub trait Effects: WorkerReads {
         objects: Vec<(KindRef, ObjectMeta)>,
     ) -> Result<usize, (usize, OutputError)>;
 
-    /// Writes the status update unless it changes nothing, conditional on the resource's
-    /// resourceVersion when `conditional`; the resource as written, if it wrote.
+    /// Writes the status update unless it changes nothing (Conditions changing now stamped
+    /// `now`), conditional on the resource's resourceVersion when `conditional`; the resource
+    /// as written, if it wrote.
     async fn write_status(
         &mut self,
         resource: &DynamicObject,
         update: &StatusUpdate,
+        now: &str,
         conditional: bool,
     ) -> Result<Option<DynamicObject>, ReconcileError>;
 }

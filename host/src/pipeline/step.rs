@@ -197,9 +197,7 @@ pub enum StepOutcome {
     Final,
     /// A final phase whose spec changed: the status moved back to the initial phase (the
     /// resource as written, if the write changed anything).
-    Restarted {
-        written: Option<Box<DynamicObject>>,
-    },
+    Restarted { written: Option<Box<DynamicObject>> },
     /// The worker decided, and its outputs, prunes and status were written.
     Decided(Box<Decided>),
 }
@@ -231,7 +229,9 @@ pub async fn run(
         Standing::Runs(phase) => phase,
         Standing::Final(_) => return Ok(StepOutcome::Final),
         Standing::Restart { update, .. } => {
-            let written = effects.write_status(resource, &update, true).await?;
+            let written = effects
+                .write_status(resource, &update, step.now, true)
+                .await?;
             return Ok(StepOutcome::Restarted {
                 written: written.map(Box::new),
             });
@@ -283,7 +283,9 @@ pub async fn run(
         step.now,
         def.history_limit,
     );
-    let written = effects.write_status(resource, &update, true).await?;
+    let written = effects
+        .write_status(resource, &update, step.now, true)
+        .await?;
     Ok(StepOutcome::Decided(Box::new(Decided {
         decision,
         applied: report.applied,
