@@ -476,9 +476,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let input_requeue = if args.requeue_whole_namespace {
-        wasmpilot::controller::watch::InputRequeue::WholeNamespace
+        wasmpilot::controller::context::InputRequeue::WholeNamespace
     } else {
-        wasmpilot::controller::watch::InputRequeue::Selected
+        wasmpilot::controller::context::InputRequeue::Selected
     };
     let egress = wasmpilot::egress::EgressPolicy::allowing(&args.allow_fetch_from)?;
     let sandbox = Sandbox::new(limits)?;

@@ -163,6 +163,15 @@ pub struct OperatorDefinition {
 }
 
 impl OperatorDefinition {
+    /// The declared phases, comma-separated, for messages.
+    pub fn phase_names(&self) -> String {
+        self.phases
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     pub fn validate(name: &str, spec: &WasmOperatorSpec) -> Result<Self, DefinitionError> {
         check_kind(&spec.resource, "spec.resource")?;
         if spec.phases.is_empty() {

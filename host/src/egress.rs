@@ -291,6 +291,12 @@ fn in_block(ip: IpAddr, net: IpAddr, len: u8) -> bool {
     }
 }
 
+/// Makes ring the process-wide rustls provider (kube uses ring too); the HTTP clients for OCI
+/// registries, URLs and Prometheus are built without a provider of their own. Idempotent.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -332,7 +332,7 @@ impl<S: ObjectSource> WorkerReads for OfflineReads<'_, S> {
         };
         let module = self
             .modules
-            .phase_worker(phase, module_ref)
+            .phase_worker(module_ref, &phase.limits, phase.randomness)
             .await
             .map_err(|source| ReconcileError::ModuleNotLoaded {
                 phase: phase.name.clone(),
@@ -369,7 +369,7 @@ pub async fn phase_module(
     module_ref: &crate::crd::ModuleRef,
 ) -> anyhow::Result<crate::sandbox::PhaseModule> {
     modules
-        .phase_worker(phase, module_ref)
+        .phase_worker(module_ref, &phase.limits, phase.randomness)
         .await
         .with_context(|| format!("loading the module of phase {}", phase.name))
 }
@@ -381,7 +381,7 @@ pub async fn finalizer_module(
     module_ref: &crate::crd::ModuleRef,
 ) -> anyhow::Result<crate::sandbox::FinalizerModule> {
     modules
-        .finalizer_worker(def, module_ref)
+        .finalizer_worker(module_ref, &def.finalizer_limits, def.finalizer_randomness)
         .await
         .context("loading the finalizer's component")
 }

@@ -252,7 +252,7 @@ impl Prometheus {
     fn http(&self) -> &reqwest::Client {
         self.http.get_or_init(|| {
             // Its HTTP client is built without a TLS provider of its own.
-            crate::modules::install_crypto_provider();
+            crate::egress::install_crypto_provider();
             reqwest::Client::new()
         })
     }
@@ -260,7 +260,7 @@ impl Prometheus {
     fn policed(&self) -> Result<&reqwest::Client, String> {
         self.policed
             .get_or_init(|| {
-                crate::modules::install_crypto_provider();
+                crate::egress::install_crypto_provider();
                 self.egress
                     .client_builder(0, |_| Ok(()))
                     .build()

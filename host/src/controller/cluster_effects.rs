@@ -2,15 +2,15 @@
 //! caches, outputs applied and pruned as the operator's account, its status written conditionally.
 
 use crate::controller::context::OperatorContext;
-use crate::controller::live_evidence::LiveCall;
 use crate::controller::own_writes::OwnWrites;
 use crate::crd::KindRef;
 use crate::definition::PhaseDefinition;
 use crate::evidence::case::RecordedResult;
+use crate::evidence::record::LiveCall;
 use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
 use crate::pipeline::outputs::{self, ApplyReport, CheckedOutput, OutputError};
+use crate::pipeline::request::Samples;
 use crate::pipeline::status::{self, StatusUpdate};
-use crate::pipeline::step::{self, Samples};
 use crate::pipeline::ReconcileError;
 use crate::sandbox::RunError;
 use kube::api::{DynamicObject, ObjectMeta};
@@ -56,7 +56,7 @@ impl WorkerReads for ClusterEffects<'_> {
                 .ok_or_else(|| ReconcileError::UnknownPhase {
                     phase: phase.name.clone(),
                     operator: def.name.clone(),
-                    declared: step::phase_names(def),
+                    declared: def.phase_names(),
                 })?;
         ctx.inputs_synced(&phase.inputs).await?;
         // The takeover check and pruning read the output caches: not before their first list.

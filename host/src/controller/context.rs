@@ -14,7 +14,7 @@ use crate::pipeline::ReconcileError;
 use crate::sandbox::{FinalizerModule, PhaseModule, Sandbox};
 use kube::api::DynamicObject;
 use kube::runtime::events::Recorder;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,10 +56,22 @@ pub struct OperatorContext {
     /// The phases' shadow components, if any phase declares one.
     pub shadows: Option<crate::controller::shadow::Shadows>,
     /// Which resources an input object's change requeues.
-    pub input_requeue: crate::controller::watch::InputRequeue,
+    pub input_requeue: InputRequeue,
     /// The resource versions this host's own status writes produced (their watch events wake
     /// nothing).
     pub own_writes: OwnWrites,
+}
+
+/// Which resources a change of a (non-owned) input object requeues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InputRequeue {
+    /// Those whose selector for the object matches its labels before or after the change (every
+    /// resource of its namespace for inputs without a selector).
+    #[default]
+    Selected,
+    /// Every resource of its namespace, as hosts did before inputs had selectors: a benchmark
+    /// baseline (`wasmpilot run --requeue-whole-namespace`), one reconcile per resource per change.
+    WholeNamespace,
 }
 
 /// Where phases' metric queries go unless the WasmOperator names its own Prometheus.
@@ -199,7 +211,7 @@ impl OperatorContext {
 
     /// `namespace/name` (or `name`), as logs, backoff and cases name a resource.
     pub fn key(obj: &DynamicObject) -> String {
-        format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+        crate::controller::schedule::resource_key(obj)
     }
 }
 

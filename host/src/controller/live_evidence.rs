@@ -2,22 +2,10 @@
 //! shadows the phase, handed to the record sink and to the phase's shadow lane afterwards.
 
 use crate::controller::context::OperatorContext;
-use crate::evidence::case::{CaseSource, RecordedResult};
-use crate::evidence::record::PendingRecord;
-use crate::sandbox::SyncRequest;
+use crate::evidence::case::CaseSource;
+use crate::evidence::record::{LiveCall, PendingRecord};
 use kube::api::DynamicObject;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// One live worker call of a reconcile, kept when the operator records or shadows its phase.
-pub struct LiveCall {
-    pub request: SyncRequest,
-    /// The live decision after the host's checks, or why there was none.
-    pub result: RecordedResult,
-    /// The digest of the live module.
-    pub module: String,
-    pub duration: Duration,
-}
 
 /// Whether a reconcile of `phase` must keep its call ([`LiveCall`]) for the evidence step.
 pub fn wanted(ctx: &OperatorContext, phase: &str) -> bool {
@@ -30,7 +18,7 @@ pub fn after_live_call(ctx: &Arc<OperatorContext>, resource: &Arc<DynamicObject>
     let shadows = ctx.shadows.as_ref().filter(|s| s.has(&call.request.phase));
     let Some(sink) = &ctx.record_sink else {
         if let Some(shadows) = shadows {
-            shadows.enqueue(ctx.clone(), resource.clone(), call);
+            shadows.enqueue(resource.clone(), call);
         }
         return;
     };
@@ -54,7 +42,7 @@ pub fn after_live_call(ctx: &Arc<OperatorContext>, resource: &Arc<DynamicObject>
                 module: call.module.clone(),
                 duration: call.duration,
             }));
-            shadows.enqueue(ctx.clone(), resource.clone(), call);
+            shadows.enqueue(resource.clone(), call);
         }
         None => sink.record(record(call)),
     }

@@ -7,7 +7,7 @@ use crate::controller::context::{InputCaches, OperatorContext, OutputCaches};
 use crate::controller::grants::{Identities, LoadRefusal, OperatorGrants, Reach};
 use crate::controller::operator_removal;
 use crate::controller::schedule::Backoff;
-use crate::controller::shadow::Shadows;
+use crate::controller::shadow::{LaneHandles, Shadows};
 use crate::controller::watch;
 use crate::crd::{KindRef, WasmOperator, WasmOperatorSpec};
 use crate::definition::{OperatorDefinition, FINALIZER_ROLE};
@@ -294,7 +294,7 @@ pub struct Manager {
     /// Where every operator's decisions are recorded, if anywhere.
     record_sink: Option<RecordSink>,
     /// Which resources an input object's change requeues (the same for every operator).
-    input_requeue: crate::controller::watch::InputRequeue,
+    input_requeue: crate::controller::context::InputRequeue,
 }
 
 /// What the WasmOperator reconciles share.
@@ -313,7 +313,7 @@ pub(super) struct ManagerContext {
     /// Watches and caches per kind, shared by the operators that use them.
     informers: crate::controller::informers::Informers,
     record_sink: Option<RecordSink>,
-    input_requeue: crate::controller::watch::InputRequeue,
+    input_requeue: crate::controller::context::InputRequeue,
     /// When to try loading an operator again, per operator: doubling up to [`LOAD_RETRY`].
     retries: Backoff,
     /// The WasmOperators as watched: a load finishing after its operator was deleted is dropped.
@@ -344,7 +344,7 @@ impl Manager {
     }
 
     /// Sets which resources an input object's change requeues (default: the selected ones).
-    pub fn with_input_requeue(mut self, rule: crate::controller::watch::InputRequeue) -> Self {
+    pub fn with_input_requeue(mut self, rule: crate::controller::context::InputRequeue) -> Self {
         self.input_requeue = rule;
         self
     }
@@ -543,7 +543,11 @@ async fn release(
     let mut module = None;
     if let Some(d) = &definition {
         if let Some(m) = &d.finalizer {
-            match ctx.modules.finalizer_worker(d, m).await {
+            match ctx
+                .modules
+                .finalizer_worker(m, &d.finalizer_limits, d.finalizer_randomness)
+                .await
+            {
                 Ok(loaded) => module = Some(loaded),
                 Err(e) => {
                     tracing::warn!(operator = %name, error = %e, "the finalizer worker cannot run on removal; releasing without it")
@@ -902,11 +906,19 @@ impl ManagerContext {
             digests,
         } = modules?;
         let recorder = Recorder::new(as_operator.clone(), self.reporter.clone());
-        let shadows = self.load_shadows(name, &definition, &recorder).await;
-        let namespaced = resolved
+        let namespaced: HashMap<KindRef, bool> = resolved
             .iter()
             .map(|(k, r)| (k.clone(), r.namespaced))
             .collect();
+        let handles = LaneHandles {
+            definition: definition.clone(),
+            namespaced: namespaced.clone(),
+            sandbox: self.modules.sandbox().clone(),
+            resource_api: resource.api.clone(),
+            recorder: recorder.clone(),
+            record_sink: self.record_sink.clone(),
+        };
+        let shadows = self.load_shadows(handles).await;
         let ctx = OperatorContext {
             definition,
             as_operator,
@@ -1027,12 +1039,14 @@ impl ManagerContext {
         let phases = future::join_all(definition.phases.iter().filter_map(|p| {
             let m = p.module.as_ref()?;
             Some(async move {
-                let module = self.modules.phase_worker(p, m).await.map_err(|source| {
-                    LoadFailure::Module {
+                let module = self
+                    .modules
+                    .phase_worker(m, &p.limits, p.randomness)
+                    .await
+                    .map_err(|source| LoadFailure::Module {
                         role: format!("phase {}", p.name),
                         source,
-                    }
-                })?;
+                    })?;
                 Ok::<_, LoadFailure>((p.name.clone(), module))
             })
         }));
@@ -1042,7 +1056,11 @@ impl ManagerContext {
             };
             let module = self
                 .modules
-                .finalizer_worker(definition, m)
+                .finalizer_worker(
+                    m,
+                    &definition.finalizer_limits,
+                    definition.finalizer_randomness,
+                )
                 .await
                 .map_err(|source| LoadFailure::Module {
                     role: FINALIZER_ROLE.into(),
@@ -1069,18 +1087,14 @@ impl ManagerContext {
 
     /// The phases' shadow components, started in their lane. A shadow that cannot be loaded
     /// does not stop the operator: it is logged and reported in `status.shadows`.
-    /// Its Events on resources are the operator's (`recorder`).
-    async fn load_shadows(
-        &self,
-        name: &str,
-        definition: &OperatorDefinition,
-        recorder: &Recorder,
-    ) -> Option<Shadows> {
+    /// Its Events on resources are the operator's (`handles.recorder`).
+    async fn load_shadows(&self, handles: LaneHandles) -> Option<Shadows> {
+        let (name, definition) = (handles.definition.name.as_str(), &handles.definition);
         let mut loaded = HashMap::new();
         let mut failed = BTreeMap::new();
         for p in &definition.phases {
             let Some(m) = &p.shadow else { continue };
-            match self.modules.phase_worker(p, m).await {
+            match self.modules.phase_worker(m, &p.limits, p.randomness).await {
                 Ok(module) => {
                     loaded.insert(p.name.clone(), module);
                 }
@@ -1094,8 +1108,10 @@ impl ManagerContext {
                 }
             }
         }
-        (!loaded.is_empty() || !failed.is_empty())
-            .then(|| Shadows::start(self.client.clone(), recorder.clone(), name, loaded, failed))
+        (!loaded.is_empty() || !failed.is_empty()).then(|| {
+            let recorder = handles.recorder.clone();
+            Shadows::start(self.client.clone(), recorder, handles, loaded, failed)
+        })
     }
 
     /// Writes Ready and ModulesLoaded conditions, active digests and observedGeneration. A write

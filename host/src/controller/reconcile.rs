@@ -140,7 +140,7 @@ async fn decide_recorded(
 /// resource as written when its phase changed.
 #[derive(Default)]
 struct Aftermath {
-    live: Option<crate::controller::live_evidence::LiveCall>,
+    live: Option<crate::evidence::record::LiveCall>,
     next: Option<Arc<DynamicObject>>,
 }
 

@@ -1,6 +1,8 @@
 //! Per-object retry timing: exponential backoff with a cap, reset on success.
 //! Queueing, de-duplication and concurrency come from kube-runtime's `Controller`.
 
+use kube::api::DynamicObject;
+use kube::ResourceExt;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -130,4 +132,9 @@ mod watch_backoff_tests {
         b.reset();
         assert_eq!(b.next(), Some(Duration::from_millis(250)));
     }
+}
+
+/// `namespace/name` (or `name`), as logs, backoff and cases name a resource.
+pub fn resource_key(obj: &DynamicObject) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
 }

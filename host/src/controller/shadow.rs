@@ -3,16 +3,15 @@
 //! decision is only compared — counted in metrics and the WasmOperator's status, differences
 //! kept as replay cases and reported as rate-limited `ShadowDiffered` Events — never applied.
 
-use crate::controller::context::OperatorContext;
-use crate::controller::live_evidence::LiveCall;
-use crate::crd::{ShadowStatus, WasmOperator};
+use crate::crd::{KindRef, ShadowStatus, WasmOperator};
+use crate::definition::OperatorDefinition;
 use crate::evidence::case::{compare, summarize, CaseSource, RecordedResult, Verdict};
-use crate::evidence::record::PendingRecord;
+use crate::evidence::record::{LiveCall, PendingRecord, RecordSink};
 use crate::pipeline::decision::{self, DecisionInput};
 use crate::pipeline::status;
-use crate::sandbox::PhaseModule;
+use crate::sandbox::{PhaseModule, Sandbox};
 use crate::worker_text::{bounded, MESSAGE_BYTES};
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::Recorder;
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -33,29 +32,49 @@ const EVENT_CHANGES: usize = 3;
 
 /// One operator's shadows: the components by phase and where their runs go.
 pub struct Shadows {
-    modules: HashMap<String, PhaseModule>,
+    operator: String,
+    modules: Arc<HashMap<String, PhaseModule>>,
     queue: mpsc::Sender<ShadowJob>,
     stats: Arc<Mutex<BTreeMap<String, ShadowStatus>>>,
+    /// Held while the operator is loaded: its queued jobs see it gone once these shadows are.
+    alive: Arc<()>,
+}
+
+/// What a shadow run needs of its operator, handed to its lane when the operator loads (the
+/// lane holds no reference back to the operator's context).
+pub struct LaneHandles {
+    pub definition: OperatorDefinition,
+    /// Whether each output kind is namespaced (the decision's output checks).
+    pub namespaced: HashMap<KindRef, bool>,
+    pub sandbox: Arc<Sandbox>,
+    /// The operator's resource kind (Events name its objects).
+    pub resource_api: ApiResource,
+    /// Events on the operator's resources, as the operator's account.
+    pub recorder: Recorder,
+    /// Where differing cases are recorded, if anywhere.
+    pub record_sink: Option<RecordSink>,
 }
 
 /// A live call to shadow. It does not keep its operator alive: once the operator's controller
 /// is stopped or swapped, its queued shadow runs are dropped.
 pub struct ShadowJob {
-    ctx: Weak<OperatorContext>,
+    alive: Weak<()>,
     resource: Arc<DynamicObject>,
     call: LiveCall,
 }
 
 impl Shadows {
     /// Shadows for `modules` (phase → component) plus `failed` (phase → why it did not load);
-    /// starts the operator's shadow lane, which writes the counts to the WasmOperator `operator`.
+    /// starts the operator's shadow lane, which writes the counts to the WasmOperator `operator`
+    /// (as `client`, its Events through `recorder`).
     pub fn start(
         client: Client,
         recorder: Recorder,
-        operator: &str,
+        handles: LaneHandles,
         modules: HashMap<String, PhaseModule>,
         failed: BTreeMap<String, String>,
     ) -> Self {
+        let operator = handles.definition.name.clone();
         let digests = modules
             .iter()
             .map(|(phase, m)| (phase.clone(), m.digest.clone()))
@@ -65,15 +84,24 @@ impl Shadows {
         let writer = CountsWriter {
             client,
             recorder,
-            operator: operator.to_string(),
+            operator: operator.clone(),
             written: None,
             refused: None,
         };
-        tokio::spawn(lane(writer, jobs, stats.clone()));
+        let modules = Arc::new(modules);
+        let runs = ShadowRuns {
+            handles,
+            modules: modules.clone(),
+            stats: stats.clone(),
+            last_event: HashMap::new(),
+        };
+        tokio::spawn(lane(writer, jobs, runs));
         Shadows {
+            operator,
             modules,
             queue,
             stats,
+            alive: Arc::new(()),
         }
     }
 
@@ -87,11 +115,11 @@ impl Shadows {
     }
 
     /// Queues a live call for its shadow run; never waits (a full queue skips it, counted).
-    pub fn enqueue(&self, ctx: Arc<OperatorContext>, resource: Arc<DynamicObject>, call: LiveCall) {
+    pub fn enqueue(&self, resource: Arc<DynamicObject>, call: LiveCall) {
         let phase = call.request.phase.clone();
         if let Err(mpsc::error::TrySendError::Full(_) | mpsc::error::TrySendError::Closed(_)) =
             self.queue.try_send(ShadowJob {
-                ctx: Arc::downgrade(&ctx),
+                alive: Arc::downgrade(&self.alive),
                 resource,
                 call,
             })
@@ -99,7 +127,7 @@ impl Shadows {
             crate::metrics::METRICS
                 .shadow_skipped
                 .get_or_create(&crate::metrics::PhaseLabels {
-                    operator: ctx.definition.name.clone(),
+                    operator: self.operator.clone(),
                     phase,
                 })
                 .inc();
@@ -117,27 +145,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// operator was stopped or replaced, and a replacement's lane (or the manager clearing
 /// `status.shadows`) already owns the field — a late write from here would overwrite it with
 /// the old module's counts, and the new lane, which writes only on change, would never fix it.
-async fn lane(
-    mut writer: CountsWriter,
-    mut jobs: mpsc::Receiver<ShadowJob>,
-    stats: Arc<Mutex<BTreeMap<String, ShadowStatus>>>,
-) {
-    let mut last_event: HashMap<String, Instant> = HashMap::new();
+async fn lane(mut writer: CountsWriter, mut jobs: mpsc::Receiver<ShadowJob>, mut runs: ShadowRuns) {
     let mut last_write = Instant::now() - STATUS_INTERVAL;
     // The initial counts (and load failures) show up at once.
-    writer.write(&stats).await;
+    writer.write(&runs.stats).await;
     loop {
         let wait = STATUS_INTERVAL.saturating_sub(last_write.elapsed());
         match tokio::time::timeout(wait, jobs.recv()).await {
-            Ok(Some(job)) => run(job, &stats, &mut last_event).await,
+            Ok(Some(job)) => runs.run(job).await,
             Ok(None) => break,
             Err(_) => {}
         }
         if last_write.elapsed() >= STATUS_INTERVAL {
-            writer.write(&stats).await;
+            writer.write(&runs.stats).await;
             last_write = Instant::now();
         }
     }
+}
+
+/// The lane's side of one operator's shadows: its handles, components and counts, and when
+/// each resource last got a `ShadowDiffered` Event.
+struct ShadowRuns {
+    handles: LaneHandles,
+    modules: Arc<HashMap<String, PhaseModule>>,
+    stats: Arc<Mutex<BTreeMap<String, ShadowStatus>>>,
+    last_event: HashMap<String, Instant>,
 }
 
 /// The counts `status.shadows` starts with: each loaded shadow's digest, each failed one's
@@ -233,108 +265,109 @@ impl CountsWriter {
     }
 }
 
-/// One shadow run: the shadow component on the live call's request, through the same decision
-/// step and checks, compared with the live result.
-async fn run(
-    job: ShadowJob,
-    stats: &Mutex<BTreeMap<String, ShadowStatus>>,
-    last_event: &mut HashMap<String, Instant>,
-) {
-    let ShadowJob {
-        ctx,
-        resource,
-        call,
-    } = job;
-    let Some(ctx) = ctx.upgrade() else {
-        return;
-    };
-    let def = &ctx.definition;
-    let phase_name = call.request.phase.clone();
-    let (Some(phase), Some(shadows)) = (def.phase(&phase_name), ctx.shadows.as_ref()) else {
-        return;
-    };
-    let Some(module) = shadows.modules.get(&phase_name) else {
-        return;
-    };
-    let input = DecisionInput {
-        definition: def,
-        phase,
-        module,
-        resource: &resource,
-        request: call.request.clone(),
-        namespaced: &ctx.namespaced,
-        slot: None,
-    };
-    let shadow = RecordedResult::of(&decision::decide(&ctx.sandbox, input).await);
-    let verdict = compare(&call.result, &shadow);
-    crate::metrics::METRICS
-        .shadow_decisions
-        .get_or_create(&crate::metrics::ShadowLabels {
-            operator: def.name.clone(),
-            phase: phase_name.clone(),
-            result: verdict.label().to_string(),
-        })
-        .inc();
-    let key = OperatorContext::key(&resource);
-    {
-        let mut stats = lock(stats);
-        let entry = stats.entry(phase_name.clone()).or_default();
-        match &verdict {
-            Verdict::Same => entry.same += 1,
-            Verdict::Different(_) => entry.different += 1,
-            Verdict::Error(_) => entry.errors += 1,
+impl ShadowRuns {
+    /// One shadow run: the shadow component on the live call's request, through the same decision
+    /// step and checks, compared with the live result.
+    async fn run(&mut self, job: ShadowJob) {
+        let ShadowJob {
+            alive,
+            resource,
+            call,
+        } = job;
+        if alive.upgrade().is_none() {
+            return;
         }
-        if verdict != Verdict::Same {
-            entry.last_difference = Some(format!("{} {key}", crate::pipeline::step::now_rfc3339()));
+        let handles = &self.handles;
+        let (stats, last_event) = (&self.stats, &mut self.last_event);
+        let def = &handles.definition;
+        let phase_name = call.request.phase.clone();
+        let Some(phase) = def.phase(&phase_name) else {
+            return;
+        };
+        let Some(module) = self.modules.get(&phase_name) else {
+            return;
+        };
+        let input = DecisionInput {
+            definition: def,
+            phase,
+            module,
+            resource: &resource,
+            request: call.request.clone(),
+            namespaced: &handles.namespaced,
+            slot: None,
+        };
+        let shadow = RecordedResult::of(&decision::decide(&handles.sandbox, input).await);
+        let verdict = compare(&call.result, &shadow);
+        crate::metrics::METRICS
+            .shadow_decisions
+            .get_or_create(&crate::metrics::ShadowLabels {
+                operator: def.name.clone(),
+                phase: phase_name.clone(),
+                result: verdict.label().to_string(),
+            })
+            .inc();
+        let key = crate::controller::schedule::resource_key(&resource);
+        {
+            let mut stats = lock(stats);
+            let entry = stats.entry(phase_name.clone()).or_default();
+            match &verdict {
+                Verdict::Same => entry.same += 1,
+                Verdict::Different(_) => entry.different += 1,
+                Verdict::Error(_) => entry.errors += 1,
+            }
+            if verdict != Verdict::Same {
+                entry.last_difference =
+                    Some(format!("{} {key}", crate::pipeline::step::now_rfc3339()));
+            }
         }
-    }
-    let what = match &verdict {
-        Verdict::Same => return,
-        Verdict::Different(changes) => summarize(changes, EVENT_CHANGES),
-        Verdict::Error(why) => format!("no decision: {why}"),
-    };
-    let input_hash = crate::sandbox::RequestDigest::of_sync(&call.request).to_prefixed_hex();
-    tracing::info!(
-        resource = %key,
-        phase = %phase_name,
-        shadow = %module.digest,
-        input = %input_hash,
-        result = verdict.label(),
-        "shadow decided differently: {}",
-        bounded(&what, MESSAGE_BYTES)
-    );
-    keep_case(&ctx, &key, &call, &module.digest, shadow);
-    let due = last_event
-        .get(&key)
-        .is_none_or(|at| at.elapsed() >= EVENT_INTERVAL);
-    if due {
-        if last_event.len() > 10_000 {
-            last_event.retain(|_, at| at.elapsed() < EVENT_INTERVAL);
-        }
-        last_event.insert(key, Instant::now());
-        let reference = resource.object_ref(&ctx.resource.api);
-        let note = format!(
-            "shadow {} of phase {phase_name} decided differently from {} (input {}):\n{}",
-            short(&module.digest),
-            short(&call.module),
-            short(&input_hash),
+        let what = match &verdict {
+            Verdict::Same => return,
+            Verdict::Different(changes) => summarize(changes, EVENT_CHANGES),
+            Verdict::Error(why) => format!("no decision: {why}"),
+        };
+        let input_hash = crate::sandbox::RequestDigest::of_sync(&call.request).to_prefixed_hex();
+        tracing::info!(
+            resource = %key,
+            phase = %phase_name,
+            shadow = %module.digest,
+            input = %input_hash,
+            result = verdict.label(),
+            "shadow decided differently: {}",
             bounded(&what, MESSAGE_BYTES)
         );
-        crate::pipeline::status::publish_event(
-            &ctx.recorder,
-            &reference,
-            false,
-            "ShadowDiffered",
-            "Shadow",
-            note,
-        )
-        .await;
+        keep_case(handles, &key, &call, &module.digest, shadow);
+        let due = last_event
+            .get(&key)
+            .is_none_or(|at| at.elapsed() >= EVENT_INTERVAL);
+        if due {
+            if last_event.len() > 10_000 {
+                last_event.retain(|_, at| at.elapsed() < EVENT_INTERVAL);
+            }
+            last_event.insert(key, Instant::now());
+            let reference = resource.object_ref(&handles.resource_api);
+            let note = format!(
+                "shadow {} of phase {phase_name} decided differently from {} (input {}):\n{}",
+                short(&module.digest),
+                short(&call.module),
+                short(&input_hash),
+                bounded(&what, MESSAGE_BYTES)
+            );
+            crate::pipeline::status::publish_event(
+                &handles.recorder,
+                &reference,
+                false,
+                "ShadowDiffered",
+                "Shadow",
+                note,
+            )
+            .await;
+        }
     }
 }
 
 /// Keeps a differing case: in memory for `/shadow-cases`, and in the record directory if any.
 fn keep_case(
-    ctx: &OperatorContext,
+    handles: &LaneHandles,
     resource: &str,
     call: &LiveCall,
     shadow_module: &str,
@@ -350,7 +383,7 @@ fn keep_case(
         shadow: Some((shadow_module.to_string(), shadow)),
     }
     .without_secret_data();
-    if let Some(sink) = &ctx.record_sink {
+    if let Some(sink) = &handles.record_sink {
         sink.record(record.clone());
     }
     let line = record
@@ -360,7 +393,7 @@ fn keep_case(
     match line {
         Ok(line) => {
             let mut cases = lock(&SHADOW_CASES);
-            let kept = cases.entry(ctx.definition.name.clone()).or_default();
+            let kept = cases.entry(handles.definition.name.clone()).or_default();
             if kept.len() == KEPT_CASES {
                 kept.pop_front();
             }

@@ -3,7 +3,7 @@
 //! selector matches the object's old or new labels — all of them for inputs without a selector
 //! — or only the controlling resource for `owned` inputs) and output kinds (the owner).
 
-use crate::controller::context::OperatorContext;
+use crate::controller::context::{InputRequeue, OperatorContext};
 use crate::controller::informers::ObjectInformer;
 use crate::controller::reconcile;
 use crate::crd::{InputSpec, KindRef};
@@ -17,18 +17,6 @@ use kube::{Api, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-
-/// Which resources a change of a (non-owned) input object requeues.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum InputRequeue {
-    /// Those whose selector for the object matches its labels before or after the change (every
-    /// resource of its namespace for inputs without a selector).
-    #[default]
-    Selected,
-    /// Every resource of its namespace, as hosts did before inputs had selectors: a benchmark
-    /// baseline (`wasmpilot run --requeue-whole-namespace`), one reconcile per resource per change.
-    WholeNamespace,
-}
 
 /// Runs the operator's controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(

@@ -13,6 +13,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
+
+/// One live worker call of a reconcile, kept when the operator records or shadows its phase
+/// (the controller's evidence step hands it to the record sink and the shadow lane).
+pub struct LiveCall {
+    pub request: SyncRequest,
+    /// The live decision after the host's checks, or why there was none.
+    pub result: RecordedResult,
+    /// The digest of the live module.
+    pub module: String,
+    pub duration: Duration,
+}
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Segments the cap is split into: the oldest goes when the total would exceed the cap.

@@ -221,7 +221,7 @@ fn module_overrides(
         if def.phase(phase).is_none_or(|p| p.is_final) {
             bail!(
                 "--module {arg:?}: {phase:?} is not a phase with a worker (phases: {})",
-                step::phase_names(def)
+                def.phase_names()
             );
         }
         let path = std::fs::canonicalize(path).with_context(|| format!("--module {arg:?}"))?;

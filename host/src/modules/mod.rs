@@ -10,8 +10,7 @@ pub mod oci;
 pub mod url;
 
 use crate::crd::{ConfigMapModule, ModuleRef};
-use crate::definition::{OperatorDefinition, PhaseDefinition};
-use crate::sandbox::{FinalizerModule, LoadError, PhaseModule, Sandbox};
+use crate::sandbox::{FinalizerModule, LimitOverride, LoadError, PhaseModule, Randomness, Sandbox};
 use compile_cache::{CompileCache, Loaded};
 use config_map_versions::{ConfigMapVersions, PartVersion};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -256,11 +255,7 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
     Ok(())
 }
 
-/// Makes ring the process-wide rustls provider (kube uses ring too); the HTTP clients for OCI
-/// registries and URLs are built without a provider of their own. Idempotent.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+pub use crate::egress::install_crypto_provider;
 
 /// The on-disk compile cache directory `wasmpilot run` uses: `--cache-dir`, else
 /// `$XDG_CACHE_HOME/wasmpilot/compiled`, else `~/.cache/wasmpilot/compiled`; `None` with
@@ -421,31 +416,33 @@ impl ModuleCache {
             })
     }
 
-    /// Phase `phase`'s component (`r`: its module or its shadow) with the phase's limits and
+    /// A phase's component (`r`: its module or its shadow) with the phase's limits and
     /// randomness: how the controller and the offline commands alike run it.
     pub async fn phase_worker(
         &self,
-        phase: &PhaseDefinition,
         r: &ModuleRef,
+        limits: &LimitOverride,
+        randomness: Randomness,
     ) -> Result<PhaseModule, ModuleError> {
         Ok(self
             .phase(r)
             .await?
-            .with_limits(self.sandbox.call_limits(&phase.limits))
-            .with_randomness(phase.randomness))
+            .with_limits(self.sandbox.call_limits(limits))
+            .with_randomness(randomness))
     }
 
     /// The operator's finalizer component with the finalizer's limits and randomness.
     pub async fn finalizer_worker(
         &self,
-        definition: &OperatorDefinition,
         r: &ModuleRef,
+        limits: &LimitOverride,
+        randomness: Randomness,
     ) -> Result<FinalizerModule, ModuleError> {
         Ok(self
             .finalizer(r)
             .await?
-            .with_limits(self.sandbox.call_limits(&definition.finalizer_limits))
-            .with_randomness(definition.finalizer_randomness))
+            .with_limits(self.sandbox.call_limits(limits))
+            .with_randomness(randomness))
     }
 
     /// The compiled component of a ConfigMap module whose ConfigMaps did not change since their

@@ -1,5 +1,5 @@
 //! One worker decision through the host's checks: the phase's component run in the sandbox on
-//! the request [`crate::pipeline::step::request`] built (or a recorded one), then the next phase
+//! the request [`crate::pipeline::request::request`] built (or a recorded one), then the next phase
 //! (declared, and allowed from this phase), the status info (a JSON object) and the outputs
 //! (declared kinds, named, in the resource's namespace) checked. [`crate::pipeline::step::run`]
 //! writes it; replay and the shadow lane only compare it.
@@ -77,7 +77,7 @@ pub struct DecisionInput<'a> {
     pub module: &'a PhaseModule,
     /// The resource the request names (its uid and namespace own the outputs).
     pub resource: &'a DynamicObject,
-    /// Exactly what the worker receives ([`crate::pipeline::step::request`], or a recorded one
+    /// Exactly what the worker receives ([`crate::pipeline::request::request`], or a recorded one
     /// when replaying).
     pub request: SyncRequest,
     /// Whether each output kind is namespaced (kinds absent are taken as namespaced).
@@ -126,7 +126,7 @@ pub async fn decide(
         return Err(ReconcileError::UnknownNextPhase {
             phase: current.clone(),
             next: next_for_message(),
-            declared: crate::pipeline::step::phase_names(def),
+            declared: def.phase_names(),
         });
     }
     if !phase.allows(&result.next_phase) {

@@ -11,6 +11,7 @@ pub mod error;
 pub mod finalize;
 pub mod inputs;
 pub mod outputs;
+pub mod request;
 pub mod status;
 pub mod step;
 
