@@ -226,18 +226,32 @@ fn fake_answer(
     }
 }
 
-/// `wasmpilot_test_scripted.wasm` as built for the sandbox tests (`WASMPILOT_WASM_DIR`, else
-/// the target directory's wasm32-wasip2/release), if it is.
-pub fn scripted_component_dir() -> Option<std::path::PathBuf> {
-    let dir = match std::env::var("WASMPILOT_WASM_DIR") {
-        Ok(dir) => std::path::PathBuf::from(dir),
-        Err(_) => std::env::current_exe()
-            .ok()?
-            .ancestors()
-            .nth(3)?
-            .join("wasm32-wasip2/release"),
-    };
-    dir.join("wasmpilot_test_scripted.wasm")
-        .is_file()
-        .then_some(dir)
+/// Where the repository's guest components are (`WASMPILOT_WASM_DIR`, else the target
+/// directory's wasm32-wasip2/release, built there first when missing), with
+/// `wasmpilot_test_scripted.wasm` among them.
+pub fn scripted_component_dir() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Ok(dir) = std::env::var("WASMPILOT_WASM_DIR") {
+                return std::path::PathBuf::from(dir);
+            }
+            let exe = std::env::current_exe().expect("the test binary's path");
+            let target = exe
+                .ancestors()
+                .nth(3)
+                .expect("<target>/<profile>/deps/<test>");
+            let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("host/ has a parent");
+            crate::component_build::repository_guests_built(repo, target)
+                .unwrap_or_else(|e| panic!("the guest components: {e:#}"))
+        })
+        .clone()
+}
+
+/// The bytes of `wasmpilot_test_scripted.wasm` (built first when missing).
+pub fn scripted_component() -> Vec<u8> {
+    let path = scripted_component_dir().join("wasmpilot_test_scripted.wasm");
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

@@ -19,6 +19,7 @@ const VS: (&str, &str) = ("networking.istio.io/v1alpha3", "VirtualService");
 const GW: (&str, &str) = ("networking.istio.io/v1alpha3", "Gateway");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn operators_on_a_real_cluster() {
     let client = client().await;
     let root = common::repo_root();

@@ -21,6 +21,7 @@ const TOO_BIG: &str = "budget-too-big";
 const REACH: &str = "budget-reach";
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn an_operator_whose_limits_cannot_fit_the_host_is_refused() {
     with_scripted_host_args(
         PROBE.1,

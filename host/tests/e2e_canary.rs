@@ -39,6 +39,7 @@ const STEP: i64 = 20;
 const MAX_WEIGHT: i64 = 60;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn canary_rollouts_judged_by_a_real_prometheus() {
     let started = Instant::now();
     wasmpilot::modules::install_crypto_provider();

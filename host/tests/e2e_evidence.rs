@@ -25,6 +25,7 @@ const OPERATOR: (&str, &str) = ("wasmpilot.io/v1alpha1", "WasmOperator");
 const ROUTES: usize = 20;
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn upgrade_evidence_on_a_real_cluster() {
     let client = client().await;
     deploy_example("examples/autoroute");

@@ -28,6 +28,7 @@ const QUEUED: f64 = 10.0;
 const QUICK_RESOURCES: usize = 5;
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn a_busy_operator_delays_another_by_at_most_one_call() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");

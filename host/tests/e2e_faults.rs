@@ -39,6 +39,7 @@ fn host_args<'a>(lease_id: &'a str, identity: &'a str) -> Vec<&'a str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn faults_on_a_real_cluster() {
     let client = client().await;
     let root = common::repo_root();

@@ -18,6 +18,7 @@ const OP: &str = "finalizer-bounds";
 const FINALIZER: &str = "wasmpilot.io/finalizer-bounds";
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn stuck_finalizers_are_reported_then_given_up_and_removal_runs_the_worker() {
     with_scripted_host(
         LAG.1,

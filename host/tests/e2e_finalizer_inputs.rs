@@ -54,6 +54,7 @@ spec:
 ";
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn a_finalizer_reads_the_inputs_it_declares() {
     let client = client().await;
     // This build's WasmOperator CRD (with finalizer inputs), then the test's.

@@ -22,6 +22,7 @@ const B: &str = "ident-b";
 const SECRET_VALUE: &str = "aHVudGVyMg==";
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn each_operator_acts_as_its_own_account() {
     with_scripted_host(
         PROBE.1,

@@ -15,6 +15,7 @@ use wasmpilot::crd::KindRef;
 use wasmpilot::pipeline::inputs::WorkerObject;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn informers_are_shared_and_subscribers_never_miss_a_change() {
     let client = client().await;
     let ns = create_namespace(&client, "e2e-informers")
@@ -153,6 +154,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
 /// An input declaring `fields`: its informer is its own (another projection of the kind keeps
 /// whole objects), caches only those fields, and passes on only the changes a worker could see.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn projected_informers_keep_only_the_fields_and_pass_on_only_visible_changes() {
     let client = client().await;
     let ns = create_namespace(&client, "e2e-projected")

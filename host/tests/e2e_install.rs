@@ -61,6 +61,7 @@ fn kubectl(args: &[&str]) -> anyhow::Result<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn install_in_cluster() {
     let client = client().await;
     let ns = create_namespace(&client, "e2e-install")

@@ -62,6 +62,7 @@ fn managers(object: &Value) -> Vec<String> {
 }
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn a_second_operator_on_a_kind_is_refused_until_the_first_is_gone() {
     with_scripted_host(
         LAG.1,

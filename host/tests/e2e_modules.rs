@@ -81,6 +81,7 @@ async fn serve_bytes(body: Vec<u8>) -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn url_modules_download_verify_and_compile() -> anyhow::Result<()> {
     let bytes = common::component(SCRIPTED);
     let digest = digest_of(&bytes);
@@ -136,6 +137,7 @@ async fn url_modules_download_verify_and_compile() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn compile_cache_makes_restarts_fast() {
     let cache_dir = tempfile::tempdir().unwrap();
     // A private copy: guest builds running meanwhile must not change the bytes under the test.
@@ -381,6 +383,7 @@ async fn cleanup(client: &Client) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn oci_modules_on_a_real_cluster() {
     let client = client().await;
     let root = common::repo_root();

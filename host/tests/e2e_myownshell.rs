@@ -28,6 +28,7 @@ const HOST_FINALIZER: &str = "wasmpilot.io/myownshell";
 const HOLD_FINALIZER: &str = "e2e.examples.io/hold";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn myownshell_on_a_real_cluster() {
     let started = Instant::now();
     let client = client().await;

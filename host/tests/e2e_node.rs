@@ -18,6 +18,7 @@ const T: Duration = Duration::from_secs(120);
 const MOS: (&str, &str) = ("shell.examples.io/v1", "MyOwnShell");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn pods_run_on_the_node() {
     let client = client().await;
     let nodes: Api<Node> = Api::all(client.clone());

@@ -29,6 +29,7 @@ fn probe(name: &str, finalize_mode: &str) -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn deleting_an_operator_releases_its_resources() {
     with_scripted_host(
         PROBE.1,

@@ -36,6 +36,7 @@ fn resource_version(o: &Option<Value>) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn plan_shows_the_diff_and_writes_nothing() {
     let client = client().await;
     let root = common::repo_root();

@@ -55,6 +55,7 @@ spec:
 ";
 
 #[tokio::test]
+#[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn the_host_selects_and_requeues_by_each_resources_selector() {
     let client = client().await;
     // This build's WasmOperator CRD (with selectorFrom and matchExpressions), then the test's.

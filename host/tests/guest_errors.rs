@@ -157,6 +157,7 @@ impl Project {
 }
 
 #[test]
+#[ignore = "needs the Python and JavaScript toolchains: deploy/local/test.sh installs them"]
 fn a_javascript_decision_too_large_to_serialize_names_the_hosts_limit_and_the_engines_cause() {
     for memory_mib in [64, 512] {
         let project = project(memory_mib);

@@ -179,6 +179,7 @@ export const finalizerWorker = exportFinalizer(Cleanup);
 }
 
 #[test]
+#[ignore = "needs the Python and JavaScript toolchains: deploy/local/test.sh installs them"]
 fn a_python_project_from_init_builds_and_simulates() {
     let python = toolchains().join("python/bin/python");
     assert!(
@@ -194,6 +195,7 @@ fn a_python_project_from_init_builds_and_simulates() {
 }
 
 #[test]
+#[ignore = "needs the Python and JavaScript toolchains: deploy/local/test.sh installs them"]
 fn a_javascript_project_from_init_builds_and_simulates() {
     scaffold_build_simulate("javascript", |dir| {
         run(

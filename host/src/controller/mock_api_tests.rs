@@ -524,19 +524,6 @@ async fn a_kind_not_served_yet_is_reported_and_retried_with_a_growing_delay() {
     server.await.expect("the scripted API server");
 }
 
-/// `wasmpilot_test_scripted.wasm` as built for the sandbox tests, if it is.
-fn scripted_component() -> Option<Vec<u8>> {
-    let dir = match std::env::var("WASMPILOT_WASM_DIR") {
-        Ok(dir) => std::path::PathBuf::from(dir),
-        Err(_) => std::env::current_exe()
-            .ok()?
-            .ancestors()
-            .nth(3)?
-            .join("wasm32-wasip2/release"),
-    };
-    std::fs::read(dir.join("wasmpilot_test_scripted.wasm")).ok()
-}
-
 fn resolved(group: &str, version: &str, kind: &str, plural: &str) -> ResolvedKind {
     let api_version = if group.is_empty() {
         version.to_string()
@@ -659,18 +646,6 @@ phases:
     })
 }
 
-/// The scripted component, or a SKIPPED line saying how to build it.
-fn scripted_or_skip() -> Option<Vec<u8>> {
-    let bytes = scripted_component();
-    if bytes.is_none() {
-        eprintln!(
-            "SKIPPED: wasmpilot_test_scripted.wasm is not built (cargo build --release --target \
-             wasm32-wasip2 -p wasmpilot-test-scripted; deploy/local/test.sh does)"
-        );
-    }
-    bytes
-}
-
 /// The Widget in Syncing: the reconcile chains Ready right after Syncing; the ConfigMap watch
 /// has not delivered `settings` yet (the cache is empty), as under load. Ready must still see
 /// it, as the API server answered the apply (the host caches its own writes): a Ready that
@@ -679,9 +654,7 @@ fn scripted_or_skip() -> Option<Vec<u8>> {
 #[tokio::test]
 async fn a_chained_phase_reads_the_outputs_just_applied_though_the_cache_lags() {
     use std::sync::Arc;
-    let Some(bytes) = scripted_or_skip() else {
-        return;
-    };
+    let bytes = crate::mock_api_server::scripted_component();
     let owner = json!([{"apiVersion": "examples.io/v1", "kind": "Widget", "name": "w1",
                         "uid": "w1-uid", "controller": true}]);
     let applied = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -752,9 +725,7 @@ async fn a_chained_phase_reads_the_outputs_just_applied_though_the_cache_lags() 
 #[tokio::test(start_paused = true)]
 async fn no_reconcile_before_the_output_caches_synced() {
     use std::sync::Arc;
-    let Some(bytes) = scripted_or_skip() else {
-        return;
-    };
+    let bytes = crate::mock_api_server::scripted_component();
     let (client, server) = scripted(Vec::new());
     let ctx = widget_operator(&client, &bytes, false);
     let obj: DynamicObject = serde_json::from_value(widget("10", "Syncing")).expect("a Widget");

@@ -3,30 +3,31 @@
 
 use std::path::PathBuf;
 
-/// `<target>/wasm32-wasip2/release`, found from this test binary's location
-/// (`<target>/debug/deps/<test>`), or `WASMPILOT_WASM_DIR`.
+/// `<target>/wasm32-wasip2/release` (`<target>` found from this test binary's location,
+/// `<target>/debug/deps/<test>`), with every Rust guest component of the repository built there
+/// (those missing are built on the first call); or `WASMPILOT_WASM_DIR`, as it is.
 pub fn wasm_dir() -> PathBuf {
     if let Ok(dir) = std::env::var("WASMPILOT_WASM_DIR") {
         return PathBuf::from(dir);
     }
-    let exe = std::env::current_exe().expect("test binary path");
-    let target = exe
-        .ancestors()
-        .nth(3)
-        .expect("test binary lives in <target>/<profile>/deps");
-    target.join("wasm32-wasip2").join("release")
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test binary path");
+            let target = exe
+                .ancestors()
+                .nth(3)
+                .expect("test binary lives in <target>/<profile>/deps");
+            wasmpilot::component_build::repository_guests_built(&repo_root(), target)
+                .unwrap_or_else(|e| panic!("the guest components: {e:#}"))
+        })
+        .clone()
 }
 
 /// The bytes of a built component, e.g. `wasmpilot_test_scripted.wasm`.
 pub fn component(file: &str) -> Vec<u8> {
     let path = wasm_dir().join(file);
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}. Build the guest components first: deploy/local/test.sh does, or \
-             cargo build --release --target wasm32-wasip2 -p wasmpilot-test-scripted -p autoroute-initializing -p autoroute-syncing -p autoroute-ready",
-            path.display()
-        )
-    })
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 pub fn repo_root() -> PathBuf {
