@@ -97,10 +97,13 @@ pub fn scripted(script: Vec<Exchange>) -> (Client, JoinHandle<()>) {
 
 /// A tiny stateful API server for tests that compare the host's writes: objects kept by path;
 /// server-side apply (one field manager: the applied object, keeping uid), merge patches of
-/// `/status` (conditional on a resourceVersion in the body), deletes (with a uid
-/// precondition), metadata and full reads, Events accepted. Anything else fails the test.
+/// `/status` (conditional on a resourceVersion in the body), JSON patches of an object's
+/// metadata (a failed `test` is 422), deletes (with a uid precondition), metadata and full
+/// reads; Events are kept under their path and a generated name. Anything else fails the test.
 pub struct FakeApiServer {
     pub objects: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, Value>>>,
+    /// Every request, as `METHOD path` (`GET path (metadata)` for a metadata read).
+    pub requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl FakeApiServer {
@@ -112,6 +115,8 @@ impl FakeApiServer {
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let store = std::sync::Arc::new(std::sync::Mutex::new(objects));
         let served = store.clone();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = requests.clone();
         let server = tokio::spawn(async move {
             let mut handle = std::pin::pin!(handle);
             let mut version = 1000u64;
@@ -124,6 +129,17 @@ impl FakeApiServer {
                     serde_json::from_slice(&bytes).expect("a JSON request body")
                 };
                 version += 1;
+                let metadata = parts
+                    .headers
+                    .get("accept")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|a| a.contains("PartialObjectMetadata"));
+                log.lock().unwrap_or_else(|p| p.into_inner()).push(format!(
+                    "{} {}{}",
+                    parts.method,
+                    parts.uri.path(),
+                    if metadata { " (metadata)" } else { "" }
+                ));
                 let mut store = served.lock().unwrap_or_else(|p| p.into_inner());
                 let (status, answer) = fake_answer(&mut store, &parts, body, version);
                 drop(store);
@@ -137,7 +153,10 @@ impl FakeApiServer {
         });
         (
             Client::new(service, "default"),
-            FakeApiServer { objects: store },
+            FakeApiServer {
+                objects: store,
+                requests,
+            },
             server,
         )
     }
@@ -157,6 +176,7 @@ fn fake_answer(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if path.ends_with("/events") && parts.method == Method::POST {
+        store.insert(format!("{path}/event-{version}"), body.clone());
         return (StatusCode::CREATED, body);
     }
     if let Some(object_path) = path.strip_suffix("/status") {
@@ -204,6 +224,22 @@ fn fake_answer(
             object["metadata"]["resourceVersion"] = json!(version.to_string());
             store.insert(path, object.clone());
             (StatusCode::OK, object)
+        }
+        Method::PATCH if content_type.starts_with("application/json-patch") => {
+            let Some(object) = store.get_mut(&path) else {
+                return not_found();
+            };
+            let patch: json_patch::Patch = serde_json::from_value(body).expect("a JSON patch");
+            let mut patched = object.clone();
+            if let Err(e) = json_patch::patch(&mut patched, &patch) {
+                return (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    failure(422, "Invalid", &e.to_string()),
+                );
+            }
+            patched["metadata"]["resourceVersion"] = json!(version.to_string());
+            *object = patched.clone();
+            (StatusCode::OK, patched)
         }
         Method::DELETE => {
             let Some(object) = store.get(&path) else {

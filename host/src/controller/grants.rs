@@ -107,6 +107,27 @@ impl OperatorGrants {
         }
     }
 
+    /// Grants known (for a minute) to leave out `rules` cluster-wide and in `namespace`: the
+    /// mock API server's tests of a refused reconcile.
+    #[cfg(test)]
+    pub(crate) fn refused_in(
+        account: &str,
+        client: Client,
+        namespace: &str,
+        rules: Vec<Rule>,
+    ) -> OperatorGrants {
+        let missing = missing_of(&rules);
+        OperatorGrants {
+            account: account.to_string(),
+            client,
+            rules: rules.clone(),
+            answers: tokio::sync::Mutex::new(Answers {
+                cluster: Some((Instant::now(), rules)),
+                namespaces: HashMap::from([(namespace.to_string(), (Instant::now(), missing))]),
+            }),
+        }
+    }
+
     /// The operator's account (`system:serviceaccount:<namespace>:op-<name>`).
     pub fn account(&self) -> &str {
         &self.account

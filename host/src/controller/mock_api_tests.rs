@@ -212,6 +212,72 @@ async fn an_immutable_field_of_its_own_output_is_converged_by_recreating_it() {
     assert!(reason.contains("field is immutable"), "{reason}");
 }
 
+/// A hand-added port of the resource's own Service (another field manager's list entry, which
+/// a forced apply keeps): the host replaces `spec.ports` with the worker's, conditional on the
+/// version it read, then applies again so its own apply owns the list (OutputReplaced).
+#[tokio::test]
+async fn another_managers_entry_in_an_owned_list_is_replaced_then_applied() {
+    let path = "/api/v1/namespaces/team-a/services/web";
+    let mut drifted = live_service("web", "route-uid");
+    drifted["spec"]["ports"] = json!([{"port": 80}, {"port": 9999, "protocol": "TCP"}]);
+    drifted["metadata"]["managedFields"] = json!([
+        {"manager": "wasmpilot-shop", "operation": "Apply",
+         "fieldsV1": {"f:spec": {"f:ports": {"k:{\"port\":80,\"protocol\":\"TCP\"}": {".": {}}}}}},
+        {"manager": "kubectl-edit", "operation": "Update",
+         "fieldsV1": {"f:spec": {"f:ports": {"k:{\"port\":9999,\"protocol\":\"TCP\"}": {".": {}}}}}}
+    ]);
+    let (client, server) = scripted(vec![
+        Exchange::new(Method::PATCH, path, StatusCode::OK, drifted),
+        Exchange::new(
+            Method::PATCH,
+            path,
+            StatusCode::OK,
+            live_service("web", "route-uid"),
+        )
+        .checking(|parts, body| {
+            assert_eq!(header(parts, "content-type"), "application/json-patch+json");
+            assert_eq!(
+                body,
+                &json!([
+                    {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                    {"op": "replace", "path": "/spec/ports", "value": [{"port": 80}]}
+                ])
+            );
+        }),
+        Exchange::new(
+            Method::PATCH,
+            path,
+            StatusCode::OK,
+            live_service("web", "route-uid"),
+        )
+        .checking(|parts, _| {
+            assert_eq!(
+                header(parts, "content-type"),
+                "application/apply-patch+yaml"
+            )
+        }),
+    ]);
+    let report = outputs::apply_outputs(
+        &client,
+        "shop",
+        "Syncing",
+        "route-uid",
+        &services(),
+        vec![service("web")],
+    )
+    .await;
+    drop(client);
+    server.await.expect("the API server's script");
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(report.applied, 1);
+    let [(object, Convergence::Replaced { lists, managers })] = report.converged.as_slice() else {
+        panic!("one replacement: {:?}", report.converged);
+    };
+    assert_eq!(object, "Service team-a/web");
+    assert_eq!(lists, &["spec.ports".to_string()]);
+    assert!(managers.contains("kubectl-edit"), "{managers:?}");
+}
+
 #[tokio::test]
 async fn pruning_deletes_by_uid_counts_what_is_gone_and_stops_at_a_refusal() {
     let meta = |name: &str| ObjectMeta {

@@ -22,4 +22,8 @@ pub mod watch;
 #[cfg(test)]
 mod mock_api_tests;
 #[cfg(test)]
+mod reconcile_tests;
+#[cfg(test)]
 mod status_shapes_tests;
+#[cfg(test)]
+pub(crate) mod test_operator;
