@@ -530,8 +530,8 @@ pub fn default_module_namespace() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock_api_server::{failure, scripted, Exchange};
     use http::{Method, StatusCode};
+    use wasmpilot_runtime::mock_api_server::{failure, scripted, Exchange};
 
     /// A module ConfigMap as listed: in `namespace`, written by deploy (`ours`) or by someone else.
     fn module_map(namespace: &str, name: &str, ours: bool) -> Value {

@@ -19,7 +19,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// What to run.
@@ -75,26 +74,6 @@ pub struct OfflineFinalizeOutcome {
 }
 
 pub use crate::pipeline::inputs::ObjectsByKind;
-
-impl ObjectsByKind {
-    /// Groups Kubernetes objects (JSON) by apiVersion and kind.
-    pub fn from_values(docs: impl IntoIterator<Item = Value>) -> anyhow::Result<Self> {
-        let mut objects: HashMap<KindRef, Vec<Arc<DynamicObject>>> = HashMap::new();
-        for doc in docs {
-            let o: DynamicObject =
-                serde_json::from_value(doc).context("an object is not a Kubernetes object")?;
-            let types = o
-                .types
-                .clone()
-                .ok_or_else(|| anyhow!("object {:?} has no apiVersion/kind", o.metadata.name))?;
-            objects
-                .entry(KindRef::new(types.api_version, types.kind))
-                .or_default()
-                .push(Arc::new(o));
-        }
-        Ok(ObjectsByKind(objects))
-    }
-}
 
 /// Parses every document of a YAML (or JSON) stream into JSON values, skipping empty ones.
 pub fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {

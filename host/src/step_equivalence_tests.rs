@@ -7,7 +7,6 @@ use crate::controller::cluster_effects::{ClusterEffects, Read};
 use crate::controller::test_operator::operator_context;
 use crate::crd::KindRef;
 use crate::definition::OperatorDefinition;
-use crate::mock_api_server::{scripted_component_dir, FakeApiServer};
 use crate::modules::ModuleCache;
 use crate::offline::{ObjectsByKind, OfflineReads};
 use crate::pipeline::step::{self, PhaseStep, Samples, StepOutcome};
@@ -16,6 +15,7 @@ use crate::sandbox::{Sandbox, SandboxLimits};
 use kube::api::DynamicObject;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use wasmpilot_runtime::mock_api_server::{scripted_component_dir, FakeApiServer};
 
 const COMPONENT: &str = "wasmpilot_test_scripted.wasm";
 const NAMESPACE: &str = "team-a";

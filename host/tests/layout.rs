@@ -1,6 +1,8 @@
-//! The host's layout keeps the data flow readable: no import cycle between its top-level
-//! modules (e.g. `pipeline` never reaches back into `controller`), nor between any two of its
-//! modules at any depth, and every module file opens with a doc comment saying what it is.
+//! The layout keeps the data flow readable, in the runtime crate (`runtime/`) and the tools
+//! crate (`host/`) alike: no import cycle between top-level modules (e.g. `pipeline` never
+//! reaches back into `controller`), nor between any two modules at any depth, and every module
+//! file opens with a doc comment saying what it is. (The tools depend on the runtime, never the
+//! reverse: cargo refuses a cycle between crates.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -116,10 +118,32 @@ fn path_between(
     None
 }
 
+/// The `src/` directories of the runtime crate and of this (the tools) crate.
+fn crate_sources() -> [PathBuf; 2] {
+    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let runtime = host.parent().expect("host/ has a parent").join("runtime");
+    [runtime.join("src"), host.join("src")]
+}
+
 #[test]
 fn top_level_modules_have_no_import_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = module_graph(&src);
+    let [runtime, tools] = crate_sources();
+    let graph = module_graph(&runtime);
+    let tools_graph = module_graph(&tools);
+    // The premise: the tools' graph is read too (plan and simulate build on offline).
+    assert!(
+        tools_graph
+            .get("authoring")
+            .is_some_and(|u| u.contains("offline")),
+        "{tools_graph:?}"
+    );
+    for (module, uses) in &tools_graph {
+        for used in uses {
+            if let Some(back) = path_between(&tools_graph, used, module) {
+                panic!("import cycle: {module} → {}", back.join(" → "));
+            }
+        }
+    }
     // The premise: the graph is read (the controller runs pipeline steps).
     assert!(
         graph
@@ -137,7 +161,7 @@ fn top_level_modules_have_no_import_cycle() {
     }
     assert!(cycles.is_empty(), "import cycles: {cycles:#?}");
     // The pipeline is the controller's and the offline commands' shared step: it uses neither.
-    for user in ["controller", "offline", "authoring", "evidence"] {
+    for user in ["controller", "evidence", "host"] {
         assert!(
             path_between(&graph, "pipeline", user).is_none(),
             "pipeline reaches {user}"
@@ -147,12 +171,13 @@ fn top_level_modules_have_no_import_cycle() {
 
 #[test]
 fn every_module_file_opens_with_a_doc_comment() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let [runtime, tools] = crate_sources();
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(&runtime, &mut files);
+    rust_files(&tools, &mut files);
     let undocumented: Vec<String> = files
         .iter()
-        .filter(|f| !f.starts_with(src.join("authoring/templates")))
+        .filter(|f| !f.starts_with(tools.join("authoring/templates")))
         .filter(|f| {
             let text = std::fs::read_to_string(f).unwrap_or_default();
             !text.trim_start().starts_with("//!")
@@ -287,8 +312,14 @@ fn full_module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn no_two_modules_at_any_depth_import_each_other() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = full_module_graph(&src);
+    let [runtime, tools] = crate_sources();
+    let mut graph = full_module_graph(&runtime);
+    for (module, uses) in full_module_graph(&tools) {
+        graph.insert(
+            format!("tools::{module}"),
+            uses.into_iter().map(|u| format!("tools::{u}")).collect(),
+        );
+    }
     // The premise: nested modules and grouped imports are read (the reconcile runs the step
     // through the cluster's effects, named in a `{…}` group).
     assert!(

@@ -18,7 +18,7 @@ pub fn wasm_dir() -> PathBuf {
                 .ancestors()
                 .nth(3)
                 .expect("test binary lives in <target>/<profile>/deps");
-            wasmpilot::component_build::repository_guests_built(&repo_root(), target)
+            wasmpilot_runtime::mock_api_server::repository_guests_built(&repo_root(), target)
                 .unwrap_or_else(|e| panic!("the guest components: {e:#}"))
         })
         .clone()

@@ -25,5 +25,5 @@ mod mock_api_tests;
 mod reconcile_tests;
 #[cfg(test)]
 mod status_shapes_tests;
-#[cfg(test)]
-pub(crate) mod test_operator;
+#[cfg(any(test, feature = "testing"))]
+pub mod test_operator;

@@ -1,10 +1,15 @@
-//! A scripted mock API server for tests (tower-test, as kube-rs tests its client): each test
-//! states the requests, in order, that the host must make and no others, and the answers.
+//! Test support (the crate's own tests, and the `testing` feature for the tools crate's): a
+//! scripted mock API server (tower-test, as kube-rs tests its client: each test states the
+//! requests, in order, that the host must make and no others, and the answers), a stateful fake
+//! API server, and the repository's guest components built on first use.
 
+use anyhow::{bail, Context};
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use kube::Client;
 use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use tokio::task::JoinHandle;
 
 /// Checks one request's head (query string, headers) and JSON body (`Null` when there is none).
@@ -280,7 +285,7 @@ pub fn scripted_component_dir() -> std::path::PathBuf {
             let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .parent()
                 .expect("host/ has a parent");
-            crate::component_build::repository_guests_built(repo, target)
+            repository_guests_built(repo, target)
                 .unwrap_or_else(|e| panic!("the guest components: {e:#}"))
         })
         .clone()
@@ -290,4 +295,63 @@ pub fn scripted_component_dir() -> std::path::PathBuf {
 pub fn scripted_component() -> Vec<u8> {
     let path = scripted_component_dir().join("wasmpilot_test_scripted.wasm");
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The Rust guest crates of a repository laid out like this one: the workspace members of
+/// `repo/Cargo.toml` under a `workers/` directory or `host/tests/guests/`, by package name (the
+/// directory's `Cargo.toml`).
+pub fn repository_guests(repo: &Path) -> anyhow::Result<Vec<String>> {
+    let manifest = repo.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .with_context(|| format!("reading {}", manifest.display()))?;
+    let mut packages = Vec::new();
+    let members = text.split("default-members").next().unwrap_or_default();
+    for member in members.split('"').skip(1).step_by(2) {
+        if !(member.contains("/workers/") || member.starts_with("host/tests/guests/")) {
+            continue;
+        }
+        let crate_manifest = repo.join(member).join("Cargo.toml");
+        let text = std::fs::read_to_string(&crate_manifest)
+            .with_context(|| format!("reading {}", crate_manifest.display()))?;
+        let name = text
+            .lines()
+            .find_map(|l| l.strip_prefix("name = "))
+            .map(|n| n.trim().trim_matches('"').to_string())
+            .with_context(|| format!("{} names no package", crate_manifest.display()))?;
+        packages.push(name);
+    }
+    Ok(packages)
+}
+
+/// `target_dir/wasm32-wasip2/release`, with every Rust guest of the repository `repo` built in
+/// it ([`repository_guests`]); a guest whose component is missing is built first (one cargo
+/// call for all that are): how a test that runs real components starts from a fresh clone.
+pub fn repository_guests_built(repo: &Path, target_dir: &Path) -> anyhow::Result<PathBuf> {
+    let out = target_dir.join("wasm32-wasip2").join("release");
+    let missing: Vec<String> = repository_guests(repo)?
+        .into_iter()
+        .filter(|p| !out.join(format!("{}.wasm", p.replace('-', "_"))).is_file())
+        .collect();
+    if missing.is_empty() {
+        return Ok(out);
+    }
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
+        .env("CARGO_TARGET_DIR", target_dir)
+        .current_dir(repo);
+    for p in &missing {
+        cmd.args(["-p", p]);
+    }
+    eprintln!(
+        "building the guest components {} for wasm32-wasip2 into {} …",
+        missing.join(", "),
+        target_dir.display()
+    );
+    let status = cmd.status().context("running cargo build")?;
+    if !status.success() {
+        bail!(
+            "building the guest components failed (if the target is missing: rustup target add wasm32-wasip2; deploy/local/setup.sh installs it)"
+        );
+    }
+    Ok(out)
 }

@@ -254,7 +254,7 @@ impl<T: Cached> Informer<T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl<T: Cached> Informer<T> {
     /// An informer that holds `objects` and is synced, watching nothing: the caches of a
     /// reconcile run against a scripted API server.
@@ -361,7 +361,7 @@ impl<T: Cached> Cache<T> {
         self.len() == 0
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     fn insert(&self, obj: Arc<T>) -> Option<Arc<T>> {
         insert_into(
             &mut self.objects.write().unwrap_or_else(|p| p.into_inner()),

@@ -94,8 +94,8 @@ impl OperatorGrants {
 
     /// Grants known to cover everything (for a minute): the mock API server's tests of the
     /// reconcile, which script no review.
-    #[cfg(test)]
-    pub(crate) fn granted_everywhere(account: &str, client: Client) -> OperatorGrants {
+    #[cfg(any(test, feature = "testing"))]
+    pub fn granted_everywhere(account: &str, client: Client) -> OperatorGrants {
         OperatorGrants {
             account: account.to_string(),
             client,

@@ -85,6 +85,27 @@ pub fn projection(input: &InputSpec) -> Option<Projection> {
 #[derive(Clone, Default)]
 pub struct ObjectsByKind(pub std::collections::HashMap<KindRef, Vec<Arc<DynamicObject>>>);
 
+impl ObjectsByKind {
+    /// Groups Kubernetes objects (JSON) by apiVersion and kind.
+    pub fn from_values(docs: impl IntoIterator<Item = serde_json::Value>) -> anyhow::Result<Self> {
+        let mut objects: std::collections::HashMap<KindRef, Vec<Arc<DynamicObject>>> =
+            std::collections::HashMap::new();
+        for doc in docs {
+            let o: DynamicObject = serde_json::from_value(doc).map_err(|e| {
+                anyhow::Error::new(e).context("an object is not a Kubernetes object")
+            })?;
+            let types = o.types.clone().ok_or_else(|| {
+                anyhow::anyhow!("object {:?} has no apiVersion/kind", o.metadata.name)
+            })?;
+            objects
+                .entry(KindRef::new(types.api_version, types.kind))
+                .or_default()
+                .push(Arc::new(o));
+        }
+        Ok(ObjectsByKind(objects))
+    }
+}
+
 impl ObjectSource for ObjectsByKind {
     fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
         self.0

@@ -1,0 +1,310 @@
+//! The host process: its flags (`RunArgs`), then the controller run until SIGTERM — the sandbox
+//! and module cache built, metrics served, and the manager run alone or under leader election.
+
+use crate::controller::leader::{LeaderElection, LeaseTiming};
+use crate::controller::manager::Manager;
+use crate::modules::ModuleCache;
+use crate::sandbox::{InstanceMemory, Sandbox, SandboxLimits};
+use anyhow::Context;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+/// `run`'s flags: the host's limits, its identity, where it serves metrics, its caches.
+pub struct RunArgs {
+    /// Namespace of the operators' ServiceAccounts: each WasmOperator acts as `op-<name>` there
+    /// (impersonated; grant it with `wasmpilot rbac`).
+    #[arg(long, env = "WASMPILOT_IDENTITY_NAMESPACE", default_value = crate::rbac::DEFAULT_IDENTITY_NAMESPACE)]
+    identity_namespace: String,
+    /// Addresses beyond public ones that operators' module URLs and Prometheus URLs may reach
+    /// (comma-separated IPs or CIDR blocks, e.g. 10.0.0.0/8); loopback, link-local and private
+    /// addresses are refused otherwise. The host's own --prometheus-url is not restricted.
+    #[arg(long, env = "WASMPILOT_ALLOW_FETCH_FROM", value_delimiter = ',')]
+    allow_fetch_from: Vec<String>,
+    /// Prometheus HTTP API for phases' metric queries (a WasmOperator may name its own).
+    #[arg(long, env = "WASMPILOT_PROMETHEUS_URL")]
+    prometheus_url: Option<String>,
+    /// Serve /metrics, /healthz and /readyz on this address, e.g. 0.0.0.0:8080.
+    #[arg(long, env = "WASMPILOT_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Allow `file` modules, resolved relative to this directory (development only).
+    #[arg(long, env = "WASMPILOT_MODULE_DIR")]
+    module_dir: Option<PathBuf>,
+    /// Wall-clock deadline for one worker call.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    deadline: Duration,
+    /// Linear memory limit for one worker call, in MiB.
+    #[arg(long, default_value_t = 64)]
+    memory_limit_mib: usize,
+    /// Worker calls that may run at the same time (each on a fiber of its reconcile, yielding
+    /// its thread every 10 ms); further calls wait.
+    #[arg(long, default_value_t = 4)]
+    max_concurrent_workers: usize,
+    /// Bytes of each pooled worker memory kept mapped between calls, in MiB (fewer page faults
+    /// per call; costs up to this much RSS per concurrent worker).
+    #[arg(long, default_value_t = 8)]
+    keep_resident_mib: usize,
+    /// Give each worker call freshly mmapped memory instead of a slot of the instance pool.
+    #[arg(long)]
+    no_instance_pool: bool,
+    /// Ceiling for per-phase deadline overrides in WasmOperators.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    max_deadline: Duration,
+    /// Ceiling for per-phase memory overrides in WasmOperators, in MiB.
+    #[arg(long, default_value_t = 512)]
+    max_memory_limit_mib: usize,
+    /// Memory all worker calls may hold together, in MiB: a WasmOperator whose per-call limit
+    /// times --max-concurrent-workers exceeds it is refused. Default: the container's memory
+    /// limit less 512 MiB for the host itself (its caches and compiles); none outside a
+    /// container with a limit.
+    #[arg(long, env = "WASMPILOT_WORKER_MEMORY_BUDGET_MIB")]
+    worker_memory_budget_mib: Option<usize>,
+    /// Run controllers only while holding a Lease, so several replicas can run (one active).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "wasmpilot-leader")]
+    leader_election_id: String,
+    /// This host's identity in the Lease (default: $POD_NAME, else hostname-pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long a Lease stays valid without renewal; a standby takes over after this.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
+    /// Directory for compiled components, so a restart does not recompile (default:
+    /// $XDG_CACHE_HOME/wasmpilot/compiled, else ~/.cache/wasmpilot/compiled).
+    #[arg(long, env = "WASMPILOT_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Keep compiled components in memory only.
+    #[arg(long)]
+    no_cache: bool,
+    /// The most compiled code the cache directory keeps, in MiB; the least recently used
+    /// components go first.
+    #[arg(long, default_value_t = 2048)]
+    cache_max_mib: u64,
+    /// Record every decision (request, result, module, duration) as replay cases in rotating
+    /// files in this directory (e.g. a volume); recording never delays a reconcile.
+    #[arg(long, env = "WASMPILOT_RECORD_DIR")]
+    record_dir: Option<PathBuf>,
+    /// The most the record directory holds, in MiB; the oldest files go first.
+    #[arg(long, default_value_t = 256)]
+    record_max_mib: u64,
+    /// Serve `/shadow-cases` on this loopback address (e.g. 127.0.0.1:8090; off by default): the
+    /// last cases where a shadow module differed, with the whole requests (input objects
+    /// included), so never on an address other hosts reach (`kubectl port-forward` does).
+    #[arg(long, env = "WASMPILOT_SHADOW_CASES_ADDR")]
+    shadow_cases_addr: Option<std::net::SocketAddr>,
+    /// Requeue every resource of an input object's namespace on any change of it, as hosts did
+    /// before inputs had selectors (a benchmark baseline: one reconcile per resource per change).
+    #[arg(long)]
+    requeue_whole_namespace: bool,
+}
+
+/// Waits for SIGTERM (what the kubelet sends a pod, and `kill` by default) or SIGINT (Ctrl-C).
+/// In a container the host is PID 1, for which a signal without a handler does nothing: without
+/// this, a deleted pod would run until it is killed, holding its Lease to the end.
+async fn termination() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the host gracefully");
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    }
+}
+
+/// Logs to stderr with `filter` (tracing's EnvFilter syntax; `info` if it does not parse).
+pub fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: log files and pod logs stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Runs the host until SIGTERM or SIGINT (or, under leader election, until leadership is lost).
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let connection = crate::api_client::Connection::infer()
+        .await
+        .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    let client = connection
+        .client()
+        .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    let identities =
+        crate::controller::grants::Identities::impersonating(connection, &args.identity_namespace);
+    let limits = SandboxLimits {
+        deadline: args.deadline,
+        memory_bytes: args.memory_limit_mib << 20,
+        concurrency: args.max_concurrent_workers,
+        max_deadline: args.max_deadline.max(args.deadline),
+        max_memory_bytes: args.max_memory_limit_mib.max(args.memory_limit_mib) << 20,
+        worker_memory_budget: worker_memory_budget(args.worker_memory_budget_mib),
+        instance_memory: if args.no_instance_pool {
+            InstanceMemory::OnDemand
+        } else {
+            InstanceMemory::Pooling {
+                keep_resident: args.keep_resident_mib << 20,
+            }
+        },
+        ..SandboxLimits::default()
+    };
+    if let Some(budget) = limits.worker_memory_budget {
+        let defaults = limits
+            .memory_bytes
+            .saturating_mul(limits.concurrency.max(1));
+        anyhow::ensure!(
+            defaults <= budget,
+            "--memory-limit-mib {} × --max-concurrent-workers {} = {} MiB does not fit the worker memory budget of {} MiB (--worker-memory-budget-mib, or the container's memory limit less 512 MiB): every operator with default limits would be refused",
+            limits.memory_bytes >> 20,
+            limits.concurrency,
+            defaults >> 20,
+            budget >> 20
+        );
+    }
+    if let Some(addr) = args.shadow_cases_addr {
+        if !addr.ip().is_loopback() {
+            return Err(crate::metrics::ShadowCasesExposed(addr).into());
+        }
+        tokio::spawn(async move {
+            let kept = crate::controller::shadow::kept_cases as crate::metrics::ShadowCases;
+            if let Err(e) = crate::metrics::serve_shadow_cases(addr, kept).await {
+                tracing::error!(%addr, error = %e, "shadow cases server stopped");
+            }
+        });
+    }
+    if let Some(addr) = args.metrics_addr {
+        tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve(addr).await {
+                tracing::error!(%addr, error = %e, "metrics server stopped");
+            }
+        });
+    }
+    let record_sink = match &args.record_dir {
+        Some(dir) => Some(
+            crate::evidence::record::RecordSink::start(dir, args.record_max_mib << 20)
+                .context("--record-dir")?,
+        ),
+        None => None,
+    };
+    let input_requeue = if args.requeue_whole_namespace {
+        crate::controller::context::InputRequeue::WholeNamespace
+    } else {
+        crate::controller::context::InputRequeue::Selected
+    };
+    let egress = crate::egress::EgressPolicy::allowing(&args.allow_fetch_from)?;
+    let sandbox = Sandbox::new(limits)?;
+    let modules = Arc::new(
+        ModuleCache::new(sandbox, Some(client.clone()), args.module_dir)
+            .with_egress(egress.clone())
+            .with_compile_cache_limited(
+                crate::modules::compile_cache_dir(args.cache_dir, args.no_cache),
+                args.cache_max_mib.saturating_mul(1 << 20),
+            ),
+    );
+    let shutdown = async {
+        let signal = termination().await;
+        tracing::info!(signal, "shutting down");
+    };
+    if !args.leader_elect {
+        return Manager::new(client, identities, modules)
+            .with_egress(egress)
+            .with_prometheus(args.prometheus_url.clone())
+            .with_record_sink(record_sink)
+            .with_input_requeue(input_requeue)
+            .run(shutdown)
+            .await;
+    }
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let timing = LeaseTiming {
+        lease_duration: args.lease_duration,
+        renew_every: args.lease_duration / 3,
+        retry_every: (args.lease_duration / 5).max(Duration::from_millis(500)),
+    };
+    let election = LeaderElection::new(
+        client.clone(),
+        &args.leader_election_namespace,
+        &args.leader_election_id,
+        &identity,
+        timing,
+    );
+    tokio::pin!(shutdown);
+    // A standby is healthy and ready (as a standby, says /readyz); it must not block rollouts.
+    crate::metrics::READINESS.mark_standby();
+    tokio::select! {
+        () = election.acquire() => {}
+        () = &mut shutdown => return Ok(()),
+    }
+    // The leader is ready only once its own WasmOperators are listed and loaded, caches synced.
+    crate::metrics::READINESS.mark_leader();
+    let manager = Manager::new(client, identities, modules)
+        .with_egress(egress)
+        .with_prometheus(args.prometheus_url.clone())
+        .with_record_sink(record_sink)
+        .with_input_requeue(input_requeue);
+    tokio::select! {
+        result = manager.run(&mut shutdown) => {
+            election.release().await;
+            result
+        }
+        lost = election.hold() => {
+            // Controllers of a former leader must not keep writing: exit, and let the
+            // supervisor (Deployment) start a fresh candidate.
+            Err(anyhow::anyhow!("leadership lost: {lost}; exiting"))
+        }
+    }
+}
+
+/// `hostname-pid`: unique per process, readable in `kubectl get lease -o yaml`.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "wasmpilot".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// What the host keeps of its container's memory limit for itself (watch caches, compiles: one
+/// compile alone peaks at 290–410 MiB) when it sizes the worker memory budget.
+const HOST_MEMORY_RESERVE: usize = 512 << 20;
+
+/// The worker memory budget: `flag` MiB, else the cgroup's memory limit (v2, then v1) less
+/// [`HOST_MEMORY_RESERVE`] (half of a limit smaller than twice that), else none.
+fn worker_memory_budget(flag: Option<usize>) -> Option<usize> {
+    if let Some(mib) = flag {
+        return Some(mib << 20);
+    }
+    let limit = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok())
+    .and_then(|text| text.trim().parse::<u64>().ok())
+    // cgroup v1 writes "no limit" as a page-rounded i64::MAX.
+    .filter(|bytes| *bytes < 1 << 60)
+    .and_then(|bytes| usize::try_from(bytes).ok())?;
+    let budget = if limit >= 2 * HOST_MEMORY_RESERVE {
+        limit - HOST_MEMORY_RESERVE
+    } else {
+        limit / 2
+    };
+    tracing::info!(
+        container_limit_mib = limit >> 20,
+        worker_budget_mib = budget >> 20,
+        "worker memory budget"
+    );
+    Some(budget)
+}

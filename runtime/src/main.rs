@@ -1,0 +1,53 @@
+//! `wasmpilot-host`, the binary the cluster image runs: `run` (the controller) and `crd` (the
+//! WasmOperator CRD it serves). The authoring and deployment tools are the `wasmpilot` binary.
+
+use clap::{Parser, Subcommand};
+use kube::CustomResourceExt;
+use std::process::ExitCode;
+use wasmpilot_runtime::crd::WasmOperator;
+
+#[derive(Parser)]
+#[command(
+    name = "wasmpilot-host",
+    version,
+    about = "The wasmpilot operator host (the authoring and deployment tools are `wasmpilot`)"
+)]
+struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info,wasmpilot_runtime=debug`.
+    #[arg(long, env = "WASMPILOT_LOG", default_value = "info", global = true)]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+// Parsed once per process: the size of the `run` variant does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+enum Command {
+    /// Run the controller: load every WasmOperator and reconcile its resources.
+    Run(wasmpilot_runtime::host::RunArgs),
+    /// Print the WasmOperator CustomResourceDefinition as YAML.
+    Crd,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    wasmpilot_runtime::host::init_tracing(&cli.log);
+    let result = match cli.command {
+        Command::Run(args) => wasmpilot_runtime::host::run(args).await,
+        Command::Crd => serde_yaml::to_string(&WasmOperator::crd())
+            .map(|yaml| print!("{yaml}"))
+            .map_err(Into::into),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "{}",
+                wasmpilot_runtime::error_report::for_terminal(e.as_ref())
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
