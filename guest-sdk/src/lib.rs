@@ -43,6 +43,7 @@ mod outcome;
 pub mod selector;
 mod status;
 pub mod testing;
+mod typed;
 
 pub use context::{Context, LogLevel, LogRecord};
 pub use error::{ErrorKind, WorkerError};

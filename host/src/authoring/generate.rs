@@ -1,6 +1,8 @@
 //! `wasmpilot generate`: the typed API of an operator's phases (a `Phase` enum; per phase an
 //! inputs view, an outcome builder taking only declared outputs and next phases, a worker
-//! trait), written from operator.yaml into the types crate; and the CRD regenerated from it.
+//! trait), written from operator.yaml into the types crate — only what the operator declares:
+//! what every phase shares comes from the SDK's `phases!` and `phase_api!` — and the CRD
+//! regenerated from it.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -142,81 +144,24 @@ pub fn render(op: &WasmOperator, def: &OperatorDefinition) -> Result<String, Gen
     line(w, "//! operator.yaml: [`Phase`], and per phase a module with the inputs it declares, an outcome");
     line(w, "//! builder that takes only the outputs and next phases it declares, and its worker trait.");
     line(w, "");
-    line(
+    line(w, "wasmpilot_guest::phases! {");
+    doc(
         w,
-        &format!("/// The phases of {kind}, as declared in operator.yaml."),
+        "    ",
+        &[format!(
+            "The phases of {kind}, as declared in operator.yaml."
+        )],
     );
-    line(
-        w,
-        "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]",
-    );
-    line(w, "pub enum Phase {");
+    line(w, "    pub enum Phase {");
     for (phase, ident, _) in &phases {
-        doc(w, "    ", &phase_doc(phase, description(&phase.name)));
-        line(w, &format!("    {ident},"));
+        doc(w, "        ", &phase_doc(phase, description(&phase.name)));
+        line(w, &format!("        {ident} = {:?},", phase.name));
     }
-    line(w, "}");
-    line(w, "");
-    line(w, "impl Phase {");
-    line(w, "    /// Every phase, in declaration order.");
-    let all: Vec<String> = phases
-        .iter()
-        .map(|(_, i, _)| format!("Phase::{i}"))
-        .collect();
-    line(
-        w,
-        &format!(
-            "    pub const ALL: [Phase; {}] = [{}];",
-            all.len(),
-            all.join(", ")
-        ),
-    );
-    line(w, &format!("    /// The phase a new {kind} starts in."));
-    line(
-        w,
-        &format!(
-            "    pub const INITIAL: Phase = Phase::{};",
-            ident_of(&def.initial_phase)
-        ),
-    );
-    line(w, "");
-    line(w, "    /// The phase's name, as in `.status.phase`.");
-    line(w, "    pub const fn name(self) -> &'static str {");
-    line(w, "        match self {");
-    for (phase, ident, _) in &phases {
-        line(
-            w,
-            &format!("            Phase::{ident} => {:?},", phase.name),
-        );
-    }
-    line(w, "        }");
     line(w, "    }");
-    line(w, "");
     line(
         w,
-        "    /// The phase called `name`, if operator.yaml declares it.",
+        &format!("    initial = {}", ident_of(&def.initial_phase)),
     );
-    line(w, "    pub fn from_name(name: &str) -> Option<Phase> {");
-    line(
-        w,
-        "        Phase::ALL.into_iter().find(|phase| phase.name() == name)",
-    );
-    line(w, "    }");
-    line(w, "}");
-    line(w, "");
-    line(w, "impl core::fmt::Display for Phase {");
-    line(
-        w,
-        "    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {",
-    );
-    line(w, "        f.write_str(self.name())");
-    line(w, "    }");
-    line(w, "}");
-    line(w, "");
-    line(w, "impl From<Phase> for String {");
-    line(w, "    fn from(phase: Phase) -> String {");
-    line(w, "        phase.name().to_owned()");
-    line(w, "    }");
     line(w, "}");
 
     for (i, (phase, _, module)) in phases.iter().enumerate() {
@@ -231,11 +176,12 @@ pub fn render(op: &WasmOperator, def: &OperatorDefinition) -> Result<String, Gen
         doc(w, "", &about);
         line(w, &format!("pub mod {module} {{"));
         line(w, "    use super::Phase;");
-        line(w, "    use wasmpilot_guest::{Context, WorkerError};");
-        render_next(w, phase, &phases);
+        if !phase.inputs.is_empty() || !phase.queries.is_empty() || !phase.outputs.is_empty() {
+            line(w, "    use wasmpilot_guest::WorkerError;");
+        }
+        render_api(w, phase, &phases);
         render_inputs(w, i, phase)?;
         render_outcome(w, i, phase)?;
-        render_worker(w, phase, module);
         line(w, "}");
     }
     if def.finalizer.is_some() && !def.finalizer_inputs.is_empty() {
@@ -252,8 +198,14 @@ pub fn render(op: &WasmOperator, def: &OperatorDefinition) -> Result<String, Gen
         );
         line(w, &format!("pub mod {module} {{"));
         line(w, "    use wasmpilot_guest::WorkerError;");
+        line(w, "");
+        line(w, "    wasmpilot_guest::inputs_view! {");
+        line(
+            w,
+            "        /// The inputs the finalizer declares, one accessor each.",
+        );
+        line(w, "    }");
         let declared = Declared {
-            owner: "the finalizer".into(),
             field: "spec.finalizer".into(),
             inputs: &def.finalizer_inputs,
             queries: &[],
@@ -275,67 +227,48 @@ fn phase_doc(phase: &PhaseDefinition, description: Option<String>) -> Vec<String
     lines
 }
 
-/// The `Next` enum: the phase itself and its declared `next` (every phase when none is declared).
-fn render_next(
+/// The phase's shared API from the SDK (`phase_api!`: `Next`, `Inputs`, `Outcome`, `Worker`,
+/// `Export`), with `Next` holding the phase itself and its declared `next` (every phase when
+/// none is declared).
+fn render_api(
     w: &mut String,
     phase: &PhaseDefinition,
     phases: &[(&PhaseDefinition, String, String)],
 ) {
-    let allowed: Vec<&String> = phases
+    let allowed: Vec<&str> = phases
         .iter()
         .filter(|(p, _, _)| phase.allows(&p.name))
-        .map(|(_, i, _)| i)
+        .map(|(_, i, _)| i.as_str())
         .collect();
     line(w, "");
-    if phase.next.is_empty() {
-        line(
-            w,
-            &format!(
-                "    /// Where `{}` may go: operator.yaml declares no `next`, so any phase.",
-                phase.name
-            ),
-        );
+    line(w, "    wasmpilot_guest::phase_api! {");
+    let about = if phase.next.is_empty() {
+        format!(
+            "Where `{}` may go: operator.yaml declares no `next`, so any phase.",
+            phase.name
+        )
     } else {
-        line(
-            w,
-            &format!(
-                "    /// Where `{}` may go: itself and its `next` in operator.yaml ({}).",
-                phase.name,
-                phase.next.join(", ")
-            ),
-        );
-    }
-    line(w, "    #[derive(Clone, Copy, Debug, PartialEq, Eq)]");
-    line(w, "    pub enum Next {");
-    for a in &allowed {
-        line(w, &format!("        {a},"));
-    }
-    line(w, "    }");
-    line(w, "");
-    line(w, "    impl From<Next> for Phase {");
-    line(w, "        fn from(next: Next) -> Phase {");
-    line(w, "            match next {");
-    for a in &allowed {
-        line(w, &format!("                Next::{a} => Phase::{a},"));
-    }
-    line(w, "            }");
-    line(w, "        }");
-    line(w, "    }");
-    line(w, "");
-    line(w, "    impl core::fmt::Display for Next {");
+        format!(
+            "Where `{}` may go: itself and its `next` in operator.yaml ({}).",
+            phase.name,
+            phase.next.join(", ")
+        )
+    };
+    doc(w, "        ", &[about]);
     line(
         w,
-        "        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {",
+        &format!(
+            "        phase = Phase, name = {:?}, next = [{}]",
+            phase.name,
+            allowed.join(", ")
+        ),
     );
-    line(w, "            f.write_str(Phase::from(*self).name())");
-    line(w, "        }");
     line(w, "    }");
 }
 
 /// The `Inputs` view: one accessor per declared input and metric query.
 fn render_inputs(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<(), GenerateError> {
     let declared = Declared {
-        owner: format!("`{}`", phase.name),
         field: format!("spec.phases[{i}]"),
         inputs: &phase.inputs,
         queries: &phase.queries,
@@ -347,8 +280,6 @@ fn render_inputs(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<()
 /// What a worker is handed, for its typed view: a phase's inputs and queries, or the
 /// finalizer's inputs.
 struct Declared<'a> {
-    /// How the doc comments name the worker: `` `Syncing` `` or `the finalizer`.
-    owner: String,
     /// Where it is declared in the WasmOperator (`spec.phases[1]`, `spec.finalizer`).
     field: String,
     inputs: &'a [InputSpec],
@@ -362,39 +293,11 @@ fn render_input_view(w: &mut String, declared: &Declared<'_>) -> Result<(), Gene
     for reserved in ["untyped", "new"] {
         names.reserve(reserved);
     }
-    line(w, "");
-    line(
-        w,
-        &format!(
-            "    /// The inputs {} declares, one accessor each.",
-            declared.owner
-        ),
-    );
-    line(w, "    #[derive(Clone, Copy, Debug)]");
-    line(w, "    pub struct Inputs<'a>(&'a wasmpilot_guest::Inputs);");
-    line(w, "");
-    line(w, "    impl<'a> Inputs<'a> {");
-    line(
-        w,
-        "        /// The typed view of what the host handed over.",
-    );
-    line(
-        w,
-        "        pub fn new(inputs: &'a wasmpilot_guest::Inputs) -> Self {",
-    );
-    line(w, "            Self(inputs)");
-    line(w, "        }");
-    line(w, "");
-    line(
-        w,
-        "        /// The untyped inputs, for what the accessors do not cover.",
-    );
-    line(
-        w,
-        "        pub fn untyped(&self) -> &'a wasmpilot_guest::Inputs {",
-    );
-    line(w, "            self.0");
-    line(w, "        }");
+    let accessors = !declared.inputs.is_empty() || !declared.queries.is_empty();
+    if accessors {
+        line(w, "");
+        line(w, "    impl Inputs<'_> {");
+    }
     for (j, input) in declared.inputs.iter().enumerate() {
         let field = format!("{}.inputs[{j}].name", declared.field);
         let method = names.claim(&field, &input.name, snake_case(&input.name))?;
@@ -441,7 +344,9 @@ fn render_input_view(w: &mut String, declared: &Declared<'_>) -> Result<(), Gene
         line(w, &format!("            self.0.samples({:?})", query.name));
         line(w, "        }");
     }
-    line(w, "    }");
+    if accessors {
+        line(w, "    }");
+    }
     for input in declared.inputs.iter().filter(|i| !i.fields.is_empty()) {
         line(w, "");
         doc(
@@ -517,55 +422,11 @@ fn selection(input: &InputSpec) -> String {
 
 /// The `Outcome` builder: next phase from `Next`, one method (and its plural) per output kind.
 fn render_outcome(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<(), GenerateError> {
-    line(w, "");
-    line(w, &format!("    /// What `{}` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.", phase.name));
-    line(w, "    #[must_use]");
-    line(w, "    #[derive(Clone, Debug, PartialEq)]");
-    line(w, "    pub struct Outcome(wasmpilot_guest::Outcome);");
+    if phase.outputs.is_empty() {
+        return Ok(());
+    }
     line(w, "");
     line(w, "    impl Outcome {");
-    line(
-        w,
-        "        /// Move to `next` with no status change and no outputs.",
-    );
-    line(w, "        pub fn next(next: Next) -> Self {");
-    line(
-        w,
-        "            Self(wasmpilot_guest::Outcome::next(Phase::from(next).name()))",
-    );
-    line(w, "        }");
-    line(w, "");
-    line(w, &format!("        /// Stay in `{}`.", phase.name));
-    line(w, "        pub fn stay() -> Self {");
-    line(
-        w,
-        &format!(
-            "            Self(wasmpilot_guest::Outcome::next({:?}))",
-            phase.name
-        ),
-    );
-    line(w, "        }");
-    line(w, "");
-    line(w, "        /// Merge `status` into the resource's `.status` (see `wasmpilot_guest::Outcome::status`).");
-    line(
-        w,
-        "        pub fn status(self, status: impl wasmpilot_guest::serde::Serialize) -> Self {",
-    );
-    line(w, "            Self(self.0.status(status))");
-    line(w, "        }");
-    line(w, "");
-    line(w, "        /// Run this resource again after `delay`.");
-    line(
-        w,
-        "        pub fn requeue_after(self, delay: core::time::Duration) -> Self {",
-    );
-    line(w, "            Self(self.0.requeue_after(delay))");
-    line(w, "        }");
-    line(w, "");
-    line(w, "        /// The phase this outcome moves to.");
-    line(w, "        pub fn next_phase(&self) -> &str {");
-    line(w, "            self.0.next_phase()");
-    line(w, "        }");
     let mut names = Names::default();
     for reserved in ["next", "stay", "status", "requeue_after", "next_phase"] {
         names.reserve(reserved);
@@ -647,74 +508,19 @@ fn render_outcome(w: &mut String, i: usize, phase: &PhaseDefinition) -> Result<(
         }
     }
     line(w, "    }");
-    line(w, "");
-    line(w, "    impl From<Outcome> for wasmpilot_guest::Outcome {");
-    line(w, "        fn from(outcome: Outcome) -> Self {");
-    line(w, "            outcome.0");
-    line(w, "        }");
-    line(w, "    }");
     Ok(())
-}
-
-/// The phase's worker trait and the adapter `export!` and `testing` take.
-fn render_worker(w: &mut String, phase: &PhaseDefinition, module: &str) {
-    line(w, "");
-    line(
-        w,
-        &format!(
-            "    /// Decides `{}` against this module's typed inputs and outcome. Export it with",
-            phase.name
-        ),
-    );
-    line(w, &format!("    /// `wasmpilot_guest::export!(phase = {module}::Export<MyWorker>);` and test it with"));
-    line(
-        w,
-        &format!("    /// `SyncTest::run(&{module}::Export(MyWorker))`."),
-    );
-    line(w, "    pub trait Worker {");
-    line(
-        w,
-        "        /// The custom resource type (or `serde_json::Value`).",
-    );
-    line(
-        w,
-        "        type Resource: wasmpilot_guest::serde::de::DeserializeOwned;",
-    );
-    line(w, "");
-    line(w, "        /// Decides the phase.");
-    line(w, "        ///");
-    line(w, "        /// # Errors");
-    line(w, "        /// `WorkerError::retryable` to be retried with backoff, `WorkerError::fatal` to stop");
-    line(w, "        /// until the resource or an input changes.");
-    line(w, "        fn sync(&self, ctx: &Context, resource: Self::Resource, inputs: Inputs<'_>) -> Result<Outcome, WorkerError>;");
-    line(w, "    }");
-    line(w, "");
-    line(w, "    /// Runs a [`Worker`] as the SDK's `PhaseWorker`.");
-    line(w, "    #[derive(Clone, Copy, Debug, Default)]");
-    line(w, "    pub struct Export<W>(pub W);");
-    line(w, "");
-    line(
-        w,
-        "    impl<W: Worker> wasmpilot_guest::PhaseWorker for Export<W> {",
-    );
-    line(w, "        type Resource = W::Resource;");
-    line(w, "");
-    line(w, "        fn sync(&self, ctx: &Context, resource: W::Resource, inputs: &wasmpilot_guest::Inputs) -> Result<wasmpilot_guest::Outcome, WorkerError> {");
-    line(w, "            self.0.sync(ctx, resource, Inputs(inputs)).map(wasmpilot_guest::Outcome::from)");
-    line(w, "        }");
-    line(w, "    }");
 }
 
 fn line(w: &mut String, text: &str) {
     let _ = writeln!(w, "{text}");
 }
 
-/// Doc comment lines, wrapped at 96 columns; `<` and `>` escaped (descriptions such as
-/// `<deployment>.<route>` are not HTML).
+/// Doc comment lines, wrapped at 96 columns; `<` and `>` escaped as Markdown escapes them
+/// (descriptions such as `<deployment>.<route>` are not HTML), which also reads as written.
 fn doc(w: &mut String, indent: &str, lines: &[String]) {
     let width = 96usize.saturating_sub(indent.len() + 4).max(40);
     for l in lines {
-        let l = l.trim_end().replace('<', "&lt;").replace('>', "&gt;");
+        let l = l.trim_end().replace('<', "\\<").replace('>', "\\>");
         if l.is_empty() {
             line(w, &format!("{indent}///"));
             continue;

@@ -5,120 +5,49 @@
 //! operator.yaml: [`Phase`], and per phase a module with the inputs it declares, an outcome
 //! builder that takes only the outputs and next phases it declares, and its worker trait.
 
-/// The phases of CanaryDeployment, as declared in operator.yaml.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Phase {
-    /// Creates, from the target Deployment, the primary (a copy at the target's replicas) and
-    /// canary (a copy at zero) Deployments, the Services &lt;name&gt;-primary,
-    /// &lt;name&gt;-canary and &lt;name&gt;, and the VirtualService &lt;name&gt; sending 100 %
-    /// to the primary; then Waiting.
-    Initializing,
-    /// The steady phase. During an analysis: waits one measurementInterval after the last
-    /// measurement, then Evaluating. Otherwise: a new revision of the target (not the
-    /// primary's, not the last rolled-back one) starts an analysis (Evaluating); a changed spec
-    /// means Initializing again. Returns no outputs.
-    Waiting,
-    /// Starts the analysis of a new revision (the canary gets the target's spec and stepWeight
-    /// % of the traffic), or judges the latest success rate: below successThreshold →
-    /// Rollback; analysisPeriod over → Promoting; else stepWeight % more traffic and back to
-    /// Waiting.
-    Evaluating,
-    /// The primary takes the analysed canary's spec, the canary is scaled to zero, the
-    /// VirtualService sends 100 % to the primary again; records lastResult, then Waiting.
-    Promoting,
-    /// The VirtualService sends 100 % to the primary again and the canary is scaled to zero;
-    /// the revision is recorded as failed (not analysed again until the target changes) and
-    /// lastResult says why; then Waiting.
-    Rollback,
-}
-
-impl Phase {
-    /// Every phase, in declaration order.
-    pub const ALL: [Phase; 5] = [
-        Phase::Initializing,
-        Phase::Waiting,
-        Phase::Evaluating,
-        Phase::Promoting,
-        Phase::Rollback,
-    ];
-    /// The phase a new CanaryDeployment starts in.
-    pub const INITIAL: Phase = Phase::Initializing;
-
-    /// The phase's name, as in `.status.phase`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Phase::Initializing => "Initializing",
-            Phase::Waiting => "Waiting",
-            Phase::Evaluating => "Evaluating",
-            Phase::Promoting => "Promoting",
-            Phase::Rollback => "Rollback",
-        }
+wasmpilot_guest::phases! {
+    /// The phases of CanaryDeployment, as declared in operator.yaml.
+    pub enum Phase {
+        /// Creates, from the target Deployment, the primary (a copy at the target's replicas)
+        /// and canary (a copy at zero) Deployments, the Services \<name\>-primary,
+        /// \<name\>-canary and \<name\>, and the VirtualService \<name\> sending 100 % to the
+        /// primary; then Waiting.
+        Initializing = "Initializing",
+        /// The steady phase. During an analysis: waits one measurementInterval after the last
+        /// measurement, then Evaluating. Otherwise: a new revision of the target (not the
+        /// primary's, not the last rolled-back one) starts an analysis (Evaluating); a changed
+        /// spec means Initializing again. Returns no outputs.
+        Waiting = "Waiting",
+        /// Starts the analysis of a new revision (the canary gets the target's spec and
+        /// stepWeight % of the traffic), or judges the latest success rate: below
+        /// successThreshold → Rollback; analysisPeriod over → Promoting; else stepWeight %
+        /// more traffic and back to Waiting.
+        Evaluating = "Evaluating",
+        /// The primary takes the analysed canary's spec, the canary is scaled to zero, the
+        /// VirtualService sends 100 % to the primary again; records lastResult, then Waiting.
+        Promoting = "Promoting",
+        /// The VirtualService sends 100 % to the primary again and the canary is scaled to
+        /// zero; the revision is recorded as failed (not analysed again until the target
+        /// changes) and lastResult says why; then Waiting.
+        Rollback = "Rollback",
     }
-
-    /// The phase called `name`, if operator.yaml declares it.
-    pub fn from_name(name: &str) -> Option<Phase> {
-        Phase::ALL.into_iter().find(|phase| phase.name() == name)
-    }
-}
-
-impl core::fmt::Display for Phase {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl From<Phase> for String {
-    fn from(phase: Phase) -> String {
-        phase.name().to_owned()
-    }
+    initial = Initializing
 }
 
 /// Phase `Initializing`.
 /// Creates, from the target Deployment, the primary (a copy at the target's replicas) and
-/// canary (a copy at zero) Deployments, the Services &lt;name&gt;-primary, &lt;name&gt;-canary
-/// and &lt;name&gt;, and the VirtualService &lt;name&gt; sending 100 % to the primary; then
-/// Waiting.
+/// canary (a copy at zero) Deployments, the Services \<name\>-primary, \<name\>-canary and
+/// \<name\>, and the VirtualService \<name\> sending 100 % to the primary; then Waiting.
 pub mod initializing {
     use super::Phase;
-    use wasmpilot_guest::{Context, WorkerError};
+    use wasmpilot_guest::WorkerError;
 
-    /// Where `Initializing` may go: itself and its `next` in operator.yaml (Waiting).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Next {
-        Initializing,
-        Waiting,
+    wasmpilot_guest::phase_api! {
+        /// Where `Initializing` may go: itself and its `next` in operator.yaml (Waiting).
+        phase = Phase, name = "Initializing", next = [Initializing, Waiting]
     }
 
-    impl From<Next> for Phase {
-        fn from(next: Next) -> Phase {
-            match next {
-                Next::Initializing => Phase::Initializing,
-                Next::Waiting => Phase::Waiting,
-            }
-        }
-    }
-
-    impl core::fmt::Display for Next {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(Phase::from(*self).name())
-        }
-    }
-
-    /// The inputs `Initializing` declares, one accessor each.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Inputs<'a>(&'a wasmpilot_guest::Inputs);
-
-    impl<'a> Inputs<'a> {
-        /// The typed view of what the host handed over.
-        pub fn new(inputs: &'a wasmpilot_guest::Inputs) -> Self {
-            Self(inputs)
-        }
-
-        /// The untyped inputs, for what the accessors do not cover.
-        pub fn untyped(&self) -> &'a wasmpilot_guest::Inputs {
-            self.0
-        }
-
+    impl Inputs<'_> {
         /// `deployments`: the apps/v1 Deployment objects visible to the resource (its
         /// namespace, for namespaced kinds).
         ///
@@ -132,37 +61,7 @@ pub mod initializing {
         }
     }
 
-    /// What `Initializing` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
-    #[must_use]
-    #[derive(Clone, Debug, PartialEq)]
-    pub struct Outcome(wasmpilot_guest::Outcome);
-
     impl Outcome {
-        /// Move to `next` with no status change and no outputs.
-        pub fn next(next: Next) -> Self {
-            Self(wasmpilot_guest::Outcome::next(Phase::from(next).name()))
-        }
-
-        /// Stay in `Initializing`.
-        pub fn stay() -> Self {
-            Self(wasmpilot_guest::Outcome::next("Initializing"))
-        }
-
-        /// Merge `status` into the resource's `.status` (see `wasmpilot_guest::Outcome::status`).
-        pub fn status(self, status: impl wasmpilot_guest::serde::Serialize) -> Self {
-            Self(self.0.status(status))
-        }
-
-        /// Run this resource again after `delay`.
-        pub fn requeue_after(self, delay: core::time::Duration) -> Self {
-            Self(self.0.requeue_after(delay))
-        }
-
-        /// The phase this outcome moves to.
-        pub fn next_phase(&self) -> &str {
-            self.0.next_phase()
-        }
-
         /// Apply a apps/v1 Deployment, owned by the resource.
         ///
         /// # Errors
@@ -239,51 +138,6 @@ pub mod initializing {
             Ok(self)
         }
     }
-
-    impl From<Outcome> for wasmpilot_guest::Outcome {
-        fn from(outcome: Outcome) -> Self {
-            outcome.0
-        }
-    }
-
-    /// Decides `Initializing` against this module's typed inputs and outcome. Export it with
-    /// `wasmpilot_guest::export!(phase = initializing::Export<MyWorker>);` and test it with
-    /// `SyncTest::run(&initializing::Export(MyWorker))`.
-    pub trait Worker {
-        /// The custom resource type (or `serde_json::Value`).
-        type Resource: wasmpilot_guest::serde::de::DeserializeOwned;
-
-        /// Decides the phase.
-        ///
-        /// # Errors
-        /// `WorkerError::retryable` to be retried with backoff, `WorkerError::fatal` to stop
-        /// until the resource or an input changes.
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: Self::Resource,
-            inputs: Inputs<'_>,
-        ) -> Result<Outcome, WorkerError>;
-    }
-
-    /// Runs a [`Worker`] as the SDK's `PhaseWorker`.
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Export<W>(pub W);
-
-    impl<W: Worker> wasmpilot_guest::PhaseWorker for Export<W> {
-        type Resource = W::Resource;
-
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: W::Resource,
-            inputs: &wasmpilot_guest::Inputs,
-        ) -> Result<wasmpilot_guest::Outcome, WorkerError> {
-            self.0
-                .sync(ctx, resource, Inputs(inputs))
-                .map(wasmpilot_guest::Outcome::from)
-        }
-    }
 }
 
 /// Phase `Waiting`.
@@ -293,47 +147,15 @@ pub mod initializing {
 /// Initializing again. Returns no outputs.
 pub mod waiting {
     use super::Phase;
-    use wasmpilot_guest::{Context, WorkerError};
+    use wasmpilot_guest::WorkerError;
 
-    /// Where `Waiting` may go: itself and its `next` in operator.yaml (Evaluating, Initializing).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Next {
-        Initializing,
-        Waiting,
-        Evaluating,
+    wasmpilot_guest::phase_api! {
+        /// Where `Waiting` may go: itself and its `next` in operator.yaml (Evaluating,
+        /// Initializing).
+        phase = Phase, name = "Waiting", next = [Initializing, Waiting, Evaluating]
     }
 
-    impl From<Next> for Phase {
-        fn from(next: Next) -> Phase {
-            match next {
-                Next::Initializing => Phase::Initializing,
-                Next::Waiting => Phase::Waiting,
-                Next::Evaluating => Phase::Evaluating,
-            }
-        }
-    }
-
-    impl core::fmt::Display for Next {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(Phase::from(*self).name())
-        }
-    }
-
-    /// The inputs `Waiting` declares, one accessor each.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Inputs<'a>(&'a wasmpilot_guest::Inputs);
-
-    impl<'a> Inputs<'a> {
-        /// The typed view of what the host handed over.
-        pub fn new(inputs: &'a wasmpilot_guest::Inputs) -> Self {
-            Self(inputs)
-        }
-
-        /// The untyped inputs, for what the accessors do not cover.
-        pub fn untyped(&self) -> &'a wasmpilot_guest::Inputs {
-            self.0
-        }
-
+    impl Inputs<'_> {
         /// `deployments`: the apps/v1 Deployment objects visible to the resource (its
         /// namespace, for namespaced kinds).
         ///
@@ -346,83 +168,6 @@ pub mod waiting {
             self.0.list("deployments")
         }
     }
-
-    /// What `Waiting` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
-    #[must_use]
-    #[derive(Clone, Debug, PartialEq)]
-    pub struct Outcome(wasmpilot_guest::Outcome);
-
-    impl Outcome {
-        /// Move to `next` with no status change and no outputs.
-        pub fn next(next: Next) -> Self {
-            Self(wasmpilot_guest::Outcome::next(Phase::from(next).name()))
-        }
-
-        /// Stay in `Waiting`.
-        pub fn stay() -> Self {
-            Self(wasmpilot_guest::Outcome::next("Waiting"))
-        }
-
-        /// Merge `status` into the resource's `.status` (see `wasmpilot_guest::Outcome::status`).
-        pub fn status(self, status: impl wasmpilot_guest::serde::Serialize) -> Self {
-            Self(self.0.status(status))
-        }
-
-        /// Run this resource again after `delay`.
-        pub fn requeue_after(self, delay: core::time::Duration) -> Self {
-            Self(self.0.requeue_after(delay))
-        }
-
-        /// The phase this outcome moves to.
-        pub fn next_phase(&self) -> &str {
-            self.0.next_phase()
-        }
-    }
-
-    impl From<Outcome> for wasmpilot_guest::Outcome {
-        fn from(outcome: Outcome) -> Self {
-            outcome.0
-        }
-    }
-
-    /// Decides `Waiting` against this module's typed inputs and outcome. Export it with
-    /// `wasmpilot_guest::export!(phase = waiting::Export<MyWorker>);` and test it with
-    /// `SyncTest::run(&waiting::Export(MyWorker))`.
-    pub trait Worker {
-        /// The custom resource type (or `serde_json::Value`).
-        type Resource: wasmpilot_guest::serde::de::DeserializeOwned;
-
-        /// Decides the phase.
-        ///
-        /// # Errors
-        /// `WorkerError::retryable` to be retried with backoff, `WorkerError::fatal` to stop
-        /// until the resource or an input changes.
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: Self::Resource,
-            inputs: Inputs<'_>,
-        ) -> Result<Outcome, WorkerError>;
-    }
-
-    /// Runs a [`Worker`] as the SDK's `PhaseWorker`.
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Export<W>(pub W);
-
-    impl<W: Worker> wasmpilot_guest::PhaseWorker for Export<W> {
-        type Resource = W::Resource;
-
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: W::Resource,
-            inputs: &wasmpilot_guest::Inputs,
-        ) -> Result<wasmpilot_guest::Outcome, WorkerError> {
-            self.0
-                .sync(ctx, resource, Inputs(inputs))
-                .map(wasmpilot_guest::Outcome::from)
-        }
-    }
 }
 
 /// Phase `Evaluating`.
@@ -431,49 +176,15 @@ pub mod waiting {
 /// analysisPeriod over → Promoting; else stepWeight % more traffic and back to Waiting.
 pub mod evaluating {
     use super::Phase;
-    use wasmpilot_guest::{Context, WorkerError};
+    use wasmpilot_guest::WorkerError;
 
-    /// Where `Evaluating` may go: itself and its `next` in operator.yaml (Waiting, Promoting, Rollback).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Next {
-        Waiting,
-        Evaluating,
-        Promoting,
-        Rollback,
+    wasmpilot_guest::phase_api! {
+        /// Where `Evaluating` may go: itself and its `next` in operator.yaml (Waiting,
+        /// Promoting, Rollback).
+        phase = Phase, name = "Evaluating", next = [Waiting, Evaluating, Promoting, Rollback]
     }
 
-    impl From<Next> for Phase {
-        fn from(next: Next) -> Phase {
-            match next {
-                Next::Waiting => Phase::Waiting,
-                Next::Evaluating => Phase::Evaluating,
-                Next::Promoting => Phase::Promoting,
-                Next::Rollback => Phase::Rollback,
-            }
-        }
-    }
-
-    impl core::fmt::Display for Next {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(Phase::from(*self).name())
-        }
-    }
-
-    /// The inputs `Evaluating` declares, one accessor each.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Inputs<'a>(&'a wasmpilot_guest::Inputs);
-
-    impl<'a> Inputs<'a> {
-        /// The typed view of what the host handed over.
-        pub fn new(inputs: &'a wasmpilot_guest::Inputs) -> Self {
-            Self(inputs)
-        }
-
-        /// The untyped inputs, for what the accessors do not cover.
-        pub fn untyped(&self) -> &'a wasmpilot_guest::Inputs {
-            self.0
-        }
-
+    impl Inputs<'_> {
         /// `deployments`: the apps/v1 Deployment objects visible to the resource (its
         /// namespace, for namespaced kinds).
         ///
@@ -495,37 +206,7 @@ pub mod evaluating {
         }
     }
 
-    /// What `Evaluating` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
-    #[must_use]
-    #[derive(Clone, Debug, PartialEq)]
-    pub struct Outcome(wasmpilot_guest::Outcome);
-
     impl Outcome {
-        /// Move to `next` with no status change and no outputs.
-        pub fn next(next: Next) -> Self {
-            Self(wasmpilot_guest::Outcome::next(Phase::from(next).name()))
-        }
-
-        /// Stay in `Evaluating`.
-        pub fn stay() -> Self {
-            Self(wasmpilot_guest::Outcome::next("Evaluating"))
-        }
-
-        /// Merge `status` into the resource's `.status` (see `wasmpilot_guest::Outcome::status`).
-        pub fn status(self, status: impl wasmpilot_guest::serde::Serialize) -> Self {
-            Self(self.0.status(status))
-        }
-
-        /// Run this resource again after `delay`.
-        pub fn requeue_after(self, delay: core::time::Duration) -> Self {
-            Self(self.0.requeue_after(delay))
-        }
-
-        /// The phase this outcome moves to.
-        pub fn next_phase(&self) -> &str {
-            self.0.next_phase()
-        }
-
         /// Apply a apps/v1 Deployment, owned by the resource.
         ///
         /// # Errors
@@ -580,51 +261,6 @@ pub mod evaluating {
             Ok(self)
         }
     }
-
-    impl From<Outcome> for wasmpilot_guest::Outcome {
-        fn from(outcome: Outcome) -> Self {
-            outcome.0
-        }
-    }
-
-    /// Decides `Evaluating` against this module's typed inputs and outcome. Export it with
-    /// `wasmpilot_guest::export!(phase = evaluating::Export<MyWorker>);` and test it with
-    /// `SyncTest::run(&evaluating::Export(MyWorker))`.
-    pub trait Worker {
-        /// The custom resource type (or `serde_json::Value`).
-        type Resource: wasmpilot_guest::serde::de::DeserializeOwned;
-
-        /// Decides the phase.
-        ///
-        /// # Errors
-        /// `WorkerError::retryable` to be retried with backoff, `WorkerError::fatal` to stop
-        /// until the resource or an input changes.
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: Self::Resource,
-            inputs: Inputs<'_>,
-        ) -> Result<Outcome, WorkerError>;
-    }
-
-    /// Runs a [`Worker`] as the SDK's `PhaseWorker`.
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Export<W>(pub W);
-
-    impl<W: Worker> wasmpilot_guest::PhaseWorker for Export<W> {
-        type Resource = W::Resource;
-
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: W::Resource,
-            inputs: &wasmpilot_guest::Inputs,
-        ) -> Result<wasmpilot_guest::Outcome, WorkerError> {
-            self.0
-                .sync(ctx, resource, Inputs(inputs))
-                .map(wasmpilot_guest::Outcome::from)
-        }
-    }
 }
 
 /// Phase `Promoting`.
@@ -632,45 +268,14 @@ pub mod evaluating {
 /// VirtualService sends 100 % to the primary again; records lastResult, then Waiting.
 pub mod promoting {
     use super::Phase;
-    use wasmpilot_guest::{Context, WorkerError};
+    use wasmpilot_guest::WorkerError;
 
-    /// Where `Promoting` may go: itself and its `next` in operator.yaml (Waiting).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Next {
-        Waiting,
-        Promoting,
+    wasmpilot_guest::phase_api! {
+        /// Where `Promoting` may go: itself and its `next` in operator.yaml (Waiting).
+        phase = Phase, name = "Promoting", next = [Waiting, Promoting]
     }
 
-    impl From<Next> for Phase {
-        fn from(next: Next) -> Phase {
-            match next {
-                Next::Waiting => Phase::Waiting,
-                Next::Promoting => Phase::Promoting,
-            }
-        }
-    }
-
-    impl core::fmt::Display for Next {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(Phase::from(*self).name())
-        }
-    }
-
-    /// The inputs `Promoting` declares, one accessor each.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Inputs<'a>(&'a wasmpilot_guest::Inputs);
-
-    impl<'a> Inputs<'a> {
-        /// The typed view of what the host handed over.
-        pub fn new(inputs: &'a wasmpilot_guest::Inputs) -> Self {
-            Self(inputs)
-        }
-
-        /// The untyped inputs, for what the accessors do not cover.
-        pub fn untyped(&self) -> &'a wasmpilot_guest::Inputs {
-            self.0
-        }
-
+    impl Inputs<'_> {
         /// `deployments`: the apps/v1 Deployment objects visible to the resource (its
         /// namespace, for namespaced kinds).
         ///
@@ -684,37 +289,7 @@ pub mod promoting {
         }
     }
 
-    /// What `Promoting` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
-    #[must_use]
-    #[derive(Clone, Debug, PartialEq)]
-    pub struct Outcome(wasmpilot_guest::Outcome);
-
     impl Outcome {
-        /// Move to `next` with no status change and no outputs.
-        pub fn next(next: Next) -> Self {
-            Self(wasmpilot_guest::Outcome::next(Phase::from(next).name()))
-        }
-
-        /// Stay in `Promoting`.
-        pub fn stay() -> Self {
-            Self(wasmpilot_guest::Outcome::next("Promoting"))
-        }
-
-        /// Merge `status` into the resource's `.status` (see `wasmpilot_guest::Outcome::status`).
-        pub fn status(self, status: impl wasmpilot_guest::serde::Serialize) -> Self {
-            Self(self.0.status(status))
-        }
-
-        /// Run this resource again after `delay`.
-        pub fn requeue_after(self, delay: core::time::Duration) -> Self {
-            Self(self.0.requeue_after(delay))
-        }
-
-        /// The phase this outcome moves to.
-        pub fn next_phase(&self) -> &str {
-            self.0.next_phase()
-        }
-
         /// Apply a apps/v1 Deployment, owned by the resource.
         ///
         /// # Errors
@@ -767,51 +342,6 @@ pub mod promoting {
                 self = self.virtual_service(&object)?;
             }
             Ok(self)
-        }
-    }
-
-    impl From<Outcome> for wasmpilot_guest::Outcome {
-        fn from(outcome: Outcome) -> Self {
-            outcome.0
-        }
-    }
-
-    /// Decides `Promoting` against this module's typed inputs and outcome. Export it with
-    /// `wasmpilot_guest::export!(phase = promoting::Export<MyWorker>);` and test it with
-    /// `SyncTest::run(&promoting::Export(MyWorker))`.
-    pub trait Worker {
-        /// The custom resource type (or `serde_json::Value`).
-        type Resource: wasmpilot_guest::serde::de::DeserializeOwned;
-
-        /// Decides the phase.
-        ///
-        /// # Errors
-        /// `WorkerError::retryable` to be retried with backoff, `WorkerError::fatal` to stop
-        /// until the resource or an input changes.
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: Self::Resource,
-            inputs: Inputs<'_>,
-        ) -> Result<Outcome, WorkerError>;
-    }
-
-    /// Runs a [`Worker`] as the SDK's `PhaseWorker`.
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Export<W>(pub W);
-
-    impl<W: Worker> wasmpilot_guest::PhaseWorker for Export<W> {
-        type Resource = W::Resource;
-
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: W::Resource,
-            inputs: &wasmpilot_guest::Inputs,
-        ) -> Result<wasmpilot_guest::Outcome, WorkerError> {
-            self.0
-                .sync(ctx, resource, Inputs(inputs))
-                .map(wasmpilot_guest::Outcome::from)
         }
     }
 }
@@ -822,45 +352,14 @@ pub mod promoting {
 /// says why; then Waiting.
 pub mod rollback {
     use super::Phase;
-    use wasmpilot_guest::{Context, WorkerError};
+    use wasmpilot_guest::WorkerError;
 
-    /// Where `Rollback` may go: itself and its `next` in operator.yaml (Waiting).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Next {
-        Waiting,
-        Rollback,
+    wasmpilot_guest::phase_api! {
+        /// Where `Rollback` may go: itself and its `next` in operator.yaml (Waiting).
+        phase = Phase, name = "Rollback", next = [Waiting, Rollback]
     }
 
-    impl From<Next> for Phase {
-        fn from(next: Next) -> Phase {
-            match next {
-                Next::Waiting => Phase::Waiting,
-                Next::Rollback => Phase::Rollback,
-            }
-        }
-    }
-
-    impl core::fmt::Display for Next {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(Phase::from(*self).name())
-        }
-    }
-
-    /// The inputs `Rollback` declares, one accessor each.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Inputs<'a>(&'a wasmpilot_guest::Inputs);
-
-    impl<'a> Inputs<'a> {
-        /// The typed view of what the host handed over.
-        pub fn new(inputs: &'a wasmpilot_guest::Inputs) -> Self {
-            Self(inputs)
-        }
-
-        /// The untyped inputs, for what the accessors do not cover.
-        pub fn untyped(&self) -> &'a wasmpilot_guest::Inputs {
-            self.0
-        }
-
+    impl Inputs<'_> {
         /// `deployments`: the apps/v1 Deployment objects visible to the resource (its
         /// namespace, for namespaced kinds).
         ///
@@ -874,37 +373,7 @@ pub mod rollback {
         }
     }
 
-    /// What `Rollback` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
-    #[must_use]
-    #[derive(Clone, Debug, PartialEq)]
-    pub struct Outcome(wasmpilot_guest::Outcome);
-
     impl Outcome {
-        /// Move to `next` with no status change and no outputs.
-        pub fn next(next: Next) -> Self {
-            Self(wasmpilot_guest::Outcome::next(Phase::from(next).name()))
-        }
-
-        /// Stay in `Rollback`.
-        pub fn stay() -> Self {
-            Self(wasmpilot_guest::Outcome::next("Rollback"))
-        }
-
-        /// Merge `status` into the resource's `.status` (see `wasmpilot_guest::Outcome::status`).
-        pub fn status(self, status: impl wasmpilot_guest::serde::Serialize) -> Self {
-            Self(self.0.status(status))
-        }
-
-        /// Run this resource again after `delay`.
-        pub fn requeue_after(self, delay: core::time::Duration) -> Self {
-            Self(self.0.requeue_after(delay))
-        }
-
-        /// The phase this outcome moves to.
-        pub fn next_phase(&self) -> &str {
-            self.0.next_phase()
-        }
-
         /// Apply a apps/v1 Deployment, owned by the resource.
         ///
         /// # Errors
@@ -957,51 +426,6 @@ pub mod rollback {
                 self = self.virtual_service(&object)?;
             }
             Ok(self)
-        }
-    }
-
-    impl From<Outcome> for wasmpilot_guest::Outcome {
-        fn from(outcome: Outcome) -> Self {
-            outcome.0
-        }
-    }
-
-    /// Decides `Rollback` against this module's typed inputs and outcome. Export it with
-    /// `wasmpilot_guest::export!(phase = rollback::Export<MyWorker>);` and test it with
-    /// `SyncTest::run(&rollback::Export(MyWorker))`.
-    pub trait Worker {
-        /// The custom resource type (or `serde_json::Value`).
-        type Resource: wasmpilot_guest::serde::de::DeserializeOwned;
-
-        /// Decides the phase.
-        ///
-        /// # Errors
-        /// `WorkerError::retryable` to be retried with backoff, `WorkerError::fatal` to stop
-        /// until the resource or an input changes.
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: Self::Resource,
-            inputs: Inputs<'_>,
-        ) -> Result<Outcome, WorkerError>;
-    }
-
-    /// Runs a [`Worker`] as the SDK's `PhaseWorker`.
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Export<W>(pub W);
-
-    impl<W: Worker> wasmpilot_guest::PhaseWorker for Export<W> {
-        type Resource = W::Resource;
-
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: W::Resource,
-            inputs: &wasmpilot_guest::Inputs,
-        ) -> Result<wasmpilot_guest::Outcome, WorkerError> {
-            self.0
-                .sync(ctx, resource, Inputs(inputs))
-                .map(wasmpilot_guest::Outcome::from)
         }
     }
 }

@@ -5,252 +5,47 @@
 //! operator.yaml: [`Phase`], and per phase a module with the inputs it declares, an outcome
 //! builder that takes only the outputs and next phases it declares, and its worker trait.
 
-/// The phases of MyOwnShell, as declared in operator.yaml.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Phase {
-    /// A new MyOwnShell was picked up; checks that its spec can become a Deployment.
-    Initializing,
-    /// Applies the Deployment &lt;name&gt;: spec.size replicas of spec.image (busybox)
-    /// sleeping, pods labelled app=&lt;name&gt;; records status.deployment and
-    /// status.syncedSize, then Ready.
-    Syncing,
-    /// The Deployment matches the spec; reports status.readyReplicas. Goes back to Syncing when
-    /// the Deployment is missing or differs (a new spec.size or spec.image, or someone scaled
-    /// or edited it).
-    Ready,
-}
-
-impl Phase {
-    /// Every phase, in declaration order.
-    pub const ALL: [Phase; 3] = [Phase::Initializing, Phase::Syncing, Phase::Ready];
-    /// The phase a new MyOwnShell starts in.
-    pub const INITIAL: Phase = Phase::Initializing;
-
-    /// The phase's name, as in `.status.phase`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Phase::Initializing => "Initializing",
-            Phase::Syncing => "Syncing",
-            Phase::Ready => "Ready",
-        }
+wasmpilot_guest::phases! {
+    /// The phases of MyOwnShell, as declared in operator.yaml.
+    pub enum Phase {
+        /// A new MyOwnShell was picked up; checks that its spec can become a Deployment.
+        Initializing = "Initializing",
+        /// Applies the Deployment \<name\>: spec.size replicas of spec.image (busybox)
+        /// sleeping, pods labelled app=\<name\>; records status.deployment and
+        /// status.syncedSize, then Ready.
+        Syncing = "Syncing",
+        /// The Deployment matches the spec; reports status.readyReplicas. Goes back to Syncing
+        /// when the Deployment is missing or differs (a new spec.size or spec.image, or someone
+        /// scaled or edited it).
+        Ready = "Ready",
     }
-
-    /// The phase called `name`, if operator.yaml declares it.
-    pub fn from_name(name: &str) -> Option<Phase> {
-        Phase::ALL.into_iter().find(|phase| phase.name() == name)
-    }
-}
-
-impl core::fmt::Display for Phase {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl From<Phase> for String {
-    fn from(phase: Phase) -> String {
-        phase.name().to_owned()
-    }
+    initial = Initializing
 }
 
 /// Phase `Initializing`.
 /// A new MyOwnShell was picked up; checks that its spec can become a Deployment.
 pub mod initializing {
     use super::Phase;
-    use wasmpilot_guest::{Context, WorkerError};
 
-    /// Where `Initializing` may go: itself and its `next` in operator.yaml (Syncing).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Next {
-        Initializing,
-        Syncing,
-    }
-
-    impl From<Next> for Phase {
-        fn from(next: Next) -> Phase {
-            match next {
-                Next::Initializing => Phase::Initializing,
-                Next::Syncing => Phase::Syncing,
-            }
-        }
-    }
-
-    impl core::fmt::Display for Next {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(Phase::from(*self).name())
-        }
-    }
-
-    /// The inputs `Initializing` declares, one accessor each.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Inputs<'a>(&'a wasmpilot_guest::Inputs);
-
-    impl<'a> Inputs<'a> {
-        /// The typed view of what the host handed over.
-        pub fn new(inputs: &'a wasmpilot_guest::Inputs) -> Self {
-            Self(inputs)
-        }
-
-        /// The untyped inputs, for what the accessors do not cover.
-        pub fn untyped(&self) -> &'a wasmpilot_guest::Inputs {
-            self.0
-        }
-    }
-
-    /// What `Initializing` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
-    #[must_use]
-    #[derive(Clone, Debug, PartialEq)]
-    pub struct Outcome(wasmpilot_guest::Outcome);
-
-    impl Outcome {
-        /// Move to `next` with no status change and no outputs.
-        pub fn next(next: Next) -> Self {
-            Self(wasmpilot_guest::Outcome::next(Phase::from(next).name()))
-        }
-
-        /// Stay in `Initializing`.
-        pub fn stay() -> Self {
-            Self(wasmpilot_guest::Outcome::next("Initializing"))
-        }
-
-        /// Merge `status` into the resource's `.status` (see `wasmpilot_guest::Outcome::status`).
-        pub fn status(self, status: impl wasmpilot_guest::serde::Serialize) -> Self {
-            Self(self.0.status(status))
-        }
-
-        /// Run this resource again after `delay`.
-        pub fn requeue_after(self, delay: core::time::Duration) -> Self {
-            Self(self.0.requeue_after(delay))
-        }
-
-        /// The phase this outcome moves to.
-        pub fn next_phase(&self) -> &str {
-            self.0.next_phase()
-        }
-    }
-
-    impl From<Outcome> for wasmpilot_guest::Outcome {
-        fn from(outcome: Outcome) -> Self {
-            outcome.0
-        }
-    }
-
-    /// Decides `Initializing` against this module's typed inputs and outcome. Export it with
-    /// `wasmpilot_guest::export!(phase = initializing::Export<MyWorker>);` and test it with
-    /// `SyncTest::run(&initializing::Export(MyWorker))`.
-    pub trait Worker {
-        /// The custom resource type (or `serde_json::Value`).
-        type Resource: wasmpilot_guest::serde::de::DeserializeOwned;
-
-        /// Decides the phase.
-        ///
-        /// # Errors
-        /// `WorkerError::retryable` to be retried with backoff, `WorkerError::fatal` to stop
-        /// until the resource or an input changes.
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: Self::Resource,
-            inputs: Inputs<'_>,
-        ) -> Result<Outcome, WorkerError>;
-    }
-
-    /// Runs a [`Worker`] as the SDK's `PhaseWorker`.
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Export<W>(pub W);
-
-    impl<W: Worker> wasmpilot_guest::PhaseWorker for Export<W> {
-        type Resource = W::Resource;
-
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: W::Resource,
-            inputs: &wasmpilot_guest::Inputs,
-        ) -> Result<wasmpilot_guest::Outcome, WorkerError> {
-            self.0
-                .sync(ctx, resource, Inputs(inputs))
-                .map(wasmpilot_guest::Outcome::from)
-        }
+    wasmpilot_guest::phase_api! {
+        /// Where `Initializing` may go: itself and its `next` in operator.yaml (Syncing).
+        phase = Phase, name = "Initializing", next = [Initializing, Syncing]
     }
 }
 
 /// Phase `Syncing`.
-/// Applies the Deployment &lt;name&gt;: spec.size replicas of spec.image (busybox) sleeping,
-/// pods labelled app=&lt;name&gt;; records status.deployment and status.syncedSize, then Ready.
+/// Applies the Deployment \<name\>: spec.size replicas of spec.image (busybox) sleeping, pods
+/// labelled app=\<name\>; records status.deployment and status.syncedSize, then Ready.
 pub mod syncing {
     use super::Phase;
-    use wasmpilot_guest::{Context, WorkerError};
+    use wasmpilot_guest::WorkerError;
 
-    /// Where `Syncing` may go: itself and its `next` in operator.yaml (Ready).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Next {
-        Syncing,
-        Ready,
+    wasmpilot_guest::phase_api! {
+        /// Where `Syncing` may go: itself and its `next` in operator.yaml (Ready).
+        phase = Phase, name = "Syncing", next = [Syncing, Ready]
     }
-
-    impl From<Next> for Phase {
-        fn from(next: Next) -> Phase {
-            match next {
-                Next::Syncing => Phase::Syncing,
-                Next::Ready => Phase::Ready,
-            }
-        }
-    }
-
-    impl core::fmt::Display for Next {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(Phase::from(*self).name())
-        }
-    }
-
-    /// The inputs `Syncing` declares, one accessor each.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Inputs<'a>(&'a wasmpilot_guest::Inputs);
-
-    impl<'a> Inputs<'a> {
-        /// The typed view of what the host handed over.
-        pub fn new(inputs: &'a wasmpilot_guest::Inputs) -> Self {
-            Self(inputs)
-        }
-
-        /// The untyped inputs, for what the accessors do not cover.
-        pub fn untyped(&self) -> &'a wasmpilot_guest::Inputs {
-            self.0
-        }
-    }
-
-    /// What `Syncing` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
-    #[must_use]
-    #[derive(Clone, Debug, PartialEq)]
-    pub struct Outcome(wasmpilot_guest::Outcome);
 
     impl Outcome {
-        /// Move to `next` with no status change and no outputs.
-        pub fn next(next: Next) -> Self {
-            Self(wasmpilot_guest::Outcome::next(Phase::from(next).name()))
-        }
-
-        /// Stay in `Syncing`.
-        pub fn stay() -> Self {
-            Self(wasmpilot_guest::Outcome::next("Syncing"))
-        }
-
-        /// Merge `status` into the resource's `.status` (see `wasmpilot_guest::Outcome::status`).
-        pub fn status(self, status: impl wasmpilot_guest::serde::Serialize) -> Self {
-            Self(self.0.status(status))
-        }
-
-        /// Run this resource again after `delay`.
-        pub fn requeue_after(self, delay: core::time::Duration) -> Self {
-            Self(self.0.requeue_after(delay))
-        }
-
-        /// The phase this outcome moves to.
-        pub fn next_phase(&self) -> &str {
-            self.0.next_phase()
-        }
-
         /// Apply a apps/v1 Deployment, owned by the resource.
         ///
         /// # Errors
@@ -275,51 +70,6 @@ pub mod syncing {
             self.0.outputs(objects).map(Self)
         }
     }
-
-    impl From<Outcome> for wasmpilot_guest::Outcome {
-        fn from(outcome: Outcome) -> Self {
-            outcome.0
-        }
-    }
-
-    /// Decides `Syncing` against this module's typed inputs and outcome. Export it with
-    /// `wasmpilot_guest::export!(phase = syncing::Export<MyWorker>);` and test it with
-    /// `SyncTest::run(&syncing::Export(MyWorker))`.
-    pub trait Worker {
-        /// The custom resource type (or `serde_json::Value`).
-        type Resource: wasmpilot_guest::serde::de::DeserializeOwned;
-
-        /// Decides the phase.
-        ///
-        /// # Errors
-        /// `WorkerError::retryable` to be retried with backoff, `WorkerError::fatal` to stop
-        /// until the resource or an input changes.
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: Self::Resource,
-            inputs: Inputs<'_>,
-        ) -> Result<Outcome, WorkerError>;
-    }
-
-    /// Runs a [`Worker`] as the SDK's `PhaseWorker`.
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Export<W>(pub W);
-
-    impl<W: Worker> wasmpilot_guest::PhaseWorker for Export<W> {
-        type Resource = W::Resource;
-
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: W::Resource,
-            inputs: &wasmpilot_guest::Inputs,
-        ) -> Result<wasmpilot_guest::Outcome, WorkerError> {
-            self.0
-                .sync(ctx, resource, Inputs(inputs))
-                .map(wasmpilot_guest::Outcome::from)
-        }
-    }
 }
 
 /// Phase `Ready`.
@@ -328,45 +78,14 @@ pub mod syncing {
 /// it).
 pub mod ready {
     use super::Phase;
-    use wasmpilot_guest::{Context, WorkerError};
+    use wasmpilot_guest::WorkerError;
 
-    /// Where `Ready` may go: itself and its `next` in operator.yaml (Syncing).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Next {
-        Syncing,
-        Ready,
+    wasmpilot_guest::phase_api! {
+        /// Where `Ready` may go: itself and its `next` in operator.yaml (Syncing).
+        phase = Phase, name = "Ready", next = [Syncing, Ready]
     }
 
-    impl From<Next> for Phase {
-        fn from(next: Next) -> Phase {
-            match next {
-                Next::Syncing => Phase::Syncing,
-                Next::Ready => Phase::Ready,
-            }
-        }
-    }
-
-    impl core::fmt::Display for Next {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(Phase::from(*self).name())
-        }
-    }
-
-    /// The inputs `Ready` declares, one accessor each.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Inputs<'a>(&'a wasmpilot_guest::Inputs);
-
-    impl<'a> Inputs<'a> {
-        /// The typed view of what the host handed over.
-        pub fn new(inputs: &'a wasmpilot_guest::Inputs) -> Self {
-            Self(inputs)
-        }
-
-        /// The untyped inputs, for what the accessors do not cover.
-        pub fn untyped(&self) -> &'a wasmpilot_guest::Inputs {
-            self.0
-        }
-
+    impl Inputs<'_> {
         /// `deployments`: the apps/v1 Deployment objects visible to the resource (its
         /// namespace, for namespaced kinds) and labelled
         /// `app.kubernetes.io/managed-by=myownshell`.
@@ -378,83 +97,6 @@ pub mod ready {
         ) -> Result<Vec<wasmpilot_guest::k8s_openapi::api::apps::v1::Deployment>, WorkerError>
         {
             self.0.list("deployments")
-        }
-    }
-
-    /// What `Ready` decided: a phase from [`Next`], a status patch, outputs of the declared kinds.
-    #[must_use]
-    #[derive(Clone, Debug, PartialEq)]
-    pub struct Outcome(wasmpilot_guest::Outcome);
-
-    impl Outcome {
-        /// Move to `next` with no status change and no outputs.
-        pub fn next(next: Next) -> Self {
-            Self(wasmpilot_guest::Outcome::next(Phase::from(next).name()))
-        }
-
-        /// Stay in `Ready`.
-        pub fn stay() -> Self {
-            Self(wasmpilot_guest::Outcome::next("Ready"))
-        }
-
-        /// Merge `status` into the resource's `.status` (see `wasmpilot_guest::Outcome::status`).
-        pub fn status(self, status: impl wasmpilot_guest::serde::Serialize) -> Self {
-            Self(self.0.status(status))
-        }
-
-        /// Run this resource again after `delay`.
-        pub fn requeue_after(self, delay: core::time::Duration) -> Self {
-            Self(self.0.requeue_after(delay))
-        }
-
-        /// The phase this outcome moves to.
-        pub fn next_phase(&self) -> &str {
-            self.0.next_phase()
-        }
-    }
-
-    impl From<Outcome> for wasmpilot_guest::Outcome {
-        fn from(outcome: Outcome) -> Self {
-            outcome.0
-        }
-    }
-
-    /// Decides `Ready` against this module's typed inputs and outcome. Export it with
-    /// `wasmpilot_guest::export!(phase = ready::Export<MyWorker>);` and test it with
-    /// `SyncTest::run(&ready::Export(MyWorker))`.
-    pub trait Worker {
-        /// The custom resource type (or `serde_json::Value`).
-        type Resource: wasmpilot_guest::serde::de::DeserializeOwned;
-
-        /// Decides the phase.
-        ///
-        /// # Errors
-        /// `WorkerError::retryable` to be retried with backoff, `WorkerError::fatal` to stop
-        /// until the resource or an input changes.
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: Self::Resource,
-            inputs: Inputs<'_>,
-        ) -> Result<Outcome, WorkerError>;
-    }
-
-    /// Runs a [`Worker`] as the SDK's `PhaseWorker`.
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Export<W>(pub W);
-
-    impl<W: Worker> wasmpilot_guest::PhaseWorker for Export<W> {
-        type Resource = W::Resource;
-
-        fn sync(
-            &self,
-            ctx: &Context,
-            resource: W::Resource,
-            inputs: &wasmpilot_guest::Inputs,
-        ) -> Result<wasmpilot_guest::Outcome, WorkerError> {
-            self.0
-                .sync(ctx, resource, Inputs(inputs))
-                .map(wasmpilot_guest::Outcome::from)
         }
     }
 }
