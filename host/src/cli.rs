@@ -20,6 +20,15 @@ pub struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info,wasmpilot=debug`.
     #[arg(long, env = "WASMPILOT_LOG", default_value = "info", global = true)]
     pub log: String,
+    /// Log lines as plain text or one JSON object per line (for log pipelines).
+    #[arg(
+        long,
+        env = "WASMPILOT_LOG_FORMAT",
+        value_enum,
+        default_value_t,
+        global = true
+    )]
+    pub log_format: wasmpilot::host::LogFormat,
     #[command(subcommand)]
     command: Command,
 }

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    wasmpilot::host::init_tracing(&cli.log);
+    wasmpilot::host::init_tracing(&cli.log, cli.log_format);
     match cli.run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -159,6 +159,20 @@ async fn autoroute(client: &Client) -> anyhow::Result<()> {
         .await
         .context("first sync")?;
     let uid = r1["metadata"]["uid"].clone();
+    // Done as the tools users already run read it: Ready (a phase marked ready), kstatus
+    // Current, Argo CD Healthy, and `kubectl wait --for=condition=Ready` returns.
+    ensure!(
+        kstatus(&r1) == "Current" && argo_health(&r1) == "Healthy",
+        "r1 in Ready: kstatus {}, Argo CD {}: {}",
+        kstatus(&r1),
+        argo_health(&r1),
+        r1["status"]["conditions"]
+    );
+    let (waited, text) = kubectl_wait("autoroute", "r1", ns, "Ready", Duration::from_secs(60))?;
+    ensure!(
+        waited,
+        "kubectl wait --for=condition=Ready autoroute/r1: {text}"
+    );
 
     // Exactly the seed tutorial's outputs, owned by the AutoRoute.
     for (dep, port) in [("a", 8080), ("b", 9090)] {
@@ -473,6 +487,27 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
 
     for (name, _, reason, text) in &hostile {
         let o = wait_condition(client, SC, Some(ns), name, ("Synced", "False", reason), T).await?;
+        // kstatus and Argo CD never read a failing resource as done: a refused output stalls
+        // it (Failed, Degraded); a missed deadline is retried (InProgress, Progressing).
+        let expected = match *reason {
+            "OutputRefused" => Some(("Failed", "Degraded")),
+            "WorkerDeadlineExceeded" => Some(("InProgress", "Progressing")),
+            _ => None,
+        };
+        ensure!(
+            kstatus(&o) != "Current" && argo_health(&o) != "Healthy",
+            "{name} ({reason}) read as done: {}",
+            o["status"]["conditions"]
+        );
+        if let Some((k, a)) = expected {
+            ensure!(
+                (kstatus(&o), argo_health(&o)) == (k, a),
+                "{name} ({reason}): kstatus {}, Argo CD {}, expected {k}, {a}: {}",
+                kstatus(&o),
+                argo_health(&o),
+                o["status"]["conditions"]
+            );
+        }
         let msg = must(
             condition(&o, "Synced").and_then(|c| c["message"].as_str()),
             "message",
@@ -531,6 +566,11 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
         good["status"]["inputCounts"]["configmaps"] == 0,
         "inputs scoped by labels: {}",
         good["status"]
+    );
+    ensure!(
+        (kstatus(&good), argo_health(&good)) == ("Current", "Healthy"),
+        "s-good in its final phase: {}",
+        good["status"]["conditions"]
     );
     let cm = must(
         get(client, "v1", "ConfigMap", Some(ns), "good-out").await?,

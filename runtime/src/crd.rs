@@ -111,6 +111,11 @@ pub struct PhaseSpec {
     /// The phase a new resource (empty `.status.phase`) starts in.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub initial: bool,
+    /// A resource in this phase counts as done: condition `Ready=True` (what `kubectl wait
+    /// --for=condition=Ready`, Flux and Argo CD read). Final phases always do; mark the steady
+    /// phase of an operator whose worker keeps watching (e.g. AutoRoute's `Ready`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ready: bool,
     /// A final phase runs no worker; a spec change (new generation) restarts the resource at the initial phase.
     #[serde(default, rename = "final", skip_serializing_if = "std::ops::Not::not")]
     pub is_final: bool,
@@ -445,7 +450,8 @@ mod tests {
     }
 
     /// `deploy/crds/wasmoperator.yaml` is generated from these types; regenerate with
-    /// `cargo run -p wasmpilot -- crd > deploy/crds/wasmoperator.yaml`.
+    /// `cargo run -p wasmpilot -- crd > deploy/crds/wasmoperator.yaml` (or run this test with
+    /// `WASMPILOT_UPDATE_GOLDEN=1`).
     #[test]
     fn committed_crd_matches_generated() {
         let generated = serde_yaml::to_string(&WasmOperator::crd()).unwrap();
@@ -453,6 +459,9 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/../deploy/crds/wasmoperator.yaml"
         );
+        if std::env::var_os("WASMPILOT_UPDATE_GOLDEN").is_some() {
+            std::fs::write(path, &generated).expect("writing the CRD");
+        }
         let committed = std::fs::read_to_string(path).unwrap_or_default();
         assert!(
             committed == generated,

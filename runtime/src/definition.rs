@@ -118,6 +118,9 @@ fn invalid(field: impl Into<String>, problem: impl Into<String>) -> DefinitionEr
 pub struct PhaseDefinition {
     pub name: String,
     pub is_final: bool,
+    /// A resource in this phase counts as Ready (condition `Ready=True`): a final phase, or one
+    /// declared `ready: true` (a steady phase whose worker keeps watching, e.g. AutoRoute's Ready).
+    pub ready: bool,
     /// `None` only for final phases.
     pub module: Option<ModuleRef>,
     pub inputs: Vec<InputSpec>,
@@ -247,6 +250,7 @@ impl OperatorDefinition {
             phases.push(PhaseDefinition {
                 name: p.name.clone(),
                 is_final: p.is_final,
+                ready: p.is_final || p.ready,
                 module: p.module.clone(),
                 inputs: p.inputs.clone(),
                 outputs: p.outputs.clone(),
@@ -594,6 +598,7 @@ mod tests {
     fn phase(name: &str, initial: bool, is_final: bool) -> PhaseSpec {
         PhaseSpec {
             name: name.into(),
+            ready: false,
             description: None,
             initial,
             is_final,

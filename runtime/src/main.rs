@@ -16,6 +16,15 @@ struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info,wasmpilot_runtime=debug`.
     #[arg(long, env = "WASMPILOT_LOG", default_value = "info", global = true)]
     log: String,
+    /// Log lines as plain text or one JSON object per line (for log pipelines).
+    #[arg(
+        long,
+        env = "WASMPILOT_LOG_FORMAT",
+        value_enum,
+        default_value_t,
+        global = true
+    )]
+    log_format: wasmpilot_runtime::host::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -33,7 +42,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    wasmpilot_runtime::host::init_tracing(&cli.log);
+    wasmpilot_runtime::host::init_tracing(&cli.log, cli.log_format);
     let result = match cli.command {
         Command::Run(args) => wasmpilot_runtime::host::run(args).await,
         Command::Crd => serde_yaml::to_string(&WasmOperator::crd())

@@ -565,6 +565,7 @@ mod tests {
     fn spec() -> WasmOperatorSpec {
         let phase = |name: &str, inputs: Vec<InputSpec>, outputs: Vec<KindRef>| PhaseSpec {
             name: name.into(),
+            ready: false,
             description: None,
             initial: name == "Syncing",
             is_final: false,

@@ -223,6 +223,10 @@ fn phase_doc(phase: &PhaseDefinition, description: Option<String>) -> Vec<String
         .unwrap_or_else(|| vec![format!("`{}`.", phase.name)]);
     if phase.is_final {
         lines.push("Final: no worker runs; a spec change starts the resource again.".into());
+    } else if phase.ready {
+        lines.push(
+            "Ready: a resource in this phase counts as done (condition `Ready=True`).".into(),
+        );
     }
     lines
 }

@@ -538,3 +538,78 @@ pub fn audit_entries(ns: &str) -> anyhow::Result<Option<Vec<Value>>> {
             .collect(),
     ))
 }
+
+/// A condition's status (`"True"`, `"False"`) by type, if the object has it.
+fn condition_status<'a>(o: &'a Value, type_: &str) -> Option<&'a str> {
+    o["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?["status"]
+        .as_str()
+}
+
+/// The reconcile status kstatus computes for a custom resource, written from its documented
+/// rules (sigs.k8s.io/cli-utils, pkg/kstatus/README.md): Terminating while deleted;
+/// InProgress while `.status.observedGeneration` lags `.metadata.generation`; then the
+/// "abnormal-true" conditions — Reconciling=True is InProgress, Stalled=True is Failed; then
+/// the Ready condition — False is InProgress, True is Current; with none of them, Current.
+pub fn kstatus(o: &Value) -> &'static str {
+    if !o["metadata"]["deletionTimestamp"].is_null() {
+        return "Terminating";
+    }
+    let observed = o["status"]["observedGeneration"].as_i64();
+    if observed.is_some() && observed != o["metadata"]["generation"].as_i64() {
+        return "InProgress";
+    }
+    if condition_status(o, "Reconciling") == Some("True") {
+        return "InProgress";
+    }
+    if condition_status(o, "Stalled") == Some("True") {
+        return "Failed";
+    }
+    match condition_status(o, "Ready") {
+        Some("False") => "InProgress",
+        _ => "Current",
+    }
+}
+
+/// The health Argo CD assesses for a custom resource with kstatus conditions, as its documented
+/// custom health checks (`resource.customizations.health`, a Lua `hs.status`) are written for
+/// them: Degraded when Stalled=True, Healthy when Ready=True, Progressing otherwise.
+pub fn argo_health(o: &Value) -> &'static str {
+    if condition_status(o, "Stalled") == Some("True") {
+        "Degraded"
+    } else if condition_status(o, "Ready") == Some("True") {
+        "Healthy"
+    } else {
+        "Progressing"
+    }
+}
+
+/// `kubectl wait --for=condition=<condition> <kind>/<name>` as a user runs it: whether it
+/// returned within `timeout`, and what it printed.
+pub fn kubectl_wait(
+    kind: &str,
+    name: &str,
+    namespace: &str,
+    condition: &str,
+    timeout: Duration,
+) -> anyhow::Result<(bool, String)> {
+    let out = Command::new("kubectl")
+        .args([
+            "wait",
+            &format!("--for=condition={condition}"),
+            &format!("{kind}/{name}"),
+            "-n",
+            namespace,
+            &format!("--timeout={}s", timeout.as_secs()),
+        ])
+        .output()
+        .context("running kubectl (deploy/local/setup.sh installs it)")?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.success(), text))
+}

@@ -1190,13 +1190,13 @@ pub fn report_patch(
     };
     let mut patch = status::StatusUpdate {
         observed_generation: op.metadata.generation,
-        condition: Some(ready),
+        conditions: vec![ready],
         ..Default::default()
     };
     let mut body = status::status_patch(current.as_ref(), &patch, now).unwrap_or_else(|| json!({}));
     let mut merged = current.clone().unwrap_or_else(|| json!({}));
     json_patch::merge(&mut merged, &body);
-    patch.condition = Some(modules);
+    patch.conditions = vec![modules];
     if let Some(more) = status::status_patch(Some(&merged), &patch, now) {
         json_patch::merge(&mut body, &more);
     }

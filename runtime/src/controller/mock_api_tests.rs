@@ -355,7 +355,7 @@ async fn the_status_write_is_conditional_and_a_conflict_means_deciding_again() {
         "spec": {}, "status": {"phase": "Syncing"}
     }))
     .expect("an object");
-    let update = StatusUpdate::phase_completed("Ready", None, Some(2), "sha256:abc");
+    let update = StatusUpdate::phase_completed("Ready", true, None, Some(2), "sha256:abc");
     let path = "/apis/examples.io/v1/namespaces/team-a/autoroutes/r1/status";
     let patch = |status, answer, conditional: bool| {
         Exchange::new(Method::PATCH, path, status, answer).checking(move |parts, body| {

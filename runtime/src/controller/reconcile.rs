@@ -406,13 +406,26 @@ async fn report_error(
     let fatal = err.is_fatal();
     if err.is_reportable() {
         tracing::warn!(error = %err, fatal, "reconcile failed");
+        // kstatus: Stalled when the resource cannot go on by itself (a fatal error, an output
+        // refused for being someone else's, a missing grant), else Reconciling (retried).
+        let stalled = fatal || matches!(err.reason(), "OutputRefused" | "NotGranted");
+        let message = err.to_string();
+        let phase = step::current_phase(&ctx.definition, obj).to_string();
+        let mut conditions = vec![ConditionUpdate::new(
+            SYNCED,
+            false,
+            err.reason(),
+            message.clone(),
+        )];
+        conditions.extend(status::failure_conditions(
+            &phase,
+            err.reason(),
+            &message,
+            stalled,
+        ));
         let update = StatusUpdate {
-            condition: Some(ConditionUpdate {
-                type_: SYNCED,
-                status: false,
-                reason: err.reason().into(),
-                message: err.to_string(),
-            }),
+            conditions,
+            condition_generation: obj.metadata.generation,
             ..Default::default()
         };
         // Only a still-existing object can carry a condition; a failure here is logged.

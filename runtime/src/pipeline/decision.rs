@@ -36,10 +36,12 @@ pub struct Decision {
 
 impl Decision {
     /// The status write of this decision (the same in the reconcile, `simulate` and `plan`):
-    /// next phase, status info, generation, deciding module, `Synced=True`; and when the phase
+    /// next phase, status info, generation, deciding module, `Synced=True` and the kstatus
+    /// conditions (`next_ready`: the next phase is final or marked ready); and when the phase
     /// changes, a transition in `.status.history` naming the module and the request's sha256.
     pub fn status_update(
         &self,
+        next_ready: bool,
         generation: Option<i64>,
         applied: usize,
         pruned: usize,
@@ -48,6 +50,7 @@ impl Decision {
     ) -> StatusUpdate {
         let update = StatusUpdate::phase_completed(
             &self.next_phase,
+            next_ready,
             self.status_info.clone(),
             generation,
             &self.module,

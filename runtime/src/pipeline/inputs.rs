@@ -316,6 +316,7 @@ mod tests {
     fn namespace_and_labels_scope_inputs_and_managed_fields_are_stripped() {
         let phase = PhaseDefinition {
             name: "Syncing".into(),
+            ready: false,
             is_final: false,
             module: None,
             inputs: vec![InputSpec {
@@ -455,6 +456,7 @@ mod tests {
         };
         let phase = PhaseDefinition {
             name: "Ready".into(),
+            ready: false,
             is_final: false,
             module: None,
             inputs: vec![InputSpec {

@@ -7,8 +7,20 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::Api;
 use serde_json::{json, Map, Value};
 
-/// The condition the host maintains on every resource.
+/// The condition the host maintains on every resource: whether its last reconcile completed.
 pub const SYNCED: &str = "Synced";
+
+/// kstatus's and `kubectl wait`'s condition: True in a final phase, or a phase the definition
+/// marks `ready`, with its outputs applied and no error.
+pub const READY: &str = "Ready";
+
+/// kstatus's "abnormal-true" condition: True while the resource moves between phases (its
+/// reason is the phase it is in).
+pub const RECONCILING: &str = "Reconciling";
+
+/// kstatus's "abnormal-true" condition: True when the resource cannot go on by itself (a fatal
+/// worker error, a refused output, a missing grant), with that error's reason.
+pub const STALLED: &str = "Stalled";
 
 /// A condition to set (upserted by type).
 #[derive(Clone, Debug, PartialEq)]
@@ -19,6 +31,71 @@ pub struct ConditionUpdate {
     pub message: String,
 }
 
+impl ConditionUpdate {
+    pub fn new(
+        type_: &'static str,
+        status: bool,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        ConditionUpdate {
+            type_,
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The kstatus conditions of a resource now in `phase` (`ready`: final, or marked `ready`)
+/// with no error: Ready, Reconciling and Stalled, each set either way so a stale one is cleared.
+pub fn progress_conditions(phase: &str, ready: bool) -> [ConditionUpdate; 3] {
+    [
+        ConditionUpdate::new(
+            READY,
+            ready,
+            if ready { "PhaseReady" } else { phase },
+            match ready {
+                true => format!("in phase {phase}"),
+                false => format!("in phase {phase}, on the way to a ready phase"),
+            },
+        ),
+        ConditionUpdate::new(
+            RECONCILING,
+            !ready,
+            phase,
+            match ready {
+                true => format!("in ready phase {phase}"),
+                false => format!("moving on from phase {phase}"),
+            },
+        ),
+        ConditionUpdate::new(STALLED, false, phase, "no error"),
+    ]
+}
+
+/// The kstatus conditions of a resource whose reconcile in `phase` failed with `reason`:
+/// `stalled` (it cannot go on by itself) sets Stalled, otherwise Reconciling (retried).
+pub fn failure_conditions(
+    phase: &str,
+    reason: &str,
+    message: &str,
+    stalled: bool,
+) -> [ConditionUpdate; 3] {
+    [
+        ConditionUpdate::new(READY, false, reason, message),
+        ConditionUpdate::new(
+            RECONCILING,
+            !stalled,
+            phase,
+            match stalled {
+                true => format!("stopped in phase {phase}: {reason}"),
+                false => format!("retrying phase {phase}: {reason}"),
+            },
+        ),
+        ConditionUpdate::new(STALLED, stalled, reason, message),
+    ]
+}
+
 /// Everything the host writes into `.status` after one reconcile.
 #[derive(Clone, Debug, Default)]
 pub struct StatusUpdate {
@@ -27,7 +104,11 @@ pub struct StatusUpdate {
     pub status_info: Option<Map<String, Value>>,
     pub observed_generation: Option<i64>,
     pub module_digest: Option<String>,
-    pub condition: Option<ConditionUpdate>,
+    /// Upserted by type, in this order.
+    pub conditions: Vec<ConditionUpdate>,
+    /// The generation the conditions speak of, when it is not `observed_generation` (a failed
+    /// reconcile leaves `.status.observedGeneration` at the last decision).
+    pub condition_generation: Option<i64>,
     /// A phase transition to append to `.status.history`, which keeps the last `history_limit`.
     pub transition: Option<Transition>,
     pub history_limit: usize,
@@ -52,25 +133,29 @@ pub struct Transition {
 }
 
 impl StatusUpdate {
-    /// After a worker's decision: the next phase, its status info, the generation it saw and
-    /// the component that decided, with `Synced=True`.
+    /// After a worker's decision: the next phase (`ready`: final, or marked ready), its status
+    /// info, the generation it saw and the component that decided, with `Synced=True` and the
+    /// kstatus conditions ([`progress_conditions`]).
     pub fn phase_completed(
         next: &str,
+        ready: bool,
         status_info: Option<Map<String, Value>>,
         observed_generation: Option<i64>,
         module_digest: &str,
     ) -> Self {
+        let mut conditions = vec![ConditionUpdate::new(
+            SYNCED,
+            true,
+            "PhaseCompleted",
+            format!("now in phase {next}"),
+        )];
+        conditions.extend(progress_conditions(next, ready));
         StatusUpdate {
             phase: Some(next.to_string()),
             status_info,
             observed_generation,
             module_digest: Some(module_digest.to_string()),
-            condition: Some(ConditionUpdate {
-                type_: SYNCED,
-                status: true,
-                reason: "PhaseCompleted".into(),
-                message: format!("now in phase {next}"),
-            }),
+            conditions,
             ..Default::default()
         }
     }
@@ -82,11 +167,13 @@ impl StatusUpdate {
         self
     }
 
-    /// A resource in final phase `current` whose spec changed (generation): back to `initial`,
-    /// recorded in the history as the host's own transition (no module, no request).
+    /// A resource in final phase `current` whose spec changed (generation): back to `initial`
+    /// (`initial_ready`: marked ready), recorded in the history as the host's own transition (no
+    /// module, no request).
     pub fn restart_after_final(
         current: &str,
         initial: &str,
+        initial_ready: bool,
         generation: Option<i64>,
         now: &str,
         history_limit: usize,
@@ -102,15 +189,18 @@ impl StatusUpdate {
             transition: Some(transition),
             history_limit,
             phase: Some(initial.to_string()),
-            condition: Some(ConditionUpdate {
-                type_: SYNCED,
-                status: true,
-                reason: "SpecChanged".into(),
-                message: format!(
+            conditions: [ConditionUpdate::new(
+                SYNCED,
+                true,
+                "SpecChanged",
+                format!(
                     "generation {} changed after final phase {current}; restarting at {initial}",
                     generation.unwrap_or(0)
                 ),
-            }),
+            )]
+            .into_iter()
+            .chain(progress_conditions(initial, initial_ready))
+            .collect(),
             ..Default::default()
         }
     }
@@ -143,16 +233,19 @@ pub fn status_patch(current: Option<&Value>, update: &StatusUpdate, now: &str) -
     if let Some(g) = update.observed_generation {
         patch.insert("observedGeneration".into(), json!(g));
     }
-    if let Some(c) = &update.condition {
-        patch.insert(
-            "conditions".into(),
-            upsert_condition(
-                current.get("conditions"),
+    if !update.conditions.is_empty() {
+        let mut conditions = current.get("conditions").cloned();
+        for c in &update.conditions {
+            conditions = Some(upsert_condition(
+                conditions.as_ref(),
                 c,
-                update.observed_generation,
+                update.condition_generation.or(update.observed_generation),
                 now,
-            ),
-        );
+            ));
+        }
+        if let Some(conditions) = conditions {
+            patch.insert("conditions".into(), conditions);
+        }
     }
     if let (Some(t), true) = (&update.transition, update.history_limit > 0) {
         let mut history: Vec<Value> = current
@@ -321,7 +414,7 @@ mod tests {
             status_info: info.as_object().cloned(),
             observed_generation: Some(3),
             module_digest: Some("sha256:x".into()),
-            condition: Some(synced(true, "ok")),
+            conditions: vec![synced(true, "ok")],
             ..Default::default()
         };
         let patch = status_patch(Some(&current), &update, "2026-01-01T00:00:00Z").unwrap();
@@ -336,11 +429,72 @@ mod tests {
         assert!(merged.get("drop").is_none());
     }
 
+    /// The kstatus conditions: Ready only in a ready phase, Reconciling while moving on,
+    /// Stalled only on a failure that cannot go on by itself; each with the generation.
+    #[test]
+    fn kstatus_conditions_follow_the_phase_and_the_failure() {
+        let of = |patch: &Value, type_: &str| {
+            patch["conditions"]
+                .as_array()
+                .and_then(|l| l.iter().find(|c| c["type"] == type_).cloned())
+                .unwrap_or(Value::Null)
+        };
+        let moving = StatusUpdate::phase_completed("Syncing", false, None, Some(2), "sha256:m");
+        let patch = status_patch(None, &moving, "t1").unwrap();
+        assert_eq!(of(&patch, SYNCED)["status"], "True");
+        assert_eq!(of(&patch, READY)["status"], "False");
+        assert_eq!(of(&patch, RECONCILING)["status"], "True");
+        assert_eq!(of(&patch, RECONCILING)["reason"], "Syncing");
+        assert_eq!(of(&patch, STALLED)["status"], "False");
+        assert_eq!(of(&patch, READY)["observedGeneration"], 2);
+
+        let mut current = json!({});
+        json_patch::merge(&mut current, &patch);
+        let done = StatusUpdate::phase_completed("Ready", true, None, Some(2), "sha256:m");
+        let patch = status_patch(Some(&current), &done, "t2").unwrap();
+        assert_eq!(of(&patch, READY)["status"], "True");
+        assert_eq!(of(&patch, READY)["lastTransitionTime"], "t2");
+        assert_eq!(of(&patch, RECONCILING)["status"], "False");
+        assert_eq!(
+            of(&patch, STALLED)["lastTransitionTime"],
+            "t1",
+            "unchanged: kept"
+        );
+
+        json_patch::merge(&mut current, &patch);
+        let mut conditions = vec![ConditionUpdate::new(
+            SYNCED,
+            false,
+            "WorkerFatalError",
+            "boom",
+        )];
+        conditions.extend(failure_conditions(
+            "Ready",
+            "WorkerFatalError",
+            "boom",
+            true,
+        ));
+        let failed = StatusUpdate {
+            conditions,
+            condition_generation: Some(3),
+            ..Default::default()
+        };
+        let patch = status_patch(Some(&current), &failed, "t3").unwrap();
+        assert_eq!(of(&patch, STALLED)["status"], "True");
+        assert_eq!(of(&patch, STALLED)["reason"], "WorkerFatalError");
+        assert_eq!(of(&patch, STALLED)["observedGeneration"], 3);
+        assert_eq!(of(&patch, READY)["status"], "False");
+        assert_eq!(of(&patch, RECONCILING)["status"], "False");
+        assert!(patch.get("observedGeneration").is_none(), "{patch}");
+        let retried = failure_conditions("Syncing", "WorkerDeadlineExceeded", "slow", false);
+        assert!(retried[1].status && !retried[2].status, "{retried:?}");
+    }
+
     #[test]
     fn unchanged_status_writes_nothing_and_transition_time_is_kept() {
         let update = StatusUpdate {
             phase: Some("Ready".into()),
-            condition: Some(synced(true, "ok")),
+            conditions: vec![synced(true, "ok")],
             ..Default::default()
         };
         let first = status_patch(None, &update, "t1").unwrap();
@@ -349,14 +503,14 @@ mod tests {
         assert!(status_patch(Some(&current), &update, "t2").is_none());
 
         let changed = StatusUpdate {
-            condition: Some(synced(true, "other message")),
+            conditions: vec![synced(true, "other message")],
             ..update.clone()
         };
         let second = status_patch(Some(&current), &changed, "t3").unwrap();
         assert_eq!(second["conditions"][0]["lastTransitionTime"], "t1");
 
         let failed = StatusUpdate {
-            condition: Some(synced(false, "boom")),
+            conditions: vec![synced(false, "boom")],
             ..update
         };
         let third = status_patch(Some(&current), &failed, "t4").unwrap();
@@ -366,18 +520,20 @@ mod tests {
 
     #[test]
     fn another_module_confirming_the_state_writes_nothing() {
-        let syncing = StatusUpdate::phase_completed("Ready", None, Some(1), "sha256:syncing");
+        let syncing =
+            StatusUpdate::phase_completed("Ready", false, None, Some(1), "sha256:syncing");
         let first = status_patch(None, &syncing, "t1").unwrap();
         assert_eq!(first["moduleDigest"], "sha256:syncing");
         let mut current = json!({});
         json_patch::merge(&mut current, &first);
         // Ready's own worker decides "stay Ready": same state, only another digest.
-        let ready = StatusUpdate::phase_completed("Ready", None, Some(1), "sha256:ready");
+        let ready = StatusUpdate::phase_completed("Ready", false, None, Some(1), "sha256:ready");
         assert!(status_patch(Some(&current), &ready, "t2").is_none());
         // A real change names the module that made it.
         let info = json!({"syncedDeployments": ["a"]});
         let changed = StatusUpdate::phase_completed(
             "Ready",
+            false,
             info.as_object().cloned(),
             Some(1),
             "sha256:ready",
@@ -398,8 +554,9 @@ mod tests {
         };
         let mut current = json!({});
         for n in 0..5 {
-            let update = StatusUpdate::phase_completed(&format!("P{n}"), None, Some(1), "sha256:m")
-                .with_transition(step(&format!("P{n}"), n), 3);
+            let update =
+                StatusUpdate::phase_completed(&format!("P{n}"), false, None, Some(1), "sha256:m")
+                    .with_transition(step(&format!("P{n}"), n), 3);
             let patch = status_patch(Some(&current), &update, "now").unwrap();
             json_patch::merge(&mut current, &patch);
         }

@@ -71,6 +71,7 @@ pub fn standing<'a>(
     let update = StatusUpdate::restart_after_final(
         &phase.name,
         &def.initial_phase,
+        def.phase(&def.initial_phase).is_some_and(|p| p.ready),
         generation,
         now,
         def.history_limit,
@@ -179,7 +180,9 @@ pub async fn run(
             failures,
         });
     }
+    let next_ready = def.phase(&decision.next_phase).is_some_and(|p| p.ready);
     let update = decision.status_update(
+        next_ready,
         resource.metadata.generation,
         report.applied,
         pruned,

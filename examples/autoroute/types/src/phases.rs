@@ -18,6 +18,7 @@ wasmpilot_guest::phases! {
         /// Routes are in place. Goes back to Syncing when the selected Deployments differ from
         /// status.syncedDeployments, or when the route's own Services, VirtualServices or
         /// Gateway differ from what Syncing applies (edited by hand).
+        /// Ready: a resource in this phase counts as done (condition `Ready=True`).
         Ready = "Ready",
     }
     initial = Initializing

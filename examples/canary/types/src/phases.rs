@@ -17,6 +17,7 @@ wasmpilot_guest::phases! {
         /// measurement, then Evaluating. Otherwise: a new revision of the target (not the
         /// primary's, not the last rolled-back one) starts an analysis (Evaluating); a changed
         /// spec means Initializing again. Returns no outputs.
+        /// Ready: a resource in this phase counts as done (condition `Ready=True`).
         Waiting = "Waiting",
         /// Starts the analysis of a new revision (the canary gets the target's spec and
         /// stepWeight % of the traffic), or judges the latest success rate: below

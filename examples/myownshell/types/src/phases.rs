@@ -17,6 +17,7 @@ wasmpilot_guest::phases! {
         /// The Deployment matches the spec; reports status.readyReplicas. Goes back to Syncing
         /// when the Deployment is missing or differs (a new spec.size or spec.image, or someone
         /// scaled or edited it).
+        /// Ready: a resource in this phase counts as done (condition `Ready=True`).
         Ready = "Ready",
     }
     initial = Initializing

@@ -669,6 +669,7 @@ mod tests {
         PhaseDefinition {
             name: "Syncing".into(),
             is_final: false,
+            ready: false,
             module: None,
             inputs: vec![],
             outputs: vec![
