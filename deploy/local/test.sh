@@ -17,6 +17,10 @@ deploy/local/setup.sh --tests
 step "rustfmt"
 cargo fmt --all -- --check
 
+step "Prometheus rules (deploy/monitoring): promtool check and unit tests"
+promtool check rules deploy/monitoring/rules.yaml
+promtool test rules deploy/monitoring/rules.test.yaml
+
 step "guest components (wasm32-wasip2, release)"
 GUESTS=(-p autoroute-initializing -p autoroute-syncing -p autoroute-ready -p wasmpilot-test-scripted -p wasmpilot-test-relabeled -p wasmpilot-test-stalling
   -p myownshell-initializing -p myownshell-syncing -p myownshell-ready -p myownshell-finalizer

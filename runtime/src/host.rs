@@ -260,6 +260,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!(signal, "shutting down");
     };
     if !args.leader_elect {
+        crate::metrics::METRICS.leader.set(1);
         return Manager::new(client, identities, modules)
             .with_egress(egress)
             .with_prometheus(args.prometheus_url.clone())
@@ -290,6 +291,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // The leader is ready only once its own WasmOperators are listed and loaded, caches synced.
     crate::metrics::READINESS.mark_leader();
+    crate::metrics::METRICS.leader.set(1);
     let manager = Manager::new(client, identities, modules)
         .with_egress(egress)
         .with_prometheus(args.prometheus_url.clone())

@@ -29,6 +29,15 @@ pub struct PhaseLabels {
     pub phase: String,
 }
 
+/// One phase of one operator, and whether a resource there counts as done (`Ready`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseStateLabels {
+    pub operator: String,
+    pub phase: String,
+    /// `true` for a final phase or one declared `ready`.
+    pub ready: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitLabels {
     pub operator: String,
@@ -71,6 +80,13 @@ pub struct Metrics {
     pub records_dropped: Family<DropLabels, Counter>,
     pub shadow_decisions: Family<ShadowLabels, Counter>,
     pub shadow_skipped: Family<PhaseLabels, Counter>,
+    /// Resources in each phase, from the operator's watch.
+    pub resources: Family<PhaseStateLabels, Gauge>,
+    /// When the resource longest in each phase entered it (Unix seconds; absent when the
+    /// phase holds none): `time() - this` is how long it has been there.
+    pub phase_oldest_entered: Family<PhaseStateLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// 1 while this host reconciles (the leader, or a host without `--leader-elect`), else 0.
+    pub leader: Gauge,
 }
 
 fn duration_histogram() -> Histogram {
@@ -149,8 +165,30 @@ impl Metrics {
             "Live decisions not shadowed because the shadow queue was full",
             shadow_skipped.clone(),
         );
+        let resources = Family::<PhaseStateLabels, Gauge>::default();
+        registry.register(
+            "resources",
+            "Resources of each operator in each phase (ready: the phase counts as done)",
+            resources.clone(),
+        );
+        let phase_oldest_entered =
+            Family::<PhaseStateLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "phase_oldest_entered_timestamp_seconds",
+            "When the resource longest in each phase entered it (time() minus this: how long it has been there)",
+            phase_oldest_entered.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this host reconciles (the leader, or a host without --leader-elect), else 0",
+            leader.clone(),
+        );
         Metrics {
             registry,
+            resources,
+            phase_oldest_entered,
+            leader,
             records_written,
             records_dropped,
             shadow_decisions,
@@ -324,6 +362,77 @@ pub async fn serve_shadow_cases(addr: SocketAddr, kept_cases: ShadowCases) -> an
 
 #[cfg(test)]
 mod tests {
+    /// Every metric `deploy/monitoring/rules.yaml` names is one the host exports, with that
+    /// exact name (counters end in `_total`).
+    #[test]
+    fn the_alert_rules_name_metrics_the_host_exports() {
+        let m = &*METRICS;
+        let phase = PhaseLabels {
+            operator: "rules-test".into(),
+            phase: "P".into(),
+        };
+        m.reconciles
+            .get_or_create(&ReconcileLabels {
+                operator: "rules-test".into(),
+                phase: "P".into(),
+                result: "ok".into(),
+            })
+            .inc();
+        m.limit_kills
+            .get_or_create(&LimitLabels {
+                operator: "rules-test".into(),
+                phase: "P".into(),
+                limit: "deadline".into(),
+            })
+            .inc();
+        m.shadow_decisions
+            .get_or_create(&ShadowLabels {
+                operator: "rules-test".into(),
+                phase: "P".into(),
+                result: "same".into(),
+            })
+            .inc();
+        m.load_failures
+            .get_or_create(&LoadLabels {
+                operator: "rules-test".into(),
+                reason: "R".into(),
+            })
+            .inc();
+        let state = PhaseStateLabels {
+            operator: "rules-test".into(),
+            phase: "P".into(),
+            ready: "false".into(),
+        };
+        m.resources.get_or_create(&state).set(1);
+        m.phase_oldest_entered.get_or_create(&state).set(1.0);
+        let _ = m.shadow_skipped.get_or_create(&phase);
+        let exported = m.encode();
+        let rules = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/monitoring/rules.yaml"
+        ))
+        .expect("deploy/monitoring/rules.yaml");
+        let mut named = std::collections::BTreeSet::new();
+        for (i, _) in rules.match_indices("wasmpilot_") {
+            let before = rules[..i].chars().last().unwrap_or(' ');
+            if before.is_ascii_alphanumeric() || before == ':' || before == '_' {
+                continue;
+            }
+            let name: String = rules[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            named.insert(name);
+        }
+        assert!(named.len() >= 6, "premise: the rules are read: {named:?}");
+        for name in &named {
+            let sample = exported
+                .lines()
+                .any(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")));
+            assert!(sample, "{name} is not exported:\n{exported}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -14,6 +14,7 @@ pub mod live_evidence;
 pub mod manager;
 pub mod operator_removal;
 pub mod own_writes;
+pub mod phase_gauges;
 pub mod reconcile;
 pub mod schedule;
 pub mod shadow;

@@ -83,6 +83,11 @@ pub async fn run(
         "controller started"
     );
     let name = ctx.definition.name.clone();
+    let gauges = tokio::spawn(crate::controller::phase_gauges::run(
+        ctx.definition.clone(),
+        owners.clone(),
+    ));
+    let definition = ctx.definition.clone();
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(16))
         .trigger_backoff(crate::controller::schedule::watch_backoff())
@@ -94,6 +99,8 @@ pub async fn run(
             }
         })
         .await;
+    gauges.abort();
+    crate::controller::phase_gauges::forget(&definition);
     tracing::info!(operator = %name, "controller stopped");
 }
 
