@@ -633,10 +633,9 @@ fn widget_operator(
     component: &[u8],
     outputs_synced: bool,
 ) -> std::sync::Arc<crate::controller::context::OperatorContext> {
-    use crate::controller::context::{InputCaches, OperatorContext, OutputCaches};
+    use crate::controller::context::OutputCaches;
     use crate::controller::informers::{metadata_of, Informer};
     use crate::definition::OperatorDefinition;
-    use crate::pipeline::inputs::WorkerObject;
     use crate::sandbox::{Sandbox, SandboxLimits};
     use std::sync::Arc;
 
@@ -656,60 +655,26 @@ phases:
     )
     .expect("the definition");
     let definition = OperatorDefinition::validate("widgets", &spec).expect("a valid definition");
-    let configmaps = configmaps();
     let sandbox = Sandbox::new(SandboxLimits::default()).expect("the sandbox");
     let compiled = sandbox.compile(component).expect("the scripted component");
     let module = sandbox
         .phase_module("sha256:scripted", &compiled)
         .expect("a phase worker");
-    let mut inputs = InputCaches::default();
-    let kind = configmaps.kind.clone();
-    inputs.add(configmaps.kind.clone(), &[], || {
-        let view = move |o: &DynamicObject| WorkerObject::new(o, &kind, None);
-        Arc::new(Informer::holding(&configmaps, Vec::new(), Arc::new(view)))
-    });
-    let output_cache = if outputs_synced {
-        Informer::holding(&configmaps, Vec::new(), Arc::new(metadata_of))
-    } else {
-        Informer::unsynced(&configmaps, Arc::new(metadata_of))
-    };
-    let outputs = OutputCaches(HashMap::from([(
-        configmaps.kind.clone(),
-        Arc::new(output_cache),
-    )]));
-    let reporter = kube::runtime::events::Reporter {
-        controller: "wasmpilot".into(),
-        instance: None,
-    };
-    Arc::new(OperatorContext {
-        definition,
-        as_operator: client.clone(),
-        host_client: client.clone(),
-        grants: crate::controller::grants::OperatorGrants::granted_everywhere(
-            "system:serviceaccount:wasmpilot-system:op-widgets",
-            client.clone(),
-        ),
-        host_recorder: kube::runtime::events::Recorder::new(client.clone(), reporter.clone()),
-        resource: resolved("examples.io", "v1", "Widget", "widgets"),
-        workers: HashMap::from([
-            ("Syncing".to_string(), module.clone()),
-            ("Ready".to_string(), module),
-        ]),
-        finalizer: None,
-        kinds: HashMap::from([(configmaps.kind.clone(), configmaps.clone())]),
-        namespaced: HashMap::from([(configmaps.kind.clone(), true)]),
-        inputs,
-        outputs,
-        sandbox,
-        recorder: kube::runtime::events::Recorder::new(client.clone(), reporter),
-        backoff: Default::default(),
-        metrics_source: Default::default(),
-        finalized: Default::default(),
-        record_sink: None,
-        shadows: None,
-        input_requeue: Default::default(),
-        own_writes: Default::default(),
-    })
+    let mut ctx = crate::controller::test_operator::operator_context(
+        &definition,
+        client,
+        &sandbox,
+        &module,
+        &[],
+    );
+    if !outputs_synced {
+        let configmaps = configmaps();
+        ctx.outputs = OutputCaches(HashMap::from([(
+            configmaps.kind.clone(),
+            Arc::new(Informer::unsynced(&configmaps, Arc::new(metadata_of))),
+        )]));
+    }
+    Arc::new(ctx)
 }
 
 /// The Widget in Syncing: the reconcile chains Ready right after Syncing; the ConfigMap watch
