@@ -65,7 +65,9 @@ pub use serde_json;
 pub mod wit {
     wit_bindgen::generate!({
         world: "worker",
-        path: "../wit",
+        // guest-sdk/wit/: a copy of the repository's wit/ inside the crate, so the published crate
+        // builds (tests/packaging.rs keeps the two identical).
+        path: "wit",
         pub_export_macro: true,
         export_macro_name: "__export_worker_world",
         default_bindings_module: "::wasmpilot_guest::wit",
