@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test: format, clippy, guest components for wasm32-wasip2 (Rust, Python,
-# JavaScript, with the Python and JavaScript SDKs' native tests), unit tests,
+# JavaScript, with the Python and JavaScript SDKs' native tests), the three SDKs' packagings
+# (deploy/local/package-sdks.sh), unit tests,
 # sandbox tests with real components, the host image (deploy/Containerfile), and end-to-end
 # tests on a real kube-apiserver with a node: pods, the in-cluster install, failover.
 # Uses $KUBECONFIG when WASMPILOT_USE_KUBECONFIG=1, else starts deploy/local/cluster.sh.
@@ -35,6 +36,9 @@ cargo test --workspace --no-run
 
 step "Python and JavaScript guests: pinned toolchains, SDK and example tests, components"
 deploy/local/build-guest-examples.sh
+
+step "SDK packagings: cargo publish --dry-run (Rust), sdist and wheel (Python), npm pack (JavaScript)"
+deploy/local/package-sdks.sh
 
 step "cluster"
 # The local node's kubelet evicts pods (and the scheduler places none) below 1 % free disk: say
