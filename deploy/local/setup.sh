@@ -2,7 +2,8 @@
 # Installs what building and running wasmpilot needs on a Debian machine: the wasm32-wasip2
 # Rust target and kubectl. With --tests, also what only the tests use: docker-registry +
 # htpasswd for the module tests, prometheus for the canary test, python3-venv and node (20+)
-# for the Python and JavaScript workers' toolchains. The local cluster's own
+# for the Python and JavaScript workers' toolchains, Chromium and playwright-core for the
+# dashboard's browser test. The local cluster's own
 # packages are installed by cluster.sh. Package manager output goes to a log, not the terminal.
 set -euo pipefail
 
@@ -56,4 +57,12 @@ if [ "${1:-}" = --tests ]; then
     echo "setup: node $(node --version) is too old for componentize-js: install node 20 or newer (e.g. from NodeSource)" >&2
     exit 1
   fi
+  # The dashboard's browser test (host/tests/e2e_dashboard.rs): Debian's Chromium, driven by
+  # playwright-core (pinned in host/tests/browser/package-lock.json; it downloads no browser).
+  command -v chromium >/dev/null 2>&1 || apt_install chromium
+  (cd "$(dirname "$0")/../../host/tests/browser" && npm ci --no-audit --no-fund --loglevel=error >>"$LOG" 2>&1) || {
+    tail -n 20 "$LOG" >&2
+    echo "setup: npm ci in host/tests/browser failed (log $LOG)" >&2
+    exit 1
+  }
 fi

@@ -100,11 +100,17 @@ enum Command {
     },
     /// Run an operator's built components offline, reconcile after reconcile, printing each step.
     Simulate(wasmpilot::authoring::simulate::SimulateArgs),
-    /// Print an operator's phase graph as a Mermaid state diagram.
+    /// Print an operator's phase graph as a Mermaid state diagram, or as an SVG image.
     Graph {
         /// The WasmOperator manifest, or the operator directory holding operator.yaml.
         operator: PathBuf,
+        /// mermaid (default) or svg.
+        #[arg(long, value_enum, default_value_t)]
+        format: wasmpilot::authoring::graph::GraphFormat,
     },
+    /// Serve a live view of the cluster's operators on localhost (your kubeconfig): phase graphs
+    /// with resource counts, resources stalled, failing or stuck, timelines, shadow agreement.
+    Dashboard(wasmpilot::dashboard::DashboardArgs),
     /// Show what an operator would do to a live resource now (server-side dry run; writes nothing).
     Plan(wasmpilot::authoring::plan::PlanArgs),
     /// Write the request a live resource would get now, decided by its current module, as a
@@ -238,9 +244,18 @@ impl Cli {
                     .await
                     .map(|_| ())
             }
-            Command::Graph { operator } => {
-                print!("{}", wasmpilot::authoring::graph::graph_command(&operator)?);
+            Command::Graph { operator, format } => {
+                print!(
+                    "{}",
+                    wasmpilot::authoring::graph::graph_command(&operator, format)?
+                );
                 Ok(())
+            }
+            Command::Dashboard(args) => {
+                let client = wasmpilot::api_client::connect()
+                    .await
+                    .context("connecting to the cluster (set KUBECONFIG)")?;
+                wasmpilot::dashboard::run(&args, client).await
             }
             Command::Plan(args) => {
                 let client = wasmpilot::api_client::connect()

@@ -5,7 +5,8 @@
 //! ```text
 //! runtime (wasmpilot_runtime): controller → pipeline step → sandbox, modules, definition
 //! tools (this crate):          authoring (init, generate, build, simulate, graph, plan),
-//!                              offline (run-phase), evidence (capture, replay), deploy, cli
+//!                              offline (run-phase), evidence (capture, replay), deploy,
+//!                              dashboard, cli
 //! ```
 //!
 //! `simulate` and `plan` run the runtime's one phase step (`pipeline::step::run`) with effects
@@ -19,6 +20,7 @@ pub use wasmpilot_runtime::{
 
 pub mod authoring;
 pub mod component_build;
+pub mod dashboard;
 pub mod deploy;
 pub mod evidence;
 pub mod offline;
