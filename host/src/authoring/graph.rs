@@ -437,8 +437,8 @@ spec:
     fn the_docs_phase_graphs_are_current() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         for example in ["autoroute", "canary", "myownshell"] {
-            let image = graph_command(&root.join("examples").join(example), GraphFormat::Svg)
-                .unwrap();
+            let image =
+                graph_command(&root.join("examples").join(example), GraphFormat::Svg).unwrap();
             let doc = root.join(format!("docs/graphs/{example}.svg"));
             if std::env::var_os("WASMPILOT_UPDATE_GOLDEN").is_some() {
                 std::fs::create_dir_all(doc.parent().unwrap()).unwrap();
