@@ -227,3 +227,63 @@ export declare class Transition {
   readonly applied: number;
   readonly pruned: number;
 }
+
+/** A Kubernetes object's `metadata`, as far as workers read or write it. */
+export interface ObjectMeta {
+  name?: string;
+  namespace?: string;
+  generateName?: string;
+  uid?: string;
+  resourceVersion?: string;
+  generation?: number;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  finalizers?: string[];
+  ownerReferences?: Record<string, unknown>[];
+  managedFields?: Record<string, unknown>[];
+}
+
+/** The typed view of a phase's inputs; the generated `<Phase>Inputs` (`wasmpilot generate`)
+ * add one accessor per declared input and metric query. */
+export declare class InputsView {
+  constructor(inputs: Inputs);
+  /** The untyped inputs, for what the accessors do not cover. */
+  readonly untyped: Inputs;
+}
+
+/** What a phase decided, built through its generated `<Phase>Outcome`: one static method per
+ * phase it may move to (and `next`, `stay`), one method per declared output kind. */
+export declare class PhaseOutcome {
+  protected constructor(outcome: Outcome);
+  /** The phase this outcome is decided in (set by the generated subclass). */
+  protected static readonly phase: string;
+  /** The phases it may move to (set by the generated subclass). */
+  protected static readonly allowed: readonly string[];
+  /** Moves to `phase`; a fatal WorkerError if the phase may not. */
+  protected static move(phase: string): PhaseOutcome;
+  /** The SDK's untyped decision (what `sync` returns). */
+  readonly untyped: Outcome;
+  /** The phase this outcome is decided in. */
+  readonly currentPhase: string;
+  /** Merge into `.status` (see `Outcome.status`). */
+  status(status: Record<string, unknown>): this;
+  /** Run this resource again after `ms` milliseconds. */
+  requeueAfter(ms: number): this;
+  /** The phase this outcome moves to. */
+  readonly nextPhase: string;
+  /** Adds an output of `apiVersion` `kind` (filled in when absent; another kind is a fatal
+   * WorkerError). The generated methods call it; a worker calls those. */
+  protected outputOfKind(apiVersion: string, kind: string, object: object): this;
+  protected outputsOfKind(apiVersion: string, kind: string, objects: Iterable<object>): this;
+}
+
+/** A phase worker written against its phase's generated inputs and outcome: subclass the
+ * generated `<Phase>Worker` and implement `decide`. Export and test it as any `PhaseWorker`. */
+export declare abstract class TypedPhaseWorker<R, I extends InputsView, O extends PhaseOutcome> extends PhaseWorker<R> {
+  /** Runs `decide` with the typed inputs and returns its untyped outcome. */
+  sync(ctx: Context, resource: R, inputs: Inputs): Outcome;
+  /** Decides the phase through its typed outcome. */
+  abstract decide(ctx: Context, resource: R, inputs: I): O;
+}

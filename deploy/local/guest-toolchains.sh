@@ -6,8 +6,8 @@
 #   deploy/local/guest-toolchains.sh pytest [<pytest args>...]    # the venv's pytest
 #
 # Toolchains live under ${WASMPILOT_CACHE:-$HOME/.cache/wasmpilot}/toolchains/: a Python venv
-# (componentize-py, pytest; python-requirements.txt) and an npm prefix (componentize-js, jco,
-# rolldown; js/package-lock.json). Each is reinstalled only when its pin file changes.
+# (componentize-py, pytest, mypy; python-requirements.txt) and an npm prefix (componentize-js, jco,
+# rolldown, typescript; js/package-lock.json). Each is reinstalled only when its pin file changes.
 # Sourcing this file defines the same commands as functions (guest_toolchains_install, …).
 set -euo pipefail
 

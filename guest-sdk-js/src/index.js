@@ -13,3 +13,4 @@ export { compareText, describeThrown, jsonSize, toJson } from './json.js';
 export { Finalized, Outcome } from './outcome.js';
 export { LabelSelector, SelectorError } from './selector.js';
 export { HostStatus, Transition } from './status.js';
+export { InputsView, PhaseOutcome, TypedPhaseWorker } from './typed.js';

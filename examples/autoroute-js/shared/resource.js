@@ -70,6 +70,7 @@ function labelSelector(value, what) {
 
 /** Routes ingress traffic through an Istio gateway to every Deployment the selector matches. */
 export class AutoRoute {
+  /** @param {{ name?: string, namespace?: string, deploymentSelector: object, syncedDeployments?: string[] }} fields */
   constructor({ name, namespace, deploymentSelector, syncedDeployments = [] }) {
     this.name = name;
     this.namespace = namespace;

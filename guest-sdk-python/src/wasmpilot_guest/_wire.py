@@ -37,7 +37,7 @@ try:
         """The finalizer's declared inputs (`wasmpilot:operator/finalizer-inputs.inputs`)."""
         return list(_finalizer_inputs.inputs())
 
-    host_finalizer_inputs: Optional[Callable[[], list]] = (
+    host_finalizer_inputs: Optional[Callable[[], List[NamedObjects]]] = (
         _host_finalizer_inputs if _finalizer_inputs is not None else None
     )
 
@@ -52,7 +52,7 @@ try:
 except ImportError:
     IN_COMPONENT = False
     host_log: Optional[Callable[[int, str, list[tuple[str, str]]], None]] = None  # type: ignore[no-redef]
-    host_finalizer_inputs: Optional[Callable[[], list]] = None  # type: ignore[no-redef]
+    host_finalizer_inputs: Optional[Callable[[], List[NamedObjects]]] = None  # type: ignore[no-redef]
 
     @dataclass
     class NamedObjects:  # type: ignore[no-redef]

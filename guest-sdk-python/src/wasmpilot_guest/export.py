@@ -123,7 +123,7 @@ def export_phase(worker_type: type[PhaseWorker]) -> type:
 
         base = exports.PhaseWorker
 
-    class ExportedPhaseWorker(base):  # type: ignore[valid-type, misc]
+    class ExportedPhaseWorker(base):  # type: ignore[misc]
         def sync(self, request: _wire.SyncRequest) -> _wire.SyncResult:
             result, _ = run_sync(worker_type(), request)
             if isinstance(result, WorkerError):
@@ -143,7 +143,7 @@ def export_finalizer(worker_type: type[FinalizerWorker]) -> type:
 
         base = exports.FinalizerWorker
 
-    class ExportedFinalizerWorker(base):  # type: ignore[valid-type, misc]
+    class ExportedFinalizerWorker(base):  # type: ignore[misc]
         def finalize(self, request: _wire.FinalizeRequest) -> _wire.FinalizeResult:
             inputs = _wire.host_finalizer_inputs() if _wire.host_finalizer_inputs else []
             result, _ = run_finalize(worker_type(), request, inputs)

@@ -5,20 +5,21 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, Sequence, TypeVar
+from typing import Any, List, Optional, Protocol, Sequence, TypeVar
 
 from .errors import WorkerError
 
 T = TypeVar("T")
 
 
-class FromJson(Protocol[T]):  # type: ignore[misc]
+T_co = TypeVar("T_co", covariant=True)
+
+
+class FromJson(Protocol[T_co]):
     """A type an object can be parsed into: `from_json` raises ValueError, TypeError or
     KeyError (with a message saying what is wrong) when the JSON does not fit."""
 
-    __name__: str
-
-    def from_json(self, value: Any) -> T: ...
+    def from_json(self, value: Any, /) -> T_co: ...
 
 
 def parse_as(kind: Optional[FromJson[T]], json_text: str) -> T:
@@ -29,7 +30,7 @@ def parse_as(kind: Optional[FromJson[T]], json_text: str) -> T:
 
 def type_name(kind: Optional[FromJson[Any]]) -> str:
     """`Deployment` for a `from_json` type named so; `JSON value` without one."""
-    return kind.__name__ if kind is not None else "JSON value"
+    return str(getattr(kind, "__name__", "JSON value")) if kind is not None else "JSON value"
 
 
 def error_text(err: Exception) -> str:
@@ -87,7 +88,7 @@ class Inputs:
                 ) from err
         return parsed
 
-    def samples(self, name: str) -> list["Sample"]:
+    def samples(self, name: str) -> List["Sample"]:
         """The samples of a metric query the phase declared (`queries` in the WasmOperator):
         the host ran the PromQL against Prometheus and hands the result over as data.
 

@@ -133,7 +133,8 @@ def output_value(obj: Any, index: int) -> dict[str, Any]:
         raise WorkerError.fatal(f"output #{index}{what} has no {', no '.join(missing)}")
     try:
         # Deep copy through JSON: later changes to `obj` do not change the decision.
-        return json.loads(to_json(obj))
+        copied: dict[str, Any] = json.loads(to_json(obj))
+        return copied
     except (TypeError, ValueError) as err:
         raise WorkerError.fatal(f"output #{index} does not serialize to JSON: {err}") from err
 

@@ -2,7 +2,7 @@
 //! inputs view, an outcome builder taking only declared outputs and next phases, a worker
 //! trait), written from operator.yaml into the types crate — only what the operator declares:
 //! what every phase shares comes from the SDK's `phases!` and `phase_api!` — and the CRD
-//! regenerated from it.
+//! regenerated from it; for Python and JavaScript operators, [`guest`] writes the same API.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{anyhow, bail, Context as _};
+
+pub mod guest;
 
 use crate::crd::{InputSpec, KindRef, WasmOperator};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
@@ -25,7 +27,7 @@ pub const GENERATED_PATH: &str = "types/src/phases.rs";
 /// A name in operator.yaml that cannot become the generated Rust item it names.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GenerateError {
-    #[error("{field}: `{name}` gives no Rust identifier (use letters, digits, `-` or `_`, starting with a letter)")]
+    #[error("{field}: `{name}` gives no identifier (use letters, digits, `-` or `_`, starting with a letter)")]
     NoIdentifier { field: String, name: String },
     #[error(
         "{field}: `{name}` and `{other}` both become `{ident}` in the generated API: rename one"
@@ -41,40 +43,76 @@ pub enum GenerateError {
 /// `wasmpilot generate <dir>`.
 #[derive(clap::Args, Debug)]
 pub struct GenerateArgs {
-    /// The operator directory: operator.yaml, the types crate in `types/`, CRDs in `crds/`.
+    /// The operator directory: operator.yaml, and the types crate in `types/` with CRDs in
+    /// `crds/` (Rust), or `shared/` where the Python or JavaScript API goes.
     pub dir: PathBuf,
     /// Write nothing; exit non-zero when the generated code (or, unless --no-crd, the CRD) is stale.
     #[arg(long)]
     pub check: bool,
-    /// Leave the CRD alone (regenerating it builds the types crate with cargo).
+    /// Leave the CRD alone (regenerating it builds the types crate with cargo; Python and
+    /// JavaScript operators never regenerate theirs).
     #[arg(long)]
     pub no_crd: bool,
 }
 
-/// Runs `generate`: writes (or with `--check` compares) `types/src/phases.rs` and the CRD.
+/// Runs `generate`: writes (or with `--check` compares) the typed API — `types/src/phases.rs`
+/// and the CRD for a Rust operator, `shared/phases.py` for Python, `shared/phases.js` and
+/// `shared/phases.d.ts` for JavaScript.
 pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
+    use crate::component_build::{language, Language};
+
     let manifest = args.dir.join("operator.yaml");
     let (op, def) = crate::offline::load_operator(&manifest)?;
-    let code = format_rust(&render(&op, &def)?)?;
-    let out = args.dir.join(GENERATED_PATH);
+    let (files, rust): (Vec<(PathBuf, &str, String)>, bool) = match language(&args.dir) {
+        Ok(Language::Python) => {
+            let file = guest::python(&op, &def)?;
+            (
+                vec![(args.dir.join(file.path), file.header, file.text)],
+                false,
+            )
+        }
+        Ok(Language::JavaScript) => (
+            guest::javascript(&op, &def)?
+                .into_iter()
+                .map(|file| (args.dir.join(file.path), file.header, file.text))
+                .collect(),
+            false,
+        ),
+        // Rust, or no workers yet (a types crate only).
+        _ => (
+            vec![(
+                args.dir.join(GENERATED_PATH),
+                GENERATED_HEADER,
+                format_rust(&render(&op, &def)?)?,
+            )],
+            true,
+        ),
+    };
     let mut stale = Vec::new();
-    let current = std::fs::read_to_string(&out).ok();
-    if let Some(existing) = &current {
-        if !existing.starts_with(GENERATED_HEADER) {
-            bail!(
-                "{} exists and was not written by `wasmpilot generate` (its first line is not the generated header): move your code out of it, then run generate again",
-                out.display()
-            );
+    for (out, header, code) in &files {
+        let current = std::fs::read_to_string(out).ok();
+        if let Some(existing) = &current {
+            if !existing.starts_with(header) {
+                bail!(
+                    "{} exists and was not written by `wasmpilot generate` (its first line is not the generated header): move your code out of it, then run generate again",
+                    out.display()
+                );
+            }
+        }
+        if current.as_deref() != Some(code.as_str()) {
+            stale.push(out.clone());
+            if !args.check {
+                if let Some(parent) = out.parent() {
+                    std::fs::create_dir_all(parent)
+                        .with_context(|| format!("creating {}", parent.display()))?;
+                }
+                std::fs::write(out, code).with_context(|| format!("writing {}", out.display()))?;
+                eprintln!("wrote {}", out.display());
+            }
         }
     }
-    if current.as_deref() != Some(code.as_str()) {
-        stale.push(out.clone());
-        if !args.check {
-            std::fs::write(&out, &code).with_context(|| format!("writing {}", out.display()))?;
-            eprintln!("wrote {}", out.display());
-        }
-    }
-    if !args.no_crd {
+    // The CRD comes from a Rust types crate; Python and JavaScript operators keep theirs in crds/.
+    if rust && !args.no_crd {
         let (crd_path, crd) = regenerate_crd(&args.dir, &def.resource)?;
         if std::fs::read_to_string(&crd_path).ok().as_deref() != Some(crd.as_str()) {
             stale.push(crd_path.clone());
@@ -94,7 +132,9 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         );
     }
     if stale.is_empty() {
-        eprintln!("up to date: {}", out.display());
+        for (out, _, _) in &files {
+            eprintln!("up to date: {}", out.display());
+        }
     }
     Ok(())
 }
@@ -381,7 +421,7 @@ fn render_input_view(w: &mut String, declared: &Declared<'_>) -> Result<(), Gene
 }
 
 /// Which objects an input selects, in words, for its accessor's doc comment.
-fn selection(input: &InputSpec) -> String {
+pub(crate) fn selection(input: &InputSpec) -> String {
     let mut parts =
         vec!["visible to the resource (its namespace, for namespaced kinds)".to_owned()];
     if !input.match_labels.is_empty() {
@@ -544,29 +584,66 @@ fn doc(w: &mut String, indent: &str, lines: &[String]) {
     }
 }
 
+/// The language whose identifiers a [`Names`] hands out: how it escapes a keyword.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    /// `r#type`.
+    #[default]
+    Rust,
+    /// `class_` (PEP 8's trailing underscore).
+    Python,
+    /// `delete_`.
+    TypeScript,
+}
+
 /// Identifiers handed out within one scope, to refuse two names that give the same one.
 #[derive(Default)]
-struct Names {
+pub(crate) struct Names {
     taken: Vec<(String, String)>,
+    dialect: Dialect,
 }
 
 impl Names {
-    fn reserve(&mut self, ident: &str) {
+    /// An empty scope of `dialect`'s identifiers.
+    pub(crate) fn of(dialect: Dialect) -> Self {
+        Names {
+            taken: Vec::new(),
+            dialect,
+        }
+    }
+
+    pub(crate) fn reserve(&mut self, ident: &str) {
         self.taken
             .push((ident.to_owned(), format!("the generated `{ident}`")));
     }
 
-    fn claim(&mut self, field: &str, name: &str, ident: String) -> Result<String, GenerateError> {
-        if ident.is_empty() || ident.starts_with(|c: char| c.is_ascii_digit()) {
+    /// `ident` (made from `name`, found at `field` in operator.yaml) if it is an identifier and
+    /// free in this scope, a keyword escaped as the dialect does.
+    ///
+    /// # Errors
+    /// No identifier (empty, or starting with a digit), or one already handed out.
+    pub(crate) fn claim(
+        &mut self,
+        field: &str,
+        name: &str,
+        ident: String,
+    ) -> Result<String, GenerateError> {
+        if ident.is_empty()
+            || ident.starts_with(|c: char| c.is_ascii_digit())
+            || !ident.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
             return Err(GenerateError::NoIdentifier {
                 field: field.to_owned(),
                 name: name.to_owned(),
             });
         }
-        let ident = if RUST_KEYWORDS.contains(&ident.as_str()) {
-            format!("r#{ident}")
-        } else {
-            ident
+        let ident = match self.dialect {
+            Dialect::Rust if RUST_KEYWORDS.contains(&ident.as_str()) => format!("r#{ident}"),
+            Dialect::Python if PYTHON_KEYWORDS.contains(&ident.as_str()) => format!("{ident}_"),
+            Dialect::TypeScript if TYPESCRIPT_RESERVED.contains(&ident.as_str()) => {
+                format!("{ident}_")
+            }
+            _ => ident,
         };
         if let Some((_, other)) = self.taken.iter().find(|(i, _)| *i == ident) {
             return Err(GenerateError::Clash {
@@ -586,6 +663,70 @@ const RUST_KEYWORDS: [&str; 38] = [
     "extern", "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move",
     "mut", "pub", "ref", "return", "static", "struct", "super", "trait", "true", "type", "unsafe",
     "use", "where", "while", "yield",
+];
+
+const PYTHON_KEYWORDS: [&str; 38] = [
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield", "match", "case", "type",
+];
+
+/// Reserved words of JavaScript and TypeScript (strict mode), and names a class's static side
+/// already has.
+const TYPESCRIPT_RESERVED: [&str; 52] = [
+    "break",
+    "case",
+    "catch",
+    "class",
+    "const",
+    "continue",
+    "debugger",
+    "default",
+    "delete",
+    "do",
+    "else",
+    "enum",
+    "export",
+    "extends",
+    "false",
+    "finally",
+    "for",
+    "function",
+    "if",
+    "import",
+    "in",
+    "instanceof",
+    "new",
+    "null",
+    "return",
+    "super",
+    "switch",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typeof",
+    "var",
+    "void",
+    "while",
+    "with",
+    "as",
+    "implements",
+    "interface",
+    "let",
+    "package",
+    "private",
+    "protected",
+    "public",
+    "static",
+    "yield",
+    "any",
+    "number",
+    "string",
+    "name",
+    "length",
+    "prototype",
 ];
 
 /// `successRate` → `success_rate`, `HTTPRoute` → `http_route`, `my-phase` → `my_phase`.
@@ -635,7 +776,7 @@ pub fn pascal_case(name: &str) -> String {
         .collect()
 }
 
-fn plural_of(single: &str) -> String {
+pub(crate) fn plural_of(single: &str) -> String {
     if single.ends_with('s')
         || single.ends_with('x')
         || single.ends_with("ch")
@@ -653,7 +794,7 @@ fn plural_of(single: &str) -> String {
     }
 }
 
-fn version_of(api_version: &str) -> &str {
+pub(crate) fn version_of(api_version: &str) -> &str {
     api_version.rsplit('/').next().unwrap_or(api_version)
 }
 

@@ -1,7 +1,7 @@
 // AutoRoute's Ready phase: stay Ready while `status.syncedDeployments` are the Deployments the
 // route selects and its routes (Services, VirtualServices, Gateway) are as Syncing made them; go
 // back to Syncing when either differs (a new or removed Deployment, or a route edited by hand).
-import { compareText, exportPhase, Outcome, PhaseWorker } from '@wasmpilot/guest';
+import { compareText, exportPhase } from '@wasmpilot/guest';
 
 import {
   AutoRoute,
@@ -11,16 +11,23 @@ import {
   routableDeployments,
   routeDifferences,
 } from '../../shared/index.js';
+import { ReadyOutcome, ReadyWorker } from '../../shared/phases.js';
 
 /** Compares `status.syncedDeployments` with the Deployments the route selects now, and the
  * route's own objects (inputs `services`, `virtualservices`, `gateways`, declared `owned`)
- * with the ones Syncing would apply. */
-export class Ready extends PhaseWorker {
+ * with the ones Syncing would apply.
+ * @extends {ReadyWorker<AutoRoute>} */
+export class Ready extends ReadyWorker {
   static resourceType = AutoRoute;
 
-  sync(ctx, route, inputs) {
+  /**
+   * @param {import('@wasmpilot/guest').Context} ctx
+   * @param {AutoRoute} route
+   * @param {import('../../shared/phases.js').ReadyInputs} inputs
+   */
+  decide(ctx, route, inputs) {
     // Only the Deployments the route selects: the host applies spec.deploymentSelector.
-    const deployments = inputs.list('deployments', Deployment);
+    const deployments = inputs.deployments(Deployment);
     const routable = routableDeployments(deployments);
     const actual = deploymentNames(deployments);
     const synced = [...route.syncedDeployments].sort(compareText);
@@ -30,22 +37,22 @@ export class Ready extends PhaseWorker {
         added: actual.filter((d) => !synced.includes(d)).join(','),
         removed: synced.filter((d) => !actual.includes(d)).join(','),
       });
-      return Outcome.next('Syncing');
+      return ReadyOutcome.syncing();
     }
 
     const desired = desiredRoutes(route.name ?? '', route.namespace, routable);
     const differences = routeDifferences(
       desired,
-      inputs.list('services'),
-      inputs.list('virtualservices'),
-      inputs.list('gateways'),
+      inputs.services(),
+      inputs.virtualservices(),
+      inputs.gateways(),
     );
     if (differences.length === 0) {
       ctx.debug('routes are up to date', { deployments: actual.length });
-      return Outcome.next('Ready');
+      return ReadyOutcome.stay();
     }
     ctx.info('routes differ from what Syncing applies, syncing again', { differences: differences.join('; ') });
-    return Outcome.next('Syncing');
+    return ReadyOutcome.syncing();
   }
 }
 

@@ -1,6 +1,6 @@
 // AutoRoute's Syncing phase: the Service, VirtualService and Gateway that route ingress
 // traffic to every selected Deployment, then `Ready`.
-import { exportPhase, Outcome, PhaseWorker, WorkerError } from '@wasmpilot/guest';
+import { exportPhase, WorkerError } from '@wasmpilot/guest';
 
 import {
   AutoRoute,
@@ -10,16 +10,23 @@ import {
   hostname,
   routableDeployments,
 } from '../../shared/index.js';
+import { SyncingOutcome, SyncingWorker } from '../../shared/phases.js';
 
 /** Builds the outputs for the routable Deployments: per Deployment a Service and a
  * VirtualService `<deployment>.<route>`, plus one Gateway `<route>` for hosts `*.<route>` on
- * the Istio ingress gateway. */
-export class Syncing extends PhaseWorker {
+ * the Istio ingress gateway.
+ * @extends {SyncingWorker<AutoRoute>} */
+export class Syncing extends SyncingWorker {
   static resourceType = AutoRoute;
 
-  sync(ctx, route, inputs) {
+  /**
+   * @param {import('@wasmpilot/guest').Context} ctx
+   * @param {AutoRoute} route
+   * @param {import('../../shared/phases.js').SyncingInputs} inputs
+   */
+  decide(ctx, route, inputs) {
     // Only the Deployments the route selects: the host applies spec.deploymentSelector.
-    const deployments = inputs.list('deployments', Deployment);
+    const deployments = inputs.deployments(Deployment);
     if (route.name === undefined) throw WorkerError.fatal('the AutoRoute has no metadata.name');
     const routable = routableDeployments(deployments);
     ctx.info('selected deployments', { route: route.name, selected: deployments.length, routable: routable.length });
@@ -32,8 +39,8 @@ export class Syncing extends PhaseWorker {
         port: deployment.port,
       });
     }
-    const outcome = Outcome.next('Ready').output(routes.gateway);
-    routes.services.forEach((service, index) => outcome.output(service).output(routes.virtualServices[index]));
+    const outcome = SyncingOutcome.ready().gateway(routes.gateway);
+    routes.services.forEach((service, index) => outcome.service(service).virtualService(routes.virtualServices[index]));
 
     ctx.info('ensuring the gateway, services and virtual services', {
       gateway: route.name,

@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from phases import Service
 from wasmpilot_guest.outcome import to_json
+from wasmpilot_guest.typed import ObjectMeta
 
 from .routable import RoutableDeployment
 
@@ -22,7 +24,7 @@ class Routes:
     Service and a VirtualService, as JSON objects."""
 
     gateway: dict[str, Any]
-    services: list[dict[str, Any]]
+    services: list[Service]
     virtual_services: list[dict[str, Any]]
 
 
@@ -42,9 +44,9 @@ def hostname(deployment: RoutableDeployment, route_name: str) -> str:
     return f"{deployment.name}.{route_name}"
 
 
-def service(deployment: RoutableDeployment, namespace: Optional[str]) -> dict[str, Any]:
+def service(deployment: RoutableDeployment, namespace: Optional[str]) -> Service:
     """A Service named after the Deployment, port `http`, selecting the Deployment's pods."""
-    metadata: dict[str, Any] = {"name": deployment.name}
+    metadata: ObjectMeta = {"name": deployment.name}
     if namespace is not None:
         metadata["namespace"] = namespace
     return {

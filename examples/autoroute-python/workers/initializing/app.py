@@ -2,16 +2,17 @@
 
 import wasmpilot_guest as guest
 from autoroute import AutoRoute
+from phases import InitializingInputs, InitializingOutcome, InitializingWorker
 
 
-class Initializing(guest.PhaseWorker):
+class Initializing(InitializingWorker[AutoRoute]):
     """Moves a new AutoRoute to `Syncing`, telling the user that processing has started."""
 
     resource_type = AutoRoute
 
-    def sync(self, ctx: guest.Context, route: AutoRoute, inputs: guest.Inputs) -> guest.Outcome:
+    def decide(self, ctx: guest.Context, route: AutoRoute, inputs: InitializingInputs) -> InitializingOutcome:
         ctx.info("new AutoRoute, starting to sync", route=route.name or "")
-        return guest.Outcome.next("Syncing")
+        return InitializingOutcome.syncing()
 
 
 PhaseWorker = guest.export_phase(Initializing)

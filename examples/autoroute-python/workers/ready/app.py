@@ -11,18 +11,19 @@ from autoroute import (
     routable_deployments,
     route_differences,
 )
+from phases import ReadyInputs, ReadyOutcome, ReadyWorker
 
 
-class Ready(guest.PhaseWorker):
+class Ready(ReadyWorker[AutoRoute]):
     """Compares `status.syncedDeployments` with the Deployments the route selects now, and the
     route's own objects (inputs `services`, `virtualservices`, `gateways`, declared `owned`)
     with the ones Syncing would apply."""
 
     resource_type = AutoRoute
 
-    def sync(self, ctx: guest.Context, route: AutoRoute, inputs: guest.Inputs) -> guest.Outcome:
+    def decide(self, ctx: guest.Context, route: AutoRoute, inputs: ReadyInputs) -> ReadyOutcome:
         # Only the Deployments the route selects: the host applies spec.deploymentSelector.
-        deployments = inputs.list("deployments", Deployment)
+        deployments = inputs.deployments(Deployment)
         routable = routable_deployments(deployments)
         actual = deployment_names(deployments)
         synced = sorted(route.synced_deployments)
@@ -35,23 +36,23 @@ class Ready(guest.PhaseWorker):
                 added=",".join(added),
                 removed=",".join(removed),
             )
-            return guest.Outcome.next("Syncing")
+            return ReadyOutcome.syncing()
 
         desired = desired_routes(route.name or "", route.namespace, routable)
         differences = route_differences(
             desired,
-            inputs.list("services"),
-            inputs.list("virtualservices"),
-            inputs.list("gateways"),
+            inputs.services(),
+            inputs.virtualservices(),
+            inputs.gateways(),
         )
         if not differences:
             ctx.debug("routes are up to date", deployments=len(actual))
-            return guest.Outcome.next("Ready")
+            return ReadyOutcome.stay()
         ctx.info(
             "routes differ from what Syncing applies, syncing again",
             differences="; ".join(differences),
         )
-        return guest.Outcome.next("Syncing")
+        return ReadyOutcome.syncing()
 
 
 PhaseWorker = guest.export_phase(Ready)

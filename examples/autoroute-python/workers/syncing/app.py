@@ -3,18 +3,19 @@ traffic to every selected Deployment, then `Ready`."""
 
 import wasmpilot_guest as guest
 from autoroute import AutoRoute, Deployment, deployment_names, desired_routes, hostname, routable_deployments
+from phases import SyncingInputs, SyncingOutcome, SyncingWorker
 
 
-class Syncing(guest.PhaseWorker):
+class Syncing(SyncingWorker[AutoRoute]):
     """Builds the outputs for the routable Deployments: per Deployment a Service and a
     VirtualService `<deployment>.<route>`, plus one Gateway `<route>` for hosts `*.<route>` on
     the Istio ingress gateway."""
 
     resource_type = AutoRoute
 
-    def sync(self, ctx: guest.Context, route: AutoRoute, inputs: guest.Inputs) -> guest.Outcome:
+    def decide(self, ctx: guest.Context, route: AutoRoute, inputs: SyncingInputs) -> SyncingOutcome:
         # Only the Deployments the route selects: the host applies spec.deploymentSelector.
-        deployments = inputs.list("deployments", Deployment)
+        deployments = inputs.deployments(Deployment)
         if route.name is None:
             raise guest.WorkerError.fatal("the AutoRoute has no metadata.name")
         routable = routable_deployments(deployments)
@@ -33,9 +34,9 @@ class Syncing(guest.PhaseWorker):
                 hostname=hostname(deployment, route.name),
                 port=deployment.port,
             )
-        outcome = guest.Outcome.next("Ready").output(routes.gateway)
+        outcome = SyncingOutcome.ready().gateway(routes.gateway)
         for service, virtual_service in zip(routes.services, routes.virtual_services):
-            outcome.output(service).output(virtual_service)
+            outcome.service(service).virtual_service(virtual_service)
 
         ctx.info(
             "ensuring the gateway, services and virtual services",
