@@ -8,7 +8,9 @@
 # Rust: `cargo publish --dry-run` of wasmpilot-selection and wasmpilot-guest (packages both, then
 # builds each packaged crate on its own, the guest against the packaged selection crate), and
 # the .crate files' contents. Python: `python -m build` with the pinned toolchain venv (sdist,
-# then the wheel built from the sdist), the wheel installed with `pip --target` and imported.
+# then the wheel built from the sdist, both holding the PEP 561 marker py.typed), the wheel
+# installed with `pip --target` and imported, and into a scratch venv where `mypy --strict`
+# reads its types.
 # JavaScript: `npm pack`, every file package.json's types/exports/imports name is in the tarball,
 # which is installed into a scratch project and imported. Every package carries the WIT package's
 # version (guest-sdk/tests/packaging.rs checks the sources; here the built file names).
@@ -95,11 +97,16 @@ mapfile -t package < <(files_under guest-sdk-python/src/wasmpilot_guest | grep -
 mapfile -t in_wheel < <(printf '%s\n' "${package[@]}" | prefixed wasmpilot_guest/)
 mapfile -t in_sdist < <(printf '%s\n' "${package[@]}" | prefixed src/wasmpilot_guest/)
 "$GUEST_PY_VENV/bin/python" -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))' "$wheel" >"$work/wheel.files"
+# py.typed named on its own: without it in the sources the listing above would not ask for it,
+# and without it in the wheel mypy ignores the installed package's types (PEP 561).
+expect "$work/wheel.files" "$(basename "$wheel") (py.typed: the PEP 561 marker mypy needs)" \
+  wasmpilot_guest/py.typed
 expect "$work/wheel.files" "$(basename "$wheel")" "${in_wheel[@]}" \
   "wasmpilot_guest-$version.dist-info/METADATA"
 refuse "$work/wheel.files" "$(basename "$wheel")" '^(tests?|src)/|__pycache__'
 tar -tzf "$sdist" | sed "s|^wasmpilot_guest-$version/||" >"$work/sdist.files"
-expect "$work/sdist.files" "$(basename "$sdist")" pyproject.toml README.md PKG-INFO "${in_sdist[@]}"
+expect "$work/sdist.files" "$(basename "$sdist")" pyproject.toml README.md PKG-INFO \
+  src/wasmpilot_guest/py.typed "${in_sdist[@]}"
 # As an author outside the repository: the wheel into a directory `wasmpilot build` reads
 # (WASMPILOT_PYTHON_SDK), imported from there.
 "$GUEST_PY_VENV/bin/python" -m pip install --quiet --no-deps --no-index --target "$work/python-sdk" "$wheel"
@@ -108,6 +115,32 @@ import sys, wasmpilot_guest
 assert wasmpilot_guest.__file__.startswith(sys.argv[1]), wasmpilot_guest.__file__
 from wasmpilot_guest import Outcome, PhaseWorker, export_phase
 ' "$work/python-sdk") || fail "the installed wheel does not import"
+# As mypy sees it installed in an author's environment (a scratch venv): its types are read
+# (py.typed), so `mypy --strict` passes on a worker using it and names a wrong use.
+python3 -m venv --without-pip "$work/author-venv"
+"$GUEST_PY_VENV/bin/python" -m pip --python "$work/author-venv/bin/python" install --quiet --no-deps --no-index "$wheel"
+mkdir -p "$work/mypy-author"
+cat >"$work/mypy-author/worker.py" <<'PY'
+import wasmpilot_guest as guest
+
+
+class Stays(guest.PhaseWorker):
+    def sync(self, ctx: guest.Context, resource: object, inputs: guest.Inputs) -> guest.Outcome:
+        return guest.Outcome.next("Ready")
+PY
+mypy_author() {
+  (cd "$work/mypy-author" && "$GUEST_PY_VENV/bin/python" -m mypy --strict --no-incremental \
+    --python-executable "$work/author-venv/bin/python" worker.py 2>&1)
+}
+said="$(mypy_author)" || fail "mypy --strict on a worker using the installed wheel failed (are its types read? py.typed):
+$said"
+sed -i 's/guest.Outcome.next("Ready")/guest.Outcome.next(3)/' "$work/mypy-author/worker.py"
+if said="$(mypy_author)"; then
+  fail "mypy --strict passed a worker calling Outcome.next(3): the installed wheel's types are not read"
+fi
+grep -q 'Argument 1 to "next" of "Outcome" has incompatible type "int"' <<<"$said" ||
+  fail "mypy --strict did not name the wrong argument to Outcome.next:
+$said"
 
 step "JavaScript: npm pack guest-sdk-js"
 (cd guest-sdk-js && npm pack --silent --pack-destination "$out/js") >/dev/null
