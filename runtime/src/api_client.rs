@@ -75,6 +75,23 @@ impl Connection {
         Ok(Connection { config, http })
     }
 
+    /// Sends `agent` as every request's `User-Agent` (the API server's audit log records it:
+    /// which replica of the host made a write).
+    pub fn with_user_agent(mut self, agent: &str) -> Self {
+        match axum::http::HeaderValue::from_str(agent) {
+            Ok(value) => {
+                self.config
+                    .headers
+                    .retain(|(n, _)| n != axum::http::header::USER_AGENT);
+                self.config
+                    .headers
+                    .push((axum::http::header::USER_AGENT, value));
+            }
+            Err(_) => tracing::warn!(agent, "not a valid User-Agent header value; sending none"),
+        }
+        self
+    }
+
     /// A client acting as the configured identity (the host's).
     pub fn client(&self) -> Result<Client, kube::Error> {
         self.client_for(self.config.clone())

@@ -61,8 +61,17 @@ pub struct RunArgs {
     #[arg(long, env = "WASMPILOT_WORKER_MEMORY_BUDGET_MIB")]
     worker_memory_budget_mib: Option<usize>,
     /// Run controllers only while holding a Lease, so several replicas can run (one active).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "shard")]
     leader_elect: bool,
+    /// Share the work with the other replicas run with --shard: each operator's resources fall
+    /// into --buckets buckets by namespace, each a Lease (in --leader-election-namespace) that
+    /// replicas acquire and renew, balanced by the resources in them; a replica reconciles only
+    /// in the buckets it holds.
+    #[arg(long)]
+    shard: bool,
+    /// Buckets per operator with --shard (every replica must use the same number).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    buckets: u32,
     /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else `default`).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     leader_election_namespace: String,
@@ -178,9 +187,14 @@ where
 
 /// Runs the host until SIGTERM or SIGINT (or, under leader election, until leadership is lost).
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
     let connection = crate::api_client::Connection::infer()
         .await
-        .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+        .context("connecting to the cluster (KUBECONFIG or in-cluster)")?
+        .with_user_agent(&format!(
+            "wasmpilot-host/{} ({identity})",
+            env!("CARGO_PKG_VERSION")
+        ));
     let client = connection
         .client()
         .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
@@ -259,6 +273,35 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let signal = termination().await;
         tracing::info!(signal, "shutting down");
     };
+    if args.shard {
+        let timing = LeaseTiming {
+            lease_duration: args.lease_duration,
+            renew_every: args.lease_duration / 3,
+            retry_every: (args.lease_duration / 5).max(Duration::from_millis(500)),
+        };
+        let sharding = Arc::new(crate::controller::buckets::Sharding::new(
+            client.clone(),
+            &args.leader_election_namespace,
+            &identity,
+            args.buckets,
+            timing,
+        ));
+        tracing::info!(%identity, buckets = args.buckets, namespace = %args.leader_election_namespace, "sharded: reconciling the buckets this replica holds");
+        crate::metrics::METRICS.leader.set(1);
+        let leases = tokio::spawn(sharding.clone().run());
+        let result = Manager::new(client, identities, modules)
+            .with_egress(egress)
+            .with_prometheus(args.prometheus_url.clone())
+            .with_record_sink(record_sink)
+            .with_input_requeue(input_requeue)
+            .with_sharding(Some(sharding.clone()))
+            .run(shutdown)
+            .await;
+        // The controllers have stopped (in-flight reconciles finished): hand every bucket over.
+        leases.abort();
+        sharding.release_all().await;
+        return result;
+    }
     if !args.leader_elect {
         crate::metrics::METRICS.leader.set(1);
         return Manager::new(client, identities, modules)
@@ -269,7 +312,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .run(shutdown)
             .await;
     }
-    let identity = args.identity.clone().unwrap_or_else(default_identity);
     let timing = LeaseTiming {
         lease_duration: args.lease_duration,
         renew_every: args.lease_duration / 3,

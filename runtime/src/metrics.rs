@@ -61,6 +61,11 @@ pub struct ShadowLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperatorLabels {
+    pub operator: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LoadLabels {
     pub operator: String,
     pub reason: String,
@@ -87,6 +92,10 @@ pub struct Metrics {
     pub phase_oldest_entered: Family<PhaseStateLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// 1 while this host reconciles (the leader, or a host without `--leader-elect`), else 0.
     pub leader: Gauge,
+    /// Bucket Leases this replica holds per operator (`--shard`).
+    pub buckets_held: Family<OperatorLabels, Gauge>,
+    /// Reconciles this replica skipped because another replica holds the resource's bucket.
+    pub reconciles_not_held: Family<OperatorLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -184,8 +193,22 @@ impl Metrics {
             "1 while this host reconciles (the leader, or a host without --leader-elect), else 0",
             leader.clone(),
         );
+        let buckets_held = Family::<OperatorLabels, Gauge>::default();
+        registry.register(
+            "buckets_held",
+            "Bucket Leases this replica holds per operator (--shard): it reconciles only their resources",
+            buckets_held.clone(),
+        );
+        let reconciles_not_held = Family::<OperatorLabels, Counter>::default();
+        registry.register(
+            "reconciles_not_held",
+            "Reconciles skipped because the resource's bucket is held by another replica (--shard)",
+            reconciles_not_held.clone(),
+        );
         Metrics {
             registry,
+            buckets_held,
+            reconciles_not_held,
             resources,
             phase_oldest_entered,
             leader,

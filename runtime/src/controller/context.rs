@@ -60,6 +60,9 @@ pub struct OperatorContext {
     /// The resource versions this host's own status writes produced (their watch events wake
     /// nothing).
     pub own_writes: OwnWrites,
+    /// With `--shard`: the buckets of this operator this replica holds (it reconciles only
+    /// their resources); `None`: every resource.
+    pub shard: Option<Arc<crate::controller::buckets::OperatorShard>>,
 }
 
 /// Which resources a change of a (non-owned) input object requeues.

@@ -295,6 +295,8 @@ pub struct Manager {
     record_sink: Option<RecordSink>,
     /// Which resources an input object's change requeues (the same for every operator).
     input_requeue: crate::controller::context::InputRequeue,
+    /// With `--shard`: the buckets this replica holds.
+    sharding: Option<Arc<crate::controller::buckets::Sharding>>,
 }
 
 /// What the WasmOperator reconciles share.
@@ -314,6 +316,7 @@ pub(super) struct ManagerContext {
     informers: crate::controller::informers::Informers,
     record_sink: Option<RecordSink>,
     input_requeue: crate::controller::context::InputRequeue,
+    sharding: Option<Arc<crate::controller::buckets::Sharding>>,
     /// When to try loading an operator again, per operator: doubling up to [`LOAD_RETRY`].
     retries: Backoff,
     /// The WasmOperators as watched: a load finishing after its operator was deleted is dropped.
@@ -334,7 +337,17 @@ impl Manager {
             metrics_source: crate::controller::context::MetricsSource::default(),
             record_sink: None,
             input_requeue: Default::default(),
+            sharding: None,
         }
+    }
+
+    /// Reconciles only the resources in buckets this replica holds (`--shard`).
+    pub fn with_sharding(
+        mut self,
+        sharding: Option<Arc<crate::controller::buckets::Sharding>>,
+    ) -> Self {
+        self.sharding = sharding;
+        self
     }
 
     /// Records every decision of every operator to `sink`.
@@ -383,6 +396,7 @@ impl Manager {
             metrics_source: self.metrics_source,
             record_sink: self.record_sink,
             input_requeue: self.input_requeue,
+            sharding: self.sharding,
             retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
             operators,
             first_listing_done: AtomicBool::new(false),
@@ -941,6 +955,7 @@ impl ManagerContext {
             shadows,
             input_requeue: self.input_requeue,
             own_writes: Default::default(),
+            shard: self.sharding.as_ref().map(|s| s.operator(name)),
         };
         Ok((Arc::new(ctx), digests, reach))
     }

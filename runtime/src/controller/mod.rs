@@ -2,8 +2,10 @@
 //! controller per operator over shared `informers` (requeueing the resources a change concerns),
 //! `schedule` paces retries, `reconcile` runs one [`crate::pipeline`] step on the cluster
 //! (`cluster_effects`, its `own_writes` waking nothing), `live_evidence` hands its worker call to
-//! the record sink and the `shadow` lane, `leader` elects the active host.
+//! the record sink and the `shadow` lane, `leader` elects the active host, `buckets` shares
+//! the resources among active replicas.
 
+pub mod buckets;
 pub mod cluster_effects;
 pub mod context;
 pub mod finalizer;

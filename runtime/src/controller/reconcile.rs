@@ -23,6 +23,23 @@ pub async fn reconcile(
     obj: Arc<DynamicObject>,
     ctx: Arc<OperatorContext>,
 ) -> Result<Action, ReconcileError> {
+    // Sharded: only the replica holding the resource's bucket touches it; the others wait for
+    // a change (gaining the bucket reconciles everything this replica watches).
+    let _bucket = match &ctx.shard {
+        Some(shard) => match shard.enter(&obj) {
+            Some(guard) => Some(guard),
+            None => {
+                crate::metrics::METRICS
+                    .reconciles_not_held
+                    .get_or_create(&crate::metrics::OperatorLabels {
+                        operator: ctx.definition.name.clone(),
+                    })
+                    .inc();
+                return Ok(Action::await_change());
+            }
+        },
+        None => None,
+    };
     let span = tracing::info_span!(
         "reconcile",
         operator = %ctx.definition.name,

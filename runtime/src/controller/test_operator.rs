@@ -99,5 +99,6 @@ pub fn operator_context(
         shadows: None,
         input_requeue: Default::default(),
         own_writes: Default::default(),
+        shard: None,
     }
 }

@@ -39,6 +39,12 @@ pub async fn run(
             async move { !own.own_writes.is_own(uid, rv).await }
         });
     let mut controller = Controller::for_stream_with(changes, owners.clone(), resource.clone());
+    if let Some(shard) = &ctx.shard {
+        // A bucket gained: reconcile what this replica watches (those of buckets it does not
+        // hold return at once).
+        shard.attach_store(owners.clone());
+        controller = controller.reconcile_all_on(shard.gains());
+    }
 
     let input_kinds: BTreeSet<KindRef> = ctx.inputs.kinds().cloned().collect();
     // Every informer of a kind (one per projection): a change one projection hides, another

@@ -1,0 +1,836 @@
+//! Active-active replicas: each operator's resources fall into buckets by namespace, each bucket a
+//! `coordination.k8s.io` Lease; a replica reconciles only in the buckets it holds, balanced by weight.
+//!
+//! Every replica renews a member Lease and, each tick, computes the same assignment from the
+//! Leases it lists ([`assign`]: current holders keep their buckets up to a fair share of the
+//! weight, the rest go to the least loaded member), acquires what it is assigned and is free,
+//! and releases what it holds but is no longer assigned — after closing the bucket to new
+//! reconciles and waiting for the ones in flight. Writes are conditional on the Lease's
+//! resourceVersion, so two replicas never both acquire one bucket.
+
+use crate::controller::leader::LeaseTiming;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{DynamicObject, ListParams, ObjectMeta, PostParams};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// Label on every Lease of this scheme: `bucket` or `member`.
+pub const LEASE_ROLE_LABEL: &str = "wasmpilot.io/lease";
+/// Label on a bucket Lease: its bucket number.
+pub const BUCKET_LABEL: &str = "wasmpilot.io/bucket";
+/// Label on a member Lease: the number of buckets per operator that replica uses (replicas
+/// using different numbers would split resources differently; they refuse to acquire).
+pub const BUCKETS_LABEL: &str = "wasmpilot.io/buckets";
+/// Annotation on a bucket Lease: the resources in the bucket when its holder last renewed.
+pub const WEIGHT_ANNOTATION: &str = "wasmpilot.io/resources";
+/// Annotation on a bucket Lease: the operator's full name (its label may be cut).
+pub const OPERATOR_ANNOTATION: &str = "wasmpilot.io/operator";
+
+/// The bucket of a resource: FNV-1a of its namespace (so a resource, its inputs and outputs
+/// stay together), of its name when cluster-scoped; the same on every replica and platform.
+pub fn bucket_of(namespace: Option<&str>, name: &str, buckets: u32) -> u32 {
+    let key = namespace.unwrap_or(name);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (hash % u64::from(buckets.max(1))) as u32
+}
+
+/// A short stable digest of a name, for Lease names and label values that must stay short.
+fn digest8(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(text.as_bytes())[..4])
+}
+
+/// `text` as a DNS label part: lowercase alphanumerics and `-`, at most `max` bytes, plus a
+/// digest when anything was changed or cut, so distinct inputs stay distinct.
+fn dns_part(text: &str, max: usize) -> String {
+    let clean: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let clean = clean.trim_matches('-').to_string();
+    if clean == text && clean.len() <= max && !clean.is_empty() {
+        clean
+    } else {
+        let keep: String = clean.chars().take(max.saturating_sub(9)).collect();
+        format!("{}-{}", keep.trim_end_matches('-'), digest8(text))
+            .trim_start_matches('-')
+            .to_string()
+    }
+}
+
+/// The Lease of bucket `bucket` of `operator`.
+pub fn bucket_lease_name(operator: &str, bucket: u32) -> String {
+    format!("wasmpilot-{}-b{bucket}", dns_part(operator, 40))
+}
+
+/// The member Lease of replica `identity`.
+pub fn member_lease_name(identity: &str) -> String {
+    format!("wasmpilot-member-{}", dns_part(identity, 60))
+}
+
+/// A label value naming `operator` (cut with a digest beyond 63 bytes).
+fn operator_label_value(operator: &str) -> String {
+    if operator.len() <= 63 {
+        operator.to_string()
+    } else {
+        dns_part(operator, 63)
+    }
+}
+
+/// One bucket as every replica sees it in the Lease listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BucketView {
+    pub bucket: u32,
+    /// Resources in it, as its last holder wrote.
+    pub weight: u64,
+    /// Its holder, if the Lease is unexpired and held by a live member.
+    pub holder: Option<String>,
+}
+
+/// Which member each bucket goes to (index = position in `buckets`). Deterministic for the same
+/// input, so every replica computes the same: each member's fair share is the total weight
+/// (each bucket counting one more than its resources) over the members; current holders keep
+/// their buckets, heaviest first, while they stay within 115 % of the share; every other
+/// bucket goes to the least loaded member (ties: first by name).
+pub fn assign(members: &[String], buckets: &[BucketView]) -> Vec<String> {
+    if members.is_empty() {
+        return Vec::new();
+    }
+    let mut members: Vec<&String> = members.iter().collect();
+    members.sort();
+    members.dedup();
+    let weight = |b: &BucketView| b.weight.saturating_add(1);
+    let total: u64 = buckets.iter().map(weight).sum();
+    let share = total as f64 / members.len() as f64;
+    let cap = share * 1.15;
+    let mut order: Vec<usize> = (0..buckets.len()).collect();
+    order.sort_by(|&a, &b| {
+        weight(&buckets[b])
+            .cmp(&weight(&buckets[a]))
+            .then(buckets[a].bucket.cmp(&buckets[b].bucket))
+    });
+    let mut load: BTreeMap<&String, u64> = members.iter().map(|m| (*m, 0)).collect();
+    let mut to: Vec<Option<&String>> = vec![None; buckets.len()];
+    for &i in &order {
+        let Some(holder) = buckets[i].holder.as_ref() else {
+            continue;
+        };
+        if let Some(l) = load.get_mut(holder) {
+            if (*l + weight(&buckets[i])) as f64 <= cap {
+                *l += weight(&buckets[i]);
+                to[i] = Some(holder);
+            }
+        }
+    }
+    for &i in &order {
+        if to[i].is_some() {
+            continue;
+        }
+        let least = members
+            .iter()
+            .min_by_key(|m| (load[*m], **m))
+            .copied()
+            .unwrap_or(members[0]);
+        if let Some(l) = load.get_mut(least) {
+            *l += weight(&buckets[i]);
+        }
+        to[i] = Some(least);
+    }
+    to.into_iter()
+        .map(|m| m.cloned().unwrap_or_default())
+        .collect()
+}
+
+/// One operator's buckets on this replica: which are open to reconciles, the reconciles in
+/// flight per bucket, and whom to tell when one is gained.
+pub struct OperatorShard {
+    operator: String,
+    buckets: u32,
+    state: Mutex<ShardState>,
+    /// The operator's resources as its controller watches them (the weights).
+    store: Mutex<Option<Store<DynamicObject>>>,
+    gained: Mutex<Vec<futures::channel::mpsc::UnboundedSender<()>>>,
+}
+
+#[derive(Default)]
+struct ShardState {
+    open: BTreeSet<u32>,
+    in_flight: HashMap<u32, usize>,
+}
+
+/// A reconcile in progress in a bucket; the bucket's release waits for it.
+pub struct BucketGuard {
+    shard: Arc<OperatorShard>,
+    bucket: u32,
+}
+
+impl Drop for BucketGuard {
+    fn drop(&mut self) {
+        let mut state = self.shard.lock();
+        if let Some(n) = state.in_flight.get_mut(&self.bucket) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+impl OperatorShard {
+    fn new(operator: &str, buckets: u32) -> Self {
+        OperatorShard {
+            operator: operator.to_string(),
+            buckets: buckets.max(1),
+            state: Mutex::default(),
+            store: Mutex::default(),
+            gained: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ShardState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn operator(&self) -> &str {
+        &self.operator
+    }
+
+    /// The bucket of a resource of this operator.
+    pub fn bucket(&self, obj: &DynamicObject) -> u32 {
+        bucket_of(obj.namespace().as_deref(), &obj.name_any(), self.buckets)
+    }
+
+    /// Admits a reconcile of `obj` if its bucket is open here; `None`: another replica's (or
+    /// nobody's yet), so this one must not touch it.
+    pub fn enter(self: &Arc<Self>, obj: &DynamicObject) -> Option<BucketGuard> {
+        let bucket = self.bucket(obj);
+        let mut state = self.lock();
+        if !state.open.contains(&bucket) {
+            return None;
+        }
+        *state.in_flight.entry(bucket).or_insert(0) += 1;
+        Some(BucketGuard {
+            shard: self.clone(),
+            bucket,
+        })
+    }
+
+    /// A stream that yields whenever this replica gains a bucket of the operator (its
+    /// controller then reconciles what it holds: the others are skipped at once).
+    pub fn gains(&self) -> futures::channel::mpsc::UnboundedReceiver<()> {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut gained = self.gained.lock().unwrap_or_else(|p| p.into_inner());
+        gained.retain(|s| !s.is_closed());
+        gained.push(tx);
+        rx
+    }
+
+    /// The controller's store of the operator's resources, for the buckets' weights.
+    pub fn attach_store(&self, store: Store<DynamicObject>) {
+        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(store);
+    }
+
+    /// Resources per bucket, from the controller's store.
+    fn weights(&self) -> Vec<u64> {
+        let mut weights = vec![0u64; self.buckets as usize];
+        if let Some(store) = self
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            for obj in store.state() {
+                if let Some(w) = weights.get_mut(self.bucket(&obj) as usize) {
+                    *w += 1;
+                }
+            }
+        }
+        weights
+    }
+
+    /// The buckets open to reconciles here.
+    pub fn open_buckets(&self) -> Vec<u32> {
+        self.lock().open.iter().copied().collect()
+    }
+
+    fn open(&self, bucket: u32) {
+        self.lock().open.insert(bucket);
+        let mut gained = self.gained.lock().unwrap_or_else(|p| p.into_inner());
+        gained.retain(|s| s.unbounded_send(()).is_ok());
+    }
+
+    /// Closes `bucket` to new reconciles; true once none is in flight there.
+    fn close(&self, bucket: u32) -> bool {
+        let mut state = self.lock();
+        state.open.remove(&bucket);
+        state.in_flight.get(&bucket).copied().unwrap_or(0) == 0
+    }
+
+    /// Closes `bucket` and waits (at most `grace`) for its reconciles in flight.
+    async fn drain(&self, bucket: u32, grace: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            if self.close(bucket) {
+                return true;
+            }
+            if start.elapsed() >= grace {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// This replica's side of the scheme: its identity, the operators it runs, the Leases it holds.
+pub struct Sharding {
+    api: Api<Lease>,
+    identity: String,
+    buckets: u32,
+    timing: LeaseTiming,
+    operators: Mutex<BTreeMap<String, Weak<OperatorShard>>>,
+    /// Bucket Leases held, per operator: bucket → when last renewed.
+    held: tokio::sync::Mutex<BTreeMap<String, BTreeMap<u32, Instant>>>,
+}
+
+impl Sharding {
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        identity: &str,
+        buckets: u32,
+        timing: LeaseTiming,
+    ) -> Self {
+        Sharding {
+            api: Api::namespaced(client, namespace),
+            identity: identity.to_string(),
+            buckets: buckets.max(1),
+            timing,
+            operators: Mutex::default(),
+            held: tokio::sync::Mutex::default(),
+        }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The shard of operator `name`: shared by its controllers (a swapped definition keeps it).
+    pub fn operator(&self, name: &str) -> Arc<OperatorShard> {
+        let mut operators = self.operators.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(shard) = operators.get(name).and_then(Weak::upgrade) {
+            return shard;
+        }
+        let shard = Arc::new(OperatorShard::new(name, self.buckets));
+        operators.insert(name.to_string(), Arc::downgrade(&shard));
+        shard
+    }
+
+    fn live_operators(&self) -> (Vec<Arc<OperatorShard>>, Vec<String>) {
+        let mut operators = self.operators.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = Vec::new();
+        let mut gone = Vec::new();
+        operators.retain(|name, shard| match shard.upgrade() {
+            Some(s) => {
+                live.push(s);
+                true
+            }
+            None => {
+                gone.push(name.clone());
+                false
+            }
+        });
+        (live, gone)
+    }
+
+    /// Renews, acquires and releases until dropped (the caller aborts it on shutdown, then
+    /// calls [`Sharding::release_all`]).
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.tick().await {
+                tracing::warn!(error = %e, "could not list or write bucket Leases; retrying");
+            }
+            tokio::time::sleep(self.timing.renew_every).await;
+        }
+    }
+
+    fn lease_expired(&self, spec: &LeaseSpec, now: jiff::Timestamp) -> bool {
+        let Some(MicroTime(renewed)) = spec.renew_time else {
+            return true;
+        };
+        let secs = spec
+            .lease_duration_seconds
+            .map(i64::from)
+            .unwrap_or(self.timing.lease_duration.as_secs() as i64);
+        renewed
+            .checked_add(jiff::SignedDuration::from_secs(secs))
+            .map(|until| until < now)
+            .unwrap_or(true)
+    }
+
+    fn duration_secs(&self) -> i32 {
+        i32::try_from(self.timing.lease_duration.as_secs()).unwrap_or(i32::MAX)
+    }
+
+    /// One round: member Lease renewed, then per operator the assignment computed and followed.
+    pub async fn tick(&self) -> Result<(), kube::Error> {
+        let now = jiff::Timestamp::now();
+        let leases = self
+            .api
+            .list(&ListParams::default().labels(LEASE_ROLE_LABEL))
+            .await?;
+        let by_name: HashMap<String, Lease> = leases
+            .items
+            .into_iter()
+            .map(|l| (l.name_any(), l))
+            .collect();
+        self.renew_member(by_name.get(&member_lease_name(&self.identity)), now)
+            .await?;
+        let mut members = vec![self.identity.clone()];
+        let mut mismatched = Vec::new();
+        for lease in by_name.values() {
+            if lease.labels().get(LEASE_ROLE_LABEL).map(String::as_str) != Some("member") {
+                continue;
+            }
+            let Some(spec) = &lease.spec else { continue };
+            let Some(holder) = spec.holder_identity.clone() else {
+                continue;
+            };
+            if holder == self.identity || self.lease_expired(spec, now) {
+                continue;
+            }
+            if lease.labels().get(BUCKETS_LABEL) != Some(&self.buckets.to_string()) {
+                mismatched.push(holder.clone());
+            }
+            members.push(holder);
+        }
+        members.sort();
+        if !mismatched.is_empty() {
+            tracing::error!(replicas = ?mismatched, buckets = self.buckets, "replicas use another number of buckets (--buckets): acquiring nothing until they agree");
+        }
+        let (live, gone) = self.live_operators();
+        for name in gone {
+            self.release_operator(&name, None).await;
+        }
+        for shard in live {
+            self.follow(&shard, &by_name, &members, mismatched.is_empty(), now)
+                .await;
+        }
+        Ok(())
+    }
+
+    async fn renew_member(
+        &self,
+        current: Option<&Lease>,
+        now: jiff::Timestamp,
+    ) -> Result<(), kube::Error> {
+        let name = member_lease_name(&self.identity);
+        let mut lease = current.cloned().unwrap_or_else(|| Lease {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: None,
+        });
+        let labels = lease.metadata.labels.get_or_insert_with(Default::default);
+        labels.insert(LEASE_ROLE_LABEL.into(), "member".into());
+        labels.insert(BUCKETS_LABEL.into(), self.buckets.to_string());
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(&self.identity) {
+            spec.holder_identity = Some(self.identity.clone());
+            spec.acquire_time = Some(MicroTime(now));
+        }
+        spec.renew_time = Some(MicroTime(now));
+        spec.lease_duration_seconds = Some(self.duration_secs());
+        let result = match current {
+            Some(_) => {
+                self.api
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await
+            }
+            None => self.api.create(&PostParams::default(), &lease).await,
+        };
+        match result {
+            Ok(_) => Ok(()),
+            // Written by our own previous round a moment ago: the next round renews it.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Follows the assignment for one operator's buckets.
+    async fn follow(
+        &self,
+        shard: &Arc<OperatorShard>,
+        leases: &HashMap<String, Lease>,
+        members: &[String],
+        may_acquire: bool,
+        now: jiff::Timestamp,
+    ) {
+        let weights = shard.weights();
+        let views: Vec<BucketView> = (0..self.buckets)
+            .map(|b| {
+                let lease = leases.get(&bucket_lease_name(&shard.operator, b));
+                let weight = lease
+                    .and_then(|l| l.annotations().get(WEIGHT_ANNOTATION))
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(0);
+                let holder = lease
+                    .and_then(|l| l.spec.as_ref())
+                    .filter(|s| !self.lease_expired(s, now))
+                    .and_then(|s| s.holder_identity.clone())
+                    .filter(|h| members.contains(h));
+                BucketView {
+                    bucket: b,
+                    weight,
+                    holder,
+                }
+            })
+            .collect();
+        let target = assign(members, &views);
+        let mut held = self.held.lock().await;
+        let mine = held.entry(shard.operator.clone()).or_default();
+        for view in &views {
+            let b = view.bucket;
+            let name = bucket_lease_name(&shard.operator, b);
+            let weight = weights.get(b as usize).copied().unwrap_or(0);
+            let assigned = target.get(b as usize) == Some(&self.identity);
+            let holding = mine.contains_key(&b);
+            if holding && view.holder.as_deref() != Some(&self.identity) {
+                // Our Lease expired or was taken: stop at once.
+                shard.close(b);
+                mine.remove(&b);
+                tracing::warn!(operator = %shard.operator, bucket = b, holder = ?view.holder, "lost a bucket Lease");
+                continue;
+            }
+            match (assigned, holding) {
+                (true, true) => match self
+                    .write(leases.get(&name), &shard.operator, b, weight, now)
+                    .await
+                {
+                    Ok(()) => {
+                        mine.insert(b, Instant::now());
+                    }
+                    Err(e) => {
+                        let stale = mine
+                            .get(&b)
+                            .is_none_or(|t| t.elapsed() >= self.timing.lease_duration * 2 / 3);
+                        if conflict(&e) || stale {
+                            shard.close(b);
+                            mine.remove(&b);
+                            tracing::warn!(operator = %shard.operator, bucket = b, error = %e, "could not renew a bucket Lease: stopped reconciling there");
+                        }
+                    }
+                },
+                (true, false) if may_acquire && view.holder.is_none() => {
+                    match self
+                        .write(leases.get(&name), &shard.operator, b, weight, now)
+                        .await
+                    {
+                        Ok(()) => {
+                            mine.insert(b, Instant::now());
+                            shard.open(b);
+                            tracing::info!(operator = %shard.operator, bucket = b, "acquired a bucket");
+                        }
+                        Err(e) if conflict(&e) => {}
+                        Err(e) => {
+                            tracing::warn!(operator = %shard.operator, bucket = b, error = %e, "could not acquire a bucket Lease")
+                        }
+                    }
+                }
+                (false, true) => {
+                    // Bounded, so the other Leases are renewed in time; still busy: next round.
+                    let grace = self.timing.renew_every.min(Duration::from_secs(2));
+                    if shard.drain(b, grace).await {
+                        self.release(leases.get(&name), weight).await;
+                        mine.remove(&b);
+                        tracing::info!(operator = %shard.operator, bucket = b, to = ?target.get(b as usize), "released a bucket");
+                    } else {
+                        // Reconciles still running: keep it (renewed, closed) and try again.
+                        let _ = self
+                            .write(leases.get(&name), &shard.operator, b, weight, now)
+                            .await;
+                    }
+                }
+                _ => {}
+            }
+        }
+        crate::metrics::METRICS
+            .buckets_held
+            .get_or_create(&crate::metrics::OperatorLabels {
+                operator: shard.operator.clone(),
+            })
+            .set(mine.len() as i64);
+    }
+
+    /// Creates, takes or renews bucket Lease `bucket` for this replica (conditional on the
+    /// resourceVersion listed), recording `weight`.
+    async fn write(
+        &self,
+        current: Option<&Lease>,
+        operator: &str,
+        bucket: u32,
+        weight: u64,
+        now: jiff::Timestamp,
+    ) -> Result<(), kube::Error> {
+        let name = bucket_lease_name(operator, bucket);
+        let mut lease = current.cloned().unwrap_or_else(|| Lease {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: None,
+        });
+        let labels = lease.metadata.labels.get_or_insert_with(Default::default);
+        labels.insert(LEASE_ROLE_LABEL.into(), "bucket".into());
+        labels.insert(crate::OPERATOR_LABEL.into(), operator_label_value(operator));
+        labels.insert(BUCKET_LABEL.into(), bucket.to_string());
+        let annotations = lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        annotations.insert(WEIGHT_ANNOTATION.into(), weight.to_string());
+        annotations.insert(OPERATOR_ANNOTATION.into(), operator.to_string());
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(&self.identity) {
+            spec.holder_identity = Some(self.identity.clone());
+            spec.acquire_time = Some(MicroTime(now));
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        spec.renew_time = Some(MicroTime(now));
+        spec.lease_duration_seconds = Some(self.duration_secs());
+        match current {
+            Some(_) => {
+                self.api
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await
+            }
+            None => self.api.create(&PostParams::default(), &lease).await,
+        }
+        .map(|_| ())
+    }
+
+    /// Gives a held bucket Lease up (holder cleared, weight kept for the next holder).
+    async fn release(&self, current: Option<&Lease>, weight: u64) {
+        let Some(mut lease) = current.cloned() else {
+            return;
+        };
+        let name = lease.name_any();
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(WEIGHT_ANNOTATION.into(), weight.to_string());
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(&self.identity) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        if let Err(e) = self
+            .api
+            .replace(&name, &PostParams::default(), &lease)
+            .await
+        {
+            tracing::warn!(lease = %name, error = %e, "could not release a bucket Lease (it expires)");
+        }
+    }
+
+    /// Releases every bucket of `operator` this replica holds (after draining, when its shard
+    /// is still alive), e.g. when the operator stops.
+    async fn release_operator(&self, operator: &str, shard: Option<&Arc<OperatorShard>>) {
+        let buckets: Vec<u32> = {
+            let mut held = self.held.lock().await;
+            held.remove(operator)
+                .map(|m| m.into_keys().collect())
+                .unwrap_or_default()
+        };
+        for b in buckets {
+            if let Some(shard) = shard {
+                shard.drain(b, self.timing.renew_every).await;
+            }
+            let name = bucket_lease_name(operator, b);
+            if let Ok(Some(lease)) = self.api.get_opt(&name).await {
+                let weight = lease
+                    .annotations()
+                    .get(WEIGHT_ANNOTATION)
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(0);
+                self.release(Some(&lease), weight).await;
+            }
+        }
+        crate::metrics::METRICS
+            .buckets_held
+            .remove(&crate::metrics::OperatorLabels {
+                operator: operator.to_string(),
+            });
+    }
+
+    /// On shutdown, after the controllers stopped: every bucket released and the member Lease
+    /// deleted, so the other replicas take over at once rather than after the Lease duration.
+    pub async fn release_all(&self) {
+        let (live, gone) = self.live_operators();
+        for shard in &live {
+            self.release_operator(&shard.operator, Some(shard)).await;
+        }
+        for name in gone {
+            self.release_operator(&name, None).await;
+        }
+        let held: Vec<String> = self.held.lock().await.keys().cloned().collect();
+        for name in held {
+            self.release_operator(&name, None).await;
+        }
+        let _ = self
+            .api
+            .delete(&member_lease_name(&self.identity), &Default::default())
+            .await;
+        tracing::info!(identity = %self.identity, "released every bucket");
+    }
+}
+
+fn conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn views(weights: &[u64], holders: &[Option<&str>]) -> Vec<BucketView> {
+        weights
+            .iter()
+            .zip(holders)
+            .enumerate()
+            .map(|(i, (w, h))| BucketView {
+                bucket: i as u32,
+                weight: *w,
+                holder: h.map(str::to_string),
+            })
+            .collect()
+    }
+
+    fn members(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn loads(target: &[String], buckets: &[BucketView]) -> BTreeMap<String, u64> {
+        let mut load = BTreeMap::new();
+        for (m, b) in target.iter().zip(buckets) {
+            *load.entry(m.clone()).or_insert(0) += b.weight + 1;
+        }
+        load
+    }
+
+    #[test]
+    fn buckets_follow_the_namespace_and_are_stable() {
+        let b = bucket_of(Some("team-a"), "r1", 16);
+        assert_eq!(
+            b,
+            bucket_of(Some("team-a"), "r2", 16),
+            "same namespace, same bucket"
+        );
+        assert!(b < 16);
+        // FNV-1a of "team-a", computed by hand: the hash must not change between releases
+        // (replicas of two versions must agree during a rollout).
+        assert_eq!(
+            bucket_of(Some("a"), "x", 1_000_000),
+            (0xaf63_dc4c_8601_ec8c_u64 % 1_000_000) as u32
+        );
+        assert_eq!(
+            bucket_of(None, "cluster-thing", 16),
+            bucket_of(Some("cluster-thing"), "other", 16)
+        );
+        let spread: BTreeSet<u32> = (0..200)
+            .map(|i| bucket_of(Some(&format!("ns-{i}")), "r", 16))
+            .collect();
+        assert_eq!(spread.len(), 16, "200 namespaces reach every bucket");
+    }
+
+    #[test]
+    fn a_fresh_assignment_balances_the_weight() {
+        let buckets = views(&[40, 10, 10, 10, 30, 0, 20, 20], &[None; 8]);
+        let target = assign(&members(&["a", "b", "c"]), &buckets);
+        let load = loads(&target, &buckets);
+        assert_eq!(load.len(), 3);
+        let total: u64 = load.values().sum();
+        for (m, l) in &load {
+            let share = *l as f64 / total as f64;
+            assert!(
+                (0.25..=0.42).contains(&share),
+                "{m}: {share} of the weight ({load:?})"
+            );
+        }
+        assert_eq!(
+            target,
+            assign(&members(&["c", "b", "a"]), &buckets),
+            "member order does not matter"
+        );
+    }
+
+    #[test]
+    fn holders_keep_their_buckets_up_to_their_share_and_a_new_member_gets_the_excess() {
+        let weights = [10u64; 12];
+        let two: Vec<Option<&str>> = (0..12)
+            .map(|i| Some(if i % 2 == 0 { "a" } else { "b" }))
+            .collect();
+        let buckets = views(&weights, &two);
+        let target = assign(&members(&["a", "b"]), &buckets);
+        let kept = target
+            .iter()
+            .zip(&buckets)
+            .filter(|(m, b)| b.holder.as_deref() == Some(m.as_str()))
+            .count();
+        assert_eq!(kept, 12, "a balanced assignment moves nothing");
+        let target = assign(&members(&["a", "b", "c"]), &buckets);
+        let load = loads(&target, &buckets);
+        assert_eq!(
+            load.values().copied().collect::<Vec<_>>(),
+            [44, 44, 44],
+            "{target:?}"
+        );
+        let moved = target
+            .iter()
+            .zip(&buckets)
+            .filter(|(m, b)| b.holder.as_deref() != Some(m.as_str()))
+            .count();
+        assert_eq!(moved, 4, "only the new member's share moves");
+    }
+
+    #[test]
+    fn a_lost_members_buckets_go_to_the_others() {
+        let holders: Vec<Option<&str>> = (0..9)
+            .map(|i| match i % 3 {
+                0 => Some("a"),
+                1 => Some("b"),
+                _ => None,
+            })
+            .collect();
+        let buckets = views(&[5; 9], &holders);
+        let target = assign(&members(&["a", "b"]), &buckets);
+        assert!(target.iter().all(|m| m == "a" || m == "b"));
+        let load = loads(&target, &buckets);
+        assert!(load["a"].abs_diff(load["b"]) <= 6, "{load:?}");
+    }
+
+    #[test]
+    fn lease_names_are_valid_and_distinct() {
+        let long = "x".repeat(200);
+        let name = bucket_lease_name(&long, 15);
+        assert!(name.len() <= 63, "{name}");
+        assert_ne!(bucket_lease_name("My.Op", 1), bucket_lease_name("my-op", 1));
+        assert_eq!(bucket_lease_name("autoroute", 3), "wasmpilot-autoroute-b3");
+        assert!(member_lease_name("wasmpilot-6d4f-abc")
+            .starts_with("wasmpilot-member-wasmpilot-6d4f-abc"));
+        assert!(operator_label_value(&long).len() <= 63);
+    }
+}
