@@ -637,14 +637,7 @@ impl Names {
                 name: name.to_owned(),
             });
         }
-        let ident = match self.dialect {
-            Dialect::Rust if RUST_KEYWORDS.contains(&ident.as_str()) => format!("r#{ident}"),
-            Dialect::Python if PYTHON_KEYWORDS.contains(&ident.as_str()) => format!("{ident}_"),
-            Dialect::TypeScript if TYPESCRIPT_RESERVED.contains(&ident.as_str()) => {
-                format!("{ident}_")
-            }
-            _ => ident,
-        };
+        let ident = escape_keyword(self.dialect, ident);
         if let Some((_, other)) = self.taken.iter().find(|(i, _)| *i == ident) {
             return Err(GenerateError::Clash {
                 field: field.to_owned(),
@@ -655,6 +648,18 @@ impl Names {
         }
         self.taken.push((ident.clone(), name.to_owned()));
         Ok(ident)
+    }
+}
+
+/// `ident` as `dialect` writes it where a keyword cannot stand: `r#type`, `class_`, `delete_`.
+pub(crate) fn escape_keyword(dialect: Dialect, ident: String) -> String {
+    match dialect {
+        Dialect::Rust if RUST_KEYWORDS.contains(&ident.as_str()) => format!("r#{ident}"),
+        Dialect::Python if PYTHON_KEYWORDS.contains(&ident.as_str()) => format!("{ident}_"),
+        Dialect::TypeScript if TYPESCRIPT_RESERVED.contains(&ident.as_str()) => {
+            format!("{ident}_")
+        }
+        _ => ident,
     }
 }
 

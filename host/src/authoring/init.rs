@@ -1,6 +1,10 @@
 //! `wasmpilot init`: scaffolds an operator project — a types crate (spec, status with
 //! `HostStatus`, CRD generator and drift test), one worker crate per phase (a stub that moves
-//! to the next phase, with a native test), `operator.yaml`, `sample.yaml` and a README.
+//! to the next phase, with a native test), `operator.yaml`, `sample.yaml` and a README. With
+//! `--lang python|javascript`: per phase a worker subclassing the phase's `<Phase>Worker` of the
+//! typed API `wasmpilot generate` writes (`shared/phases.py`, `shared/phases.js` + `.d.ts`,
+//! written with the project), its native test, and the settings for `mypy --strict` /
+//! `tsc --noEmit`.
 //!
 //! Where the project lives decides how cargo sees it:
 //! - outside any cargo workspace (or with `--standalone`), the project root gets a
@@ -152,9 +156,13 @@ fn init_guest(args: &InitArgs, project: &Project, dir: &Path) -> anyhow::Result<
         &relative_path(dir, &sdk_for_files).display().to_string(),
     )?;
     let written = write_files(dir, &files)?;
-    let (test, lang) = match args.lang {
-        Lang::Python => ("pytest", "Python"),
-        _ => ("npm install && npm test", "JavaScript"),
+    let (test, lang, typecheck) = match args.lang {
+        Lang::Python => (
+            "pytest",
+            "Python",
+            "for w in workers/*/app.py; do mypy --strict \"$w\"; done",
+        ),
+        _ => ("npm install && npm test", "JavaScript", "tsc --noEmit"),
     };
     eprintln!(
         "created {} ({} files): {} {} with phases {}, workers in {lang} (SDK {})",
@@ -166,7 +174,7 @@ fn init_guest(args: &InitArgs, project: &Project, dir: &Path) -> anyhow::Result<
         sdk.display()
     );
     eprintln!(
-        "\nnext:\n  cd {}\n  {test}   # the stubs' native tests\n  wasmpilot build .   # the components\n  wasmpilot simulate . --resource sample.yaml\n  see README.md for the whole loop",
+        "\nnext:\n  cd {}\n  {test}   # the stubs' native tests\n  {typecheck}   # the workers against the generated API (the pinned toolchain's)\n  wasmpilot build .   # the components\n  wasmpilot simulate . --resource sample.yaml\n  wasmpilot generate .   # after changing operator.yaml: the typed API in shared/ again\n  see README.md for the whole loop",
         dir.display()
     );
     Ok(Scaffold {

@@ -31,6 +31,7 @@ mod templates {
         pub const JS_WORKER: &str = include_str!("templates/guest/js.worker.js");
         pub const JS_TEST: &str = include_str!("templates/guest/js.test.js");
         pub const PACKAGE_JSON: &str = include_str!("templates/guest/js.package.json");
+        pub const TSCONFIG: &str = include_str!("templates/guest/js.tsconfig.json");
         pub const CRD: &str = include_str!("templates/guest/crd.yaml");
         pub const README: &str = include_str!("templates/guest/README.md");
         pub const GITIGNORE: &str = include_str!("templates/guest/gitignore");
@@ -226,8 +227,7 @@ impl Project {
     /// makes of `workers/<phase>/` in the other languages).
     /// `types/src/phases.rs`: what `wasmpilot generate` writes for the scaffolded operator.yaml.
     fn phase_api(&self) -> anyhow::Result<String> {
-        let op: crate::crd::WasmOperator = serde_yaml::from_str(&self.operator_yaml()?)?;
-        let def = crate::definition::OperatorDefinition::validate(&self.name, &op.spec)?;
+        let (op, def) = parse_operator(&self.name, &self.operator_yaml()?)?;
         Ok(generate::render(&op, &def)?)
     }
 
@@ -276,13 +276,15 @@ impl Project {
     }
 
     /// Every file of a project whose workers are in Python or JavaScript: per phase a worker
-    /// and its native test, the package settings (SDK at `sdk_path`, relative to the root),
-    /// operator.yaml, an open-schema CRD, a sample and a README.
+    /// (a subclass of the phase's generated `<Phase>Worker`) and its native test, the typed API
+    /// `wasmpilot generate` writes for the scaffolded operator.yaml (`shared/phases.py`, or
+    /// `shared/phases.js` and `.d.ts`), the package and type-checker settings (SDK at
+    /// `sdk_path`, relative to the root), operator.yaml, an open-schema CRD, a sample and a README.
     pub fn guest_files(&self, lang: Lang, sdk_path: &str) -> anyhow::Result<Vec<(String, String)>> {
         use templates::guest;
-        let python = match lang {
-            Lang::Python => true,
-            Lang::Javascript => false,
+        let (python, dialect) = match lang {
+            Lang::Python => (true, generate::Dialect::Python),
+            Lang::Javascript => (false, generate::Dialect::TypeScript),
             Lang::Rust => bail!("Rust projects are scaffolded by Project::files"),
         };
         let mut common = self.common_vars();
@@ -291,14 +293,29 @@ impl Project {
         let mut table = String::from("| phase | worker | moves to |\n|---|---|---|\n");
         for (i, p) in self.phases.iter().enumerate() {
             let next = self.next_of(i);
+            let stays = next.name == p.name;
             let mut vars = common.clone();
             vars.extend([
                 ("phase", p.name.clone()),
                 ("ident", p.ident.clone()),
+                // `<class>Inputs`, `<class>Outcome`, `<class>Worker` in the generated API.
+                ("class", generate::pascal_case(&p.name)),
                 ("kebab", p.kebab.clone()),
                 ("snake", p.constant.to_ascii_lowercase()),
                 ("next", next.name.clone()),
                 ("next_snake", next.constant.to_ascii_lowercase()),
+                (
+                    "next_call",
+                    if stays {
+                        "stay()".to_owned()
+                    } else {
+                        format!("{}()", generate::guest::move_method(dialect, &next.name))
+                    },
+                ),
+                (
+                    "log_message",
+                    if stays { "staying" } else { "moving on" }.to_owned(),
+                ),
                 ("summary", self.summary(i)),
             ]);
             let (worker, test) = if python {
@@ -336,6 +353,23 @@ impl Project {
                 "componentize-js",
             )
         };
+        let (generated_files, typecheck_command, typechecker) = if python {
+            (
+                format!("`{}`", generate::guest::PYTHON_PATH),
+                "for w in workers/*/app.py; do ~/.cache/wasmpilot/toolchains/python/bin/mypy --strict \"$w\"; done",
+                "`mypy --strict`",
+            )
+        } else {
+            (
+                format!(
+                    "`{}` and `{}`",
+                    generate::guest::JS_PATH,
+                    generate::guest::DTS_PATH
+                ),
+                "~/.cache/wasmpilot/toolchains/js/node_modules/.bin/tsc --noEmit   # tsconfig.json",
+                "`tsc --noEmit` (checkJs, tsconfig.json)",
+            )
+        };
         let mut vars = common.clone();
         vars.extend([
             ("language", language.to_string()),
@@ -344,16 +378,30 @@ impl Project {
             ("test_command", test_command.to_string()),
             ("toolchain", toolchain.to_string()),
             ("phase_table", table.trim_end().to_string()),
+            ("generated_files", generated_files),
+            ("typecheck_command", typecheck_command.to_string()),
+            ("typechecker", typechecker.to_string()),
         ]);
         if python {
             files.push(("pyproject.toml".into(), render(guest::PYPROJECT, &vars)?));
         } else {
             files.push(("package.json".into(), render(guest::PACKAGE_JSON, &vars)?));
+            files.push(("tsconfig.json".into(), guest::TSCONFIG.to_string()));
         }
         let operator = self.operator_yaml()?.replace(
             "# Each phase's worker is the crate workers/<phase>; `wasmpilot deploy .` builds them for\n# wasm32-wasip2 and replaces",
             &format!("# Each phase's worker is workers/<phase>/{worker_file} ({language}); `wasmpilot deploy .` builds\n# them with {toolchain} and replaces"),
         );
+        // What `wasmpilot generate .` writes from this operator.yaml (`generate --check` passes).
+        let (op, def) = parse_operator(&self.name, &operator)?;
+        if python {
+            let api = generate::guest::python(&op, &def)?;
+            files.push((api.path.to_owned(), api.text));
+        } else {
+            for api in generate::guest::javascript(&op, &def)? {
+                files.push((api.path.to_owned(), api.text));
+            }
+        }
         files.push(("operator.yaml".into(), operator));
         files.push((
             format!("crds/{}", self.crd_file()),
@@ -600,6 +648,19 @@ fn is_dns_label_or_digits(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// The scaffolded operator.yaml as `wasmpilot generate` reads it.
+fn parse_operator(
+    name: &str,
+    yaml: &str,
+) -> anyhow::Result<(
+    crate::crd::WasmOperator,
+    crate::definition::OperatorDefinition,
+)> {
+    let op: crate::crd::WasmOperator = serde_yaml::from_str(yaml)?;
+    let def = crate::definition::OperatorDefinition::validate(name, &op.spec)?;
+    Ok((op, def))
+}
+
 /// Fills `{{key}}` placeholders; a placeholder without a value is a bug in the templates.
 pub fn render(template: &str, vars: &[(&str, String)]) -> anyhow::Result<String> {
     let mut out = template.to_string();
@@ -713,6 +774,11 @@ mod tests {
             assert!(readme.contains(test), "{readme}");
             assert!(names.contains(&"workers/syncing/src/lib.rs"));
         }
+        for lang in [Lang::Python, Lang::Javascript] {
+            for (path, text) in &project.guest_files(lang, "../sdk").unwrap() {
+                assert!(!text.contains("{{"), "{lang:?} {path}: {text}");
+            }
+        }
         assert!(render("a {{missing}} b", &[]).is_err());
         assert_eq!(render("{{a}}", &[("a", "x".into())]).unwrap(), "x");
     }
@@ -749,6 +815,90 @@ mod tests {
             .1;
         assert!(api.starts_with(generate::GENERATED_HEADER), "{api}");
         assert!(worker.contains("fn stays_ready()"), "{worker}");
+    }
+
+    #[test]
+    fn guest_projects_hold_the_generated_api_and_workers_typed_against_it() {
+        let project = Project::new(
+            "AutoRoute",
+            "examples.io",
+            "v1",
+            &[
+                "Initializing".into(),
+                "Waiting-for_db".into(),
+                "Import".into(),
+            ],
+            None,
+            None,
+        )
+        .unwrap();
+        let file = |files: &[(String, String)], path: &str| -> String {
+            files
+                .iter()
+                .find(|(p, _)| p == path)
+                .unwrap_or_else(|| panic!("no {path}"))
+                .1
+                .clone()
+        };
+        let python = project.guest_files(Lang::Python, "../sdk").unwrap();
+        let operator = file(&python, "operator.yaml");
+        let (op, def) = parse_operator("autoroute", &operator).unwrap();
+        let api = generate::guest::python(&op, &def).unwrap();
+        assert_eq!(file(&python, "shared/phases.py"), api.text);
+        let waiting = file(&python, "workers/waiting-for-db/app.py");
+        assert!(
+            waiting.contains(
+                "from phases import WaitingForDbInputs, WaitingForDbOutcome, WaitingForDbWorker"
+            ),
+            "{waiting}"
+        );
+        assert!(
+            waiting.contains("class WaitingForDb(WaitingForDbWorker[dict[str, Any]]):"),
+            "{waiting}"
+        );
+        // A keyword phase name: the method the generator escapes it to.
+        assert!(
+            waiting.contains("return WaitingForDbOutcome.import_()"),
+            "{waiting}"
+        );
+        assert!(
+            api.text
+                .contains("def import_(cls) -> WaitingForDbOutcome:"),
+            "{}",
+            api.text
+        );
+        let import = file(&python, "workers/import/app.py");
+        assert!(import.contains("return ImportOutcome.stay()"), "{import}");
+        let pyproject = file(&python, "pyproject.toml");
+        assert!(
+            pyproject.contains("pythonpath = [\"../sdk\", \"shared\"]"),
+            "{pyproject}"
+        );
+        assert!(
+            pyproject.contains("[tool.mypy]\nstrict = true"),
+            "{pyproject}"
+        );
+
+        let js = project.guest_files(Lang::Javascript, "../sdk").unwrap();
+        let (op, def) = parse_operator("autoroute", &file(&js, "operator.yaml")).unwrap();
+        for api in generate::guest::javascript(&op, &def).unwrap() {
+            assert_eq!(file(&js, api.path), api.text, "{}", api.path);
+        }
+        let waiting = file(&js, "workers/waiting-for-db/worker.js");
+        assert!(
+            waiting.contains("export class WaitingForDb extends WaitingForDbWorker {"),
+            "{waiting}"
+        );
+        assert!(
+            waiting.contains("return WaitingForDbOutcome.import_();"),
+            "{waiting}"
+        );
+        assert!(
+            file(&js, "shared/phases.d.ts").contains("static import_(): WaitingForDbOutcome;"),
+            "{}",
+            file(&js, "shared/phases.d.ts")
+        );
+        assert!(file(&js, "tsconfig.json").contains("\"checkJs\": true"));
     }
 
     #[test]

@@ -146,6 +146,12 @@ fn method_name(dialect: Dialect, name: &str) -> String {
     }
 }
 
+/// The generated `<Phase>Outcome` method that moves to phase `target` (`syncing`, `waitingForDb`,
+/// `import_`), as [`Api::new`] names it when no other name clashes with it (then generation fails).
+pub(crate) fn move_method(dialect: Dialect, target: &str) -> String {
+    super::escape_keyword(dialect, method_name(dialect, target))
+}
+
 impl Api {
     fn new(
         op: &WasmOperator,
