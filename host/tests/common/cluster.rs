@@ -56,6 +56,21 @@ impl Host {
         let _ = self.child.wait();
     }
 
+    /// SIGTERM (what the kubelet sends a deleted pod), then waits up to `grace` for the exit.
+    pub fn terminate(&mut self, grace: Duration) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = std::time::Instant::now();
+        while start.elapsed() < grace {
+            if !self.is_alive() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.kill();
+    }
+
     pub fn is_alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }

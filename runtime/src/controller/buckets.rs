@@ -170,12 +170,18 @@ pub struct OperatorShard {
 struct ShardState {
     open: BTreeSet<u32>,
     in_flight: HashMap<u32, usize>,
+    /// Buckets gained while the operator's controller ran (from another replica, or unheld),
+    /// with the resources visited since: a settled resource's first visit there is deferred.
+    handed_over: HashMap<u32, std::collections::HashSet<String>>,
 }
 
 /// A reconcile in progress in a bucket; the bucket's release waits for it.
 pub struct BucketGuard {
     shard: Arc<OperatorShard>,
     bucket: u32,
+    /// The first visit of this resource since its bucket was handed to this replica while
+    /// the controller ran: the previous holder may have done the work already.
+    pub first_after_handover: bool,
 }
 
 impl Drop for BucketGuard {
@@ -220,9 +226,14 @@ impl OperatorShard {
             return None;
         }
         *state.in_flight.entry(bucket).or_insert(0) += 1;
+        let first_after_handover = state
+            .handed_over
+            .get_mut(&bucket)
+            .is_some_and(|seen| seen.insert(obj.uid().unwrap_or_else(|| obj.name_any())));
         Some(BucketGuard {
             shard: self.clone(),
             bucket,
+            first_after_handover,
         })
     }
 
@@ -236,27 +247,29 @@ impl OperatorShard {
         rx
     }
 
-    /// The controller's store of the operator's resources, for the buckets' weights.
+    /// The controller's store of the operator's resources, for the buckets' weights. A
+    /// controller (re)starting reconciles every resource it holds: nothing counts as handed over.
     pub fn attach_store(&self, store: Store<DynamicObject>) {
         *self.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(store);
+        self.lock().handed_over.clear();
     }
 
-    /// Resources per bucket, from the controller's store.
-    fn weights(&self) -> Vec<u64> {
-        let mut weights = vec![0u64; self.buckets as usize];
-        if let Some(store) = self
+    /// Resources per bucket, from the controller's store; `None` until its first listing is
+    /// in (the assignment would be made on wrong weights, then moved).
+    fn weights(&self) -> Option<Vec<u64>> {
+        let store = self
             .store
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            for obj in store.state() {
-                if let Some(w) = weights.get_mut(self.bucket(&obj) as usize) {
-                    *w += 1;
-                }
+            .clone()?;
+        futures::FutureExt::now_or_never(store.wait_until_ready())?.ok()?;
+        let mut weights = vec![0u64; self.buckets as usize];
+        for obj in store.state() {
+            if let Some(w) = weights.get_mut(self.bucket(&obj) as usize) {
+                *w += 1;
             }
         }
-        weights
+        Some(weights)
     }
 
     /// The buckets open to reconciles here.
@@ -265,7 +278,11 @@ impl OperatorShard {
     }
 
     fn open(&self, bucket: u32) {
-        self.lock().open.insert(bucket);
+        {
+            let mut state = self.lock();
+            state.open.insert(bucket);
+            state.handed_over.insert(bucket, Default::default());
+        }
         let mut gained = self.gained.lock().unwrap_or_else(|p| p.into_inner());
         gained.retain(|s| s.unbounded_send(()).is_ok());
     }
@@ -274,6 +291,7 @@ impl OperatorShard {
     fn close(&self, bucket: u32) -> bool {
         let mut state = self.lock();
         state.open.remove(&bucket);
+        state.handed_over.remove(&bucket);
         state.in_flight.get(&bucket).copied().unwrap_or(0) == 0
     }
 
@@ -477,14 +495,22 @@ impl Sharding {
         may_acquire: bool,
         now: jiff::Timestamp,
     ) {
-        let weights = shard.weights();
+        let Some(weights) = shard.weights() else {
+            // Its controller has not listed the resources yet: decide next round. Renew what
+            // is held meanwhile.
+            self.renew_only(shard, leases, now).await;
+            return;
+        };
         let views: Vec<BucketView> = (0..self.buckets)
             .map(|b| {
                 let lease = leases.get(&bucket_lease_name(&shard.operator, b));
-                let weight = lease
+                // Every replica watches every resource today, so its own count is current;
+                // the holder's count recorded in the Lease covers a lagging watch.
+                let recorded: u64 = lease
                     .and_then(|l| l.annotations().get(WEIGHT_ANNOTATION))
                     .and_then(|w| w.parse().ok())
                     .unwrap_or(0);
+                let weight = weights.get(b as usize).copied().unwrap_or(0).max(recorded);
                 let holder = lease
                     .and_then(|l| l.spec.as_ref())
                     .filter(|s| !self.lease_expired(s, now))
@@ -571,6 +597,37 @@ impl Sharding {
                 operator: shard.operator.clone(),
             })
             .set(mine.len() as i64);
+    }
+
+    /// Renews the Leases of `shard` this replica holds, nothing else.
+    async fn renew_only(
+        &self,
+        shard: &Arc<OperatorShard>,
+        leases: &HashMap<String, Lease>,
+        now: jiff::Timestamp,
+    ) {
+        let held: Vec<u32> = {
+            let held = self.held.lock().await;
+            held.get(&shard.operator)
+                .map(|m| m.keys().copied().collect())
+                .unwrap_or_default()
+        };
+        for b in held {
+            let name = bucket_lease_name(&shard.operator, b);
+            let weight = leases
+                .get(&name)
+                .and_then(|l| l.annotations().get(WEIGHT_ANNOTATION))
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(0);
+            if let Err(e) = self
+                .write(leases.get(&name), &shard.operator, b, weight, now)
+                .await
+            {
+                tracing::warn!(operator = %shard.operator, bucket = b, error = %e, "could not renew a bucket Lease");
+            } else if let Some(m) = self.held.lock().await.get_mut(&shard.operator) {
+                m.insert(b, Instant::now());
+            }
+        }
     }
 
     /// Creates, takes or renews bucket Lease `bucket` for this replica (conditional on the
@@ -832,5 +889,58 @@ mod tests {
         assert!(member_lease_name("wasmpilot-6d4f-abc")
             .starts_with("wasmpilot-member-wasmpilot-6d4f-abc"));
         assert!(operator_label_value(&long).len() <= 63);
+    }
+
+    fn object(ns: &str, name: &str) -> DynamicObject {
+        let resource =
+            kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let mut o = DynamicObject::new(name, &resource).within(ns);
+        o.metadata.uid = Some(format!("uid-{ns}-{name}"));
+        o
+    }
+
+    #[tokio::test]
+    async fn only_open_buckets_admit_and_release_waits_for_reconciles_in_flight() {
+        let shard = Arc::new(OperatorShard::new("op", 4));
+        let obj = object("team-a", "r1");
+        let bucket = shard.bucket(&obj);
+        assert!(
+            shard.enter(&obj).is_none(),
+            "a bucket not held admits nothing"
+        );
+        let mut gains = shard.gains();
+        shard.open(bucket);
+        assert!(
+            futures::StreamExt::next(&mut gains).await.is_some(),
+            "a gain is announced"
+        );
+        let guard = shard.enter(&obj).expect("admitted");
+        assert!(guard.first_after_handover);
+        let again = shard.enter(&obj).expect("admitted");
+        assert!(
+            !again.first_after_handover,
+            "only the first visit after the handover"
+        );
+        drop(again);
+        // Closing waits for the reconcile in flight; nothing new enters meanwhile.
+        let releasing = {
+            let shard = shard.clone();
+            tokio::spawn(async move { shard.drain(bucket, Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!releasing.is_finished(), "a reconcile is still in flight");
+        assert!(shard.enter(&obj).is_none(), "closed to new reconciles");
+        drop(guard);
+        assert!(
+            releasing.await.unwrap(),
+            "drained once the reconcile finished"
+        );
+        // A controller (re)start reconciles everything: nothing counts as handed over.
+        shard.open(bucket);
+        let resource =
+            kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let writer = kube::runtime::reflector::store::Writer::<DynamicObject>::new(resource);
+        shard.attach_store(writer.as_reader());
+        assert!(!shard.enter(&obj).unwrap().first_after_handover);
     }
 }

@@ -40,6 +40,12 @@ pub async fn reconcile(
         },
         None => None,
     };
+    if _bucket.as_ref().is_some_and(|b| b.first_after_handover) && settled(&obj, &ctx) {
+        // Handed over settled (its spec decided, a ready phase, synced): the previous holder
+        // did the work; re-running it would apply the same outputs twice. Its periodic resync
+        // goes on here, and any change reconciles it at once.
+        return Ok(Action::requeue(ctx.definition.resync));
+    }
     let span = tracing::info_span!(
         "reconcile",
         operator = %ctx.definition.name,
@@ -530,4 +536,31 @@ mod tests {
         );
         assert!(!deadline.is_fatal());
     }
+}
+
+/// A resource whose current spec has been decided and applied: its observedGeneration is its
+/// generation, it is in a final or ready phase, `Synced=True`, and it is not being deleted.
+fn settled(obj: &DynamicObject, ctx: &OperatorContext) -> bool {
+    let status = obj.data.get("status");
+    let observed = status
+        .and_then(|s| s.get("observedGeneration"))
+        .and_then(Value::as_i64);
+    let phase = status
+        .and_then(|s| s.get("phase"))
+        .and_then(Value::as_str)
+        .and_then(|p| ctx.definition.phases.iter().find(|d| d.name == p));
+    let synced = status
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter().any(|c| {
+                c.get("type") == Some(&Value::from(SYNCED))
+                    && c.get("status") == Some(&Value::from("True"))
+            })
+        });
+    obj.metadata.deletion_timestamp.is_none()
+        && observed.is_some()
+        && observed == obj.metadata.generation
+        && phase.is_some_and(|p| p.is_final || p.ready)
+        && synced
 }
