@@ -60,8 +60,8 @@ if [ "$IN_CLUSTER" = 1 ]; then
   say "The host image from deploy/Containerfile, loaded into the node"
   cargo build -q -p wasmpilot
   deploy/local/image.sh
-  say "kubectl apply -k deploy/ (namespace, CRD, RBAC, 2-replica leader-elected Deployment)"
-  kubectl apply -k deploy/
+  say "kubectl apply -k deploy/ (namespace, CRD, RBAC, 3 sharded replicas, PodDisruptionBudget; deploy/local/install.sh: on this 1.20 cluster the PDB as policy/v1beta1)"
+  deploy/local/install.sh
   kubectl -n wasmpilot-system rollout status deployment/wasmpilot --timeout=180s
   kubectl -n wasmpilot-system get pods -o wide
 fi

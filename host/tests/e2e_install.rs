@@ -1,31 +1,38 @@
 //! The install path a user takes, on the local cluster's node: `kubectl apply -k deploy/` runs
 //! the host image (built from deploy/Containerfile by deploy/local/image.sh, loaded into the node
-//! under the name deploy/deployment.yaml uses) as two pods — Running and Ready by the manifest's
-//! probes, exactly one holding the Lease, the host's log in `kubectl logs`. Then, as the README
+//! under the name deploy/deployment.yaml uses) as three sharded pods — Running and Ready by the
+//! manifest's probes, each a member Lease, the host's log in `kubectl logs`. Then, as the README
 //! says: `wasmpilot deploy` + `wasmpilot rbac | kubectl apply -f -` → an AutoRoute Ready,
-//! reconciled in a pod; the leader pod deleted → the standby takes the Lease within its duration
-//! and reconciles; a rolling update to a new image tag loses no change; a pod reads /metrics
-//! through the metrics Service; the host's ServiceAccount cannot write what its RBAC forbids.
+//! reconciled in the pod holding its bucket; 600 routes in 30 namespaces shared by the three pods
+//! (each writes 20–47 % of them, by the audit log); a pod deleted with `--grace-period=0 --force`
+//! → its buckets taken within the Lease duration, routes created meanwhile Ready; scaled to five
+//! and back to two → nothing lost; no object written by two pods; a rolling update to a new
+//! image tag loses no change; a pod reads /metrics through the metrics Service; the host's
+//! ServiceAccount cannot write what its RBAC forbids.
 
 mod common;
 
 use anyhow::{anyhow, ensure, Context};
 use common::cluster::*;
+use common::sharding::{all_ready, create_routes, settled_holders};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(120);
 const SYSTEM: &str = "wasmpilot-system";
-const LEASE: &str = "wasmpilot-leader";
-/// The Lease duration the Deployment's hosts run with (the host's default).
+/// The Lease duration the Deployment's hosts run with (the host's default), and their buckets.
 const LEASE_DURATION: Duration = Duration::from_secs(15);
+const BUCKETS: u32 = 16;
+const NAMESPACES: usize = 30;
+const ROUTES_PER_NAMESPACE: usize = 20;
 const AR: (&str, &str) = ("examples.io/v1", "AutoRoute");
 /// A second tag of the same image, loaded by deploy/local/test.sh, for the rolling update.
 const ROLLOUT_IMAGE: &str = "ghcr.io/wasmpilot/wasmpilot:0.1.0-rollout";
@@ -110,13 +117,35 @@ async fn ready_hosts(client: &Client) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-async fn holder(client: &Client) -> anyhow::Result<Option<String>> {
+/// The replicas with a member Lease (`wasmpilot-member-<pod>`).
+async fn members(client: &Client) -> anyhow::Result<Vec<String>> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), SYSTEM);
     Ok(leases
-        .get_opt(LEASE)
+        .list(&ListParams::default().labels("wasmpilot.io/lease=member"))
         .await?
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity))
+        .items
+        .into_iter()
+        .filter_map(|l| l.spec.and_then(|s| s.holder_identity))
+        .collect())
+}
+
+/// The pods Ready, waited for until there are `n` (none terminating).
+async fn n_ready_hosts(client: &Client, n: usize) -> anyhow::Result<Vec<String>> {
+    wait_for(
+        &format!("{n} host replicas Running and Ready"),
+        T,
+        || async {
+            let hosts = ready_hosts(client).await?;
+            let pods: Api<Pod> = Api::namespaced(client.clone(), SYSTEM);
+            let all = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/name=wasmpilot"))
+                .await?
+                .items
+                .len();
+            Ok((hosts.len() == n && all == n).then_some(hosts))
+        },
+    )
+    .await
 }
 
 fn deployment(name: &str, group: &str, port: i32) -> String {
@@ -187,7 +216,15 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     }
 
     // 1. The install command, as the README gives it (the image was loaded by test.sh).
-    kubectl(&["apply", "-k", "deploy/"])?;
+    // (deploy/local/install.sh: the same, with the PodDisruptionBudget as policy/v1beta1 on
+    // this 1.20 API server, which serves no policy/v1.)
+    run(
+        &common::repo_root()
+            .join("deploy/local/install.sh")
+            .to_string_lossy(),
+        &[],
+        None,
+    )?;
     kubectl(&[
         "-n",
         "wasmpilot-system",
@@ -197,30 +234,22 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         "--timeout=180s",
     ])
     .context("is the image loaded into the node? deploy/local/image.sh builds and loads it")?;
-    wait_for("both host replicas Running and Ready", T, || async {
-        Ok((ready_hosts(client).await?.len() == 2).then_some(()))
-    })
-    .await
-    .context("is the image loaded into the node? deploy/local/image.sh builds and loads it")?;
-    // One of the two holds the Lease (a host left from an earlier install, still terminating,
-    // may hold it for up to its duration).
-    let (leader, hosts) = wait_for("one of the Ready hosts to hold the Lease", T, || async {
-        let hosts = ready_hosts(client).await?;
-        Ok(holder(client)
-            .await?
-            .filter(|h| hosts.contains(h))
-            .map(|h| (h, hosts)))
+    let hosts = n_ready_hosts(client, 3)
+        .await
+        .context("is the image loaded into the node? deploy/local/image.sh builds and loads it")?;
+    wait_for("a member Lease per pod", T, || async {
+        let members = members(client).await?;
+        Ok(hosts.iter().all(|h| members.contains(h)).then_some(()))
     })
     .await?;
-    ensure!(hosts.len() == 2, "two Ready hosts: {hosts:?}");
-    let logs = kubectl(&["logs", "-n", SYSTEM, &leader])?;
+    let logs = kubectl(&["logs", "-n", SYSTEM, &hosts[0]])?;
     ensure!(
-        logs.contains("watching WasmOperators"),
+        logs.contains("watching WasmOperators") && logs.contains("sharded"),
         "kubectl logs shows the host's log: {logs}"
     );
-    step("kubectl apply -k deploy/: 2 replicas Ready, one leader");
+    step("kubectl apply -k deploy/: 3 sharded replicas Ready, a member Lease each");
 
-    // 2. An operator, as the README says, reconciled by the leader pod.
+    // 2. An operator, as the README says, reconciled by the pod holding the route's bucket.
     run(
         env!("CARGO_BIN_EXE_wasmpilot"),
         &["deploy", "--no-build", "examples/autoroute"],
@@ -232,18 +261,23 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         None,
     )?;
     run("kubectl", &["apply", "-f", "-"], Some(&role))?;
+    let hosts_now: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let holders = settled_holders(client, SYSTEM, BUCKETS, &hosts_now, T).await?;
     create_route(client, ns, "r1").await?;
     route_ready(client, ns, "r1", &["r1-a"]).await?;
-    let logs = kubectl(&["logs", "-n", SYSTEM, &leader])?;
+    let bucket = wasmpilot::controller::buckets::bucket_of(Some(ns), "r1", BUCKETS);
+    let holder = holders.get(&bucket).context("r1's bucket held")?;
+    let logs = kubectl(&["logs", "-n", SYSTEM, holder])?;
     ensure!(
         logs.contains(&format!("resource={ns}/r1")),
-        "the leader pod reconciled r1"
+        "the pod holding r1's bucket ({holder}) reconciled r1"
     );
-    step("AutoRoute r1 Ready, reconciled in the leader pod");
+    step("AutoRoute r1 Ready, reconciled in the pod holding its bucket");
     // The pod acts as the operator's own account: its writes for AutoRoute are the host's
     // requests impersonating op-autoroute (from the API server's audit log).
-    if audit_entries(ns)?.is_none() {
-        eprintln!("SKIPPED: the audit log check (WASMPILOT_AUDIT_LOG is not set)");
+    let audited = audit_entries(ns)?.is_some();
+    if !audited {
+        eprintln!("SKIPPED: the audit log checks (WASMPILOT_AUDIT_LOG is not set)");
     } else {
         let entries = wait_for("r1's status write in the audit log", T, || async {
             let entries = audit_entries(ns)?.unwrap_or_default();
@@ -269,33 +303,190 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         step("the pod wrote r1's status as the operator's account (audit log)");
     }
 
-    // 3. The leader pod deleted: the standby takes over within the Lease duration.
-    let deleted = Instant::now();
-    kubectl(&["delete", "pod", "-n", SYSTEM, &leader, "--wait=false"])?;
-    let new_leader = wait_for("the standby to take the Lease", T, || async {
-        Ok(holder(client).await?.filter(|h| h != &leader))
-    })
+    // 3. Routes in many namespaces, shared by the three pods.
+    let spread = format!("{ns}-s");
+    let mut routes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in 0..NAMESPACES {
+        let name = format!("{spread}{i}");
+        apply_yaml(
+            client,
+            &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n"),
+            None,
+        )
+        .await?;
+        routes.insert(
+            name,
+            (0..ROUTES_PER_NAMESPACE).map(|j| format!("r{j}")).collect(),
+        );
+    }
+    let started_routes = Instant::now();
+    futures::future::try_join_all(
+        routes
+            .iter()
+            .map(|(n, names)| create_routes(client, n, names)),
+    )
     .await?;
-    let takeover = deleted.elapsed();
-    eprintln!("takeover by {new_leader} after {takeover:?}");
-    ensure!(
-        takeover <= LEASE_DURATION + Duration::from_secs(10),
-        "takeover took {takeover:?}"
-    );
-    create_route(client, ns, "r2").await?;
-    route_ready(client, ns, "r2", &["r2-a"]).await?;
+    all_ready(client, &routes, Duration::from_secs(300)).await?;
+    let total = NAMESPACES * ROUTES_PER_NAMESPACE;
+    step(&format!(
+        "{total} routes in {NAMESPACES} namespaces Ready in {:?}",
+        started_routes.elapsed()
+    ));
+    if let Some(seen) = audit_writers(&spread)? {
+        let mut share: BTreeMap<String, usize> = BTreeMap::new();
+        for ((_, resource, _), writers) in &seen {
+            if resource == "autoroutes/status" {
+                for w in writers {
+                    *share.entry(w.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        eprintln!("routes written per pod: {share:?}");
+        for h in &hosts {
+            let n = share.get(h).copied().unwrap_or(0);
+            let pct = n as f64 * 100.0 / total as f64;
+            ensure!(
+                (20.0..=47.0).contains(&pct),
+                "pod {h} wrote {n} of {total} routes ({pct:.0} %): {share:?}"
+            );
+        }
+        step("each pod wrote between 20 and 47 % of the routes (audit log)");
+    }
+
+    // 4. A pod deleted without grace: its buckets are taken within the Lease duration (and a
+    // renewal round), routes created in them meanwhile reach Ready.
+    let before = settled_holders(client, SYSTEM, BUCKETS, &hosts_now, T).await?;
+    let victim = hosts[1].clone();
+    let lost: BTreeSet<u32> = before
+        .iter()
+        .filter(|(_, h)| **h == victim)
+        .map(|(b, _)| *b)
+        .collect();
+    let deleted = Instant::now();
+    kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        SYSTEM,
+        &victim,
+        "--grace-period=0",
+        "--force",
+    ])?;
+    let gap: BTreeMap<String, Vec<String>> = routes
+        .keys()
+        .filter(|n| {
+            lost.contains(&wasmpilot::controller::buckets::bucket_of(
+                Some(n),
+                "",
+                BUCKETS,
+            ))
+        })
+        .map(|n| (n.clone(), vec!["gap".to_string()]))
+        .collect();
+    ensure!(!gap.is_empty(), "{victim} held no namespace's bucket");
+    futures::future::try_join_all(gap.iter().map(|(n, names)| create_routes(client, n, names)))
+        .await?;
+    let survivors: Vec<&str> = hosts_now.iter().copied().filter(|h| *h != victim).collect();
     wait_for(
-        "the Deployment to bring back 2 ready replicas",
+        "the deleted pod's buckets taken by the others",
         T,
         || async {
-            let hosts = ready_hosts(client).await?;
-            Ok((hosts.len() == 2 && !hosts.contains(&leader)).then_some(()))
+            let h = common::sharding::holders(client, SYSTEM).await?;
+            let taken = lost
+                .iter()
+                .all(|b| h.get(b).cloned().flatten().is_some_and(|x| x != victim));
+            Ok(taken.then_some(()))
         },
     )
     .await?;
-    step("leader deleted: standby took over, r2 Ready, the pod recreated");
+    let takeover = deleted.elapsed();
+    eprintln!("{victim}'s {} buckets taken after {takeover:?}", lost.len());
+    ensure!(
+        takeover <= LEASE_DURATION + LEASE_DURATION / 3 + Duration::from_secs(5),
+        "takeover took {takeover:?}"
+    );
+    all_ready(client, &gap, T).await?;
+    n_ready_hosts(client, 3).await?;
+    let _ = survivors;
+    step(
+        "a pod force-deleted: its buckets taken, routes created meanwhile Ready, the pod recreated",
+    );
 
-    // 4. A rolling update to a new tag while changes keep coming: none is lost.
+    // 5. Scaled to five, then to two: buckets move, nothing is lost.
+    kubectl(&[
+        "scale",
+        "deployment/wasmpilot",
+        "-n",
+        SYSTEM,
+        "--replicas=5",
+    ])?;
+    let five = n_ready_hosts(client, 5).await?;
+    let five_refs: Vec<&str> = five.iter().map(String::as_str).collect();
+    settled_holders(client, SYSTEM, BUCKETS, &five_refs, T).await?;
+    let more: BTreeMap<String, Vec<String>> = routes
+        .keys()
+        .map(|n| (n.clone(), vec!["five".to_string()]))
+        .collect();
+    futures::future::try_join_all(
+        more.iter()
+            .map(|(n, names)| create_routes(client, n, names)),
+    )
+    .await?;
+    all_ready(client, &more, T).await?;
+    kubectl(&[
+        "scale",
+        "deployment/wasmpilot",
+        "-n",
+        SYSTEM,
+        "--replicas=2",
+    ])?;
+    let two = n_ready_hosts(client, 2).await?;
+    let two_refs: Vec<&str> = two.iter().map(String::as_str).collect();
+    settled_holders(client, SYSTEM, BUCKETS, &two_refs, T).await?;
+    let more: BTreeMap<String, Vec<String>> = routes
+        .keys()
+        .map(|n| (n.clone(), vec!["two".to_string()]))
+        .collect();
+    futures::future::try_join_all(
+        more.iter()
+            .map(|(n, names)| create_routes(client, n, names)),
+    )
+    .await?;
+    let mut everything = routes.clone();
+    for (n, names) in everything.iter_mut() {
+        names.extend(["five".to_string(), "two".to_string()]);
+        if gap.contains_key(n) {
+            names.push("gap".into());
+        }
+    }
+    all_ready(client, &everything, T).await?;
+    if let Some(seen) = audit_writers(&spread)? {
+        let doubled: Vec<_> = seen.iter().filter(|(_, w)| w.len() > 1).collect();
+        eprintln!(
+            "{} objects written, {} by more than one pod",
+            seen.len(),
+            doubled.len()
+        );
+        ensure!(
+            doubled.is_empty(),
+            "written by two pods: {:?}",
+            doubled.iter().take(10).collect::<Vec<_>>()
+        );
+    }
+    kubectl(&[
+        "scale",
+        "deployment/wasmpilot",
+        "-n",
+        SYSTEM,
+        "--replicas=3",
+    ])?;
+    n_ready_hosts(client, 3).await?;
+    for n in everything.keys() {
+        let _ = delete(client, "v1", "Namespace", None, n).await;
+    }
+    step("scaled to 5 and to 2: every route Ready, none written by two pods; back to 3");
+
+    // 6. A rolling update to a new tag while changes keep coming: none is lost.
     kubectl(&[
         "set",
         "image",
@@ -322,10 +513,10 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         route_ready(client, ns, &name, &[&format!("{name}-a")]).await?;
     }
     route_ready(client, ns, "r1", &["r1-a", "r1-b"]).await?;
-    // Routes created during the failover and the rollout, whose Deployments never changed,
+    // Routes created during the rollout, whose Deployments never changed,
     // went Initializing → Syncing → Ready once: no move back to Syncing without a cause (a
     // chained Ready once read the Gateway Syncing had just applied as missing).
-    for name in ["r2", "r3", "r4", "r5"] {
+    for name in ["r3", "r4", "r5"] {
         let route = must(get(client, AR.0, AR.1, Some(ns), name).await?, name)?;
         let moves: Vec<String> = route["status"]["history"]
             .as_array()
@@ -357,7 +548,7 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     );
     step("rolling update: every change made during it reconciled");
 
-    // 5. /metrics through the metrics Service, from a pod.
+    // 7. /metrics through the metrics Service, from a pod.
     let services: Api<Service> = Api::namespaced(client.clone(), SYSTEM);
     let ip = services
         .get("wasmpilot-metrics")
@@ -391,7 +582,7 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         "a pod read /metrics through the metrics Service (tries that failed first: {failed_tries:?})"
     ));
 
-    // 6. The host's own identity cannot write what its RBAC does not grant (a Secret, which no
+    // 8. The host's own identity cannot write what its RBAC does not grant (a Secret, which no
     // operator declared), but can read what it needs (WasmOperators): a pod running as the
     // host's ServiceAccount tries both with the token the host gets.
     wait_for_token(client, SYSTEM, "wasmpilot").await?;

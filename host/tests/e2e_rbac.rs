@@ -1,8 +1,8 @@
 //! The shipped RBAC is enough, and no more: `kubectl apply -k deploy/`, then the host runs with
 //! exactly the deploy/ ServiceAccount's token plus `wasmpilot rbac` for AutoRoute, and drives an
 //! AutoRoute to Ready; an operator whose role was not granted is reported, naming what is missing.
-//! Also checks /metrics, /healthz and /readyz of that host (`--leader-elect`, as deploy/ runs it):
-//! 200 as a standby, and as the leader only once its WasmOperators are listed and loaded.
+//! Also checks /metrics, /healthz and /readyz of that host (`--shard`, as deploy/ runs it): 200
+//! only once its WasmOperators are listed and loaded and it holds the buckets assigned to it.
 
 mod common;
 
@@ -111,8 +111,9 @@ fn http(addr: &str, path: &str) -> anyhow::Result<String> {
 }
 
 async fn scenario(client: &Client) -> anyhow::Result<()> {
-    kubectl(&["apply", "-k", "deploy/"], None).context("kubectl apply -k deploy/")?;
-    // This test runs the host binary itself under the Deployment's identity and Lease; the
+    // `kubectl apply -k deploy/`, with the PodDisruptionBudget as the local 1.20 API server serves it.
+    run_install()?;
+    // This test runs the host binary itself under the Deployment's identity and Leases; the
     // Deployment's own pods (e2e_install.rs runs them) must not compete for it.
     kubectl(
         &[
@@ -143,7 +144,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     let addr = format!("127.0.0.1:{port}");
     let mut host = Host::start_with_env(
         &[
-            "--leader-elect",
+            "--shard",
             "--leader-election-namespace",
             "wasmpilot-system",
             "--lease-duration",
@@ -158,9 +159,9 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         "wasmpilot-rbac",
     );
 
-    // /readyz from the first answer on: 200 as a standby (saying so), else 503 until the leader
-    // has listed its WasmOperators and loaded their modules (autoroute, deployed above).
-    let leader_ready = std::time::Instant::now() + T;
+    // /readyz from the first answer on: 503 until the replica has listed its WasmOperators,
+    // loaded their modules (autoroute, deployed above) and holds the buckets assigned to it.
+    let ready_by = std::time::Instant::now() + T;
     loop {
         let ready = http(&addr, "/readyz")?;
         if ready == format!("{READY}\n200") {
@@ -170,12 +171,14 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
             ready.ends_with("\n000")
                 || ready == format!("{READY_STANDBY}\n200")
                 || (ready.ends_with("\n503")
-                    && (ready.contains("caches not synced for") || ready.contains("not listed"))),
+                    && (ready.contains("caches not synced for")
+                        || ready.contains("not listed")
+                        || ready.contains("buckets assigned to this replica not held yet"))),
             "/readyz is down, a standby, or a 503 naming what it waits for: {ready}"
         );
         ensure!(
-            std::time::Instant::now() < leader_ready,
-            "/readyz not 200 as the leader after {T:?}: {ready}"
+            std::time::Instant::now() < ready_by,
+            "/readyz not 200 after {T:?}: {ready}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -187,7 +190,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         .unwrap_or(0.0);
     ensure!(
         running >= 1.0,
-        "the leader answered /readyz 200 before loading its WasmOperators: {metrics}"
+        "the replica answered /readyz 200 before loading its WasmOperators: {metrics}"
     );
 
     // An operator whose role was never granted: reported, not failing at its first write.
@@ -257,7 +260,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         ensure!(metrics.contains(r#"wasmpilot_operator_load_failures_total{operator="rbac-missing",reason="MissingPermissions"}"#), "load failures counted");
         ensure!(metrics.contains(r#"wasmpilot_operator_load_failures_total{operator="rbac-secret",reason="ModulePullSecretFailed"}"#), "labelled with the Condition's reason");
         ensure!(http("/healthz")?.ends_with("200"), "healthz");
-        // Still ready as the leader, with the failed operators: a failed load does not block
+        // Still ready, with the failed operators: a failed load does not block
         // readiness, it is reported on the WasmOperator.
         let ready = http("/readyz")?;
         ensure!(ready == format!("{READY}\n200"), "readyz: {ready}");
@@ -292,5 +295,19 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
             "host log says {denied:?}: {rbac_denials:#?}"
         );
     }
+    Ok(())
+}
+
+/// deploy/local/install.sh: `kubectl apply -k deploy/` (the PodDisruptionBudget as
+/// policy/v1beta1 where the API server serves no policy/v1, as the local cluster's 1.20).
+fn run_install() -> anyhow::Result<()> {
+    let out = std::process::Command::new(common::repo_root().join("deploy/local/install.sh"))
+        .output()
+        .context("running deploy/local/install.sh")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "deploy/local/install.sh (kubectl apply -k deploy/) failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(())
 }

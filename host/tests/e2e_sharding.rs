@@ -8,11 +8,10 @@
 
 mod common;
 
-use anyhow::{ensure, Context};
-use common::autoroute::{create_route, AR};
+use anyhow::ensure;
 use common::cluster::*;
+use common::sharding::*;
 use kube::Client;
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -21,51 +20,6 @@ const ROUTES_PER_NAMESPACE: usize = 20;
 const BUCKETS: u32 = 16;
 const LEASE_SECS: u64 = 6;
 const T: Duration = Duration::from_secs(240);
-
-/// Writes of the audit log to objects in namespaces starting with `prefix`: (namespace,
-/// resource[/subresource], name) → the User-Agents that wrote it.
-fn writers(
-    prefix: &str,
-) -> anyhow::Result<Option<BTreeMap<(String, String, String), BTreeSet<String>>>> {
-    let Some(path) = std::env::var_os("WASMPILOT_AUDIT_LOG") else {
-        return Ok(None);
-    };
-    let text = std::fs::read_to_string(&path).context("reading the audit log")?;
-    let mut out: BTreeMap<(String, String, String), BTreeSet<String>> = BTreeMap::new();
-    for line in text.lines().filter(|l| l.contains(prefix)) {
-        let Ok(e) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let r = &e["objectRef"];
-        let ns = r["namespace"].as_str().unwrap_or_default();
-        let agent = e["userAgent"].as_str().unwrap_or_default();
-        if !ns.starts_with(prefix) || !agent.starts_with("wasmpilot-host/") {
-            continue;
-        }
-        if e["responseStatus"]["code"]
-            .as_i64()
-            .is_some_and(|c| c >= 300)
-        {
-            continue; // refused (a conflict): nothing was written
-        }
-        let mut resource = r["resource"].as_str().unwrap_or_default().to_string();
-        if let Some(sub) = r["subresource"].as_str() {
-            resource = format!("{resource}/{sub}");
-        }
-        let replica = agent
-            .split_once('(')
-            .map(|(_, id)| id.trim_end_matches(')').to_string())
-            .unwrap_or_else(|| agent.to_string());
-        out.entry((
-            ns.to_string(),
-            resource,
-            r["name"].as_str().unwrap_or_default().to_string(),
-        ))
-        .or_default()
-        .insert(replica);
-    }
-    Ok(Some(out))
-}
 
 fn replica(identity: &str, leases_ns: &str, metrics: &str) -> Host {
     let wasm_dir = common::wasm_dir();
@@ -89,102 +43,6 @@ fn replica(identity: &str, leases_ns: &str, metrics: &str) -> Host {
     )
 }
 
-/// The holder of every autoroute bucket Lease (`None`: free or expired).
-async fn holders(
-    client: &Client,
-    leases_ns: &str,
-) -> anyhow::Result<BTreeMap<u32, Option<String>>> {
-    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(client.clone(), leases_ns);
-    let list = api
-        .list(
-            &kube::api::ListParams::default()
-                .labels("wasmpilot.io/lease=bucket,wasmpilot.io/operator=autoroute"),
-        )
-        .await?;
-    let now = jiff::Timestamp::now();
-    let mut out = BTreeMap::new();
-    for lease in list.items {
-        let bucket: u32 = lease
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("wasmpilot.io/bucket"))
-            .and_then(|b| b.parse().ok())
-            .context("bucket label")?;
-        let spec = lease.spec.unwrap_or_default();
-        let live = spec.renew_time.as_ref().is_some_and(|t| {
-            t.0.checked_add(jiff::SignedDuration::from_secs(
-                spec.lease_duration_seconds.unwrap_or(15).into(),
-            ))
-            .is_ok_and(|until| until > now)
-        });
-        out.insert(bucket, spec.holder_identity.filter(|_| live));
-    }
-    Ok(out)
-}
-
-/// Waits until the `BUCKETS` autoroute buckets are all held, each by one of `replicas`, every
-/// one of them holding at least one; returns the holders.
-async fn settled_holders(
-    client: &Client,
-    leases_ns: &str,
-    replicas: &[&str],
-    timeout: Duration,
-) -> anyhow::Result<BTreeMap<u32, String>> {
-    wait_for(
-        &format!("buckets held by {replicas:?}"),
-        timeout,
-        || async {
-            let h = holders(client, leases_ns).await?;
-            let held: BTreeMap<u32, String> = h
-                .into_iter()
-                .filter_map(|(b, holder)| holder.map(|x| (b, x)))
-                .collect();
-            let every_bucket = held.len() == BUCKETS as usize;
-            let only_them = held.values().all(|x| replicas.contains(&x.as_str()));
-            let everyone = replicas.iter().all(|r| held.values().any(|x| x == r));
-            Ok((every_bucket && only_them && everyone).then_some(held))
-        },
-    )
-    .await
-}
-
-/// Every route of `routes` Ready (listing namespace by namespace).
-async fn all_ready(
-    client: &Client,
-    routes: &BTreeMap<String, Vec<String>>,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let want: usize = routes.values().map(Vec::len).sum();
-    wait_for(&format!("{want} AutoRoutes Ready"), timeout, || async {
-        let mut ready = 0;
-        for (ns, names) in routes {
-            let api = dynamic_api(client, AR.0, AR.1, Some(ns)).await?;
-            let list = api.list(&Default::default()).await?;
-            ready += list
-                .items
-                .iter()
-                .filter(|o| names.iter().any(|n| o.metadata.name.as_deref() == Some(n)))
-                .filter(|o| {
-                    let v = serde_json::to_value(o).unwrap_or_default();
-                    v["status"]["phase"] == "Ready"
-                        && v["status"]["observedGeneration"] == v["metadata"]["generation"]
-                })
-                .count();
-        }
-        Ok((ready == want).then_some(()))
-    })
-    .await
-}
-
-async fn create_routes(client: &Client, ns: &str, names: &[String]) -> anyhow::Result<()> {
-    for name in names {
-        create_route(client, ns, name, 0).await?;
-    }
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn sharded_replicas_share_the_routes_and_hand_them_over() {
@@ -206,7 +64,7 @@ async fn sharded_replicas_share_the_routes_and_hand_them_over() {
 }
 
 async fn scenario(client: &Client) -> anyhow::Result<()> {
-    let Some(_) = writers("e2e-")? else {
+    let Some(_) = audit_writers("e2e-")? else {
         eprintln!("SKIPPED: no audit log (WASMPILOT_AUDIT_LOG) to tell the replicas' writes apart: deploy/local/cluster.sh writes one");
         return Ok(());
     };
@@ -234,7 +92,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         all_ready(client, &BTreeMap::from([(plain_ns.clone(), names)]), T).await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    let seen = writers(&plain_ns)?.unwrap_or_default();
+    let seen = audit_writers(&plain_ns)?.unwrap_or_default();
     let doubled = seen.iter().filter(|(_, w)| w.len() > 1).count();
     eprintln!(
         "without --shard: {doubled} of {} objects written by both hosts",
@@ -249,7 +107,14 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     let mut a = replica("shard-a", &leases_ns, &ports[0]);
     let mut b = replica("shard-b", &leases_ns, &ports[1]);
     let mut c = replica("shard-c", &leases_ns, &ports[2]);
-    settled_holders(client, &leases_ns, &["shard-a", "shard-b", "shard-c"], T).await?;
+    settled_holders(
+        client,
+        &leases_ns,
+        BUCKETS,
+        &["shard-a", "shard-b", "shard-c"],
+        T,
+    )
+    .await?;
     let mut routes: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for i in 0..NAMESPACES {
         let ns = format!("{prefix}-n{i}");
@@ -272,7 +137,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         NAMESPACES * ROUTES_PER_NAMESPACE,
         started.elapsed()
     );
-    let seen = writers(&format!("{prefix}-n"))?.unwrap_or_default();
+    let seen = audit_writers(&format!("{prefix}-n"))?.unwrap_or_default();
     let mut share: BTreeMap<String, usize> = BTreeMap::new();
     for ((_, resource, _), w) in &seen {
         if resource == "autoroutes/status" {
@@ -294,7 +159,14 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
 
     // 3. One replica killed without warning: its buckets are taken within a Lease duration
     // (plus one renewal round), and routes created in them meanwhile reach Ready.
-    let before = settled_holders(client, &leases_ns, &["shard-a", "shard-b", "shard-c"], T).await?;
+    let before = settled_holders(
+        client,
+        &leases_ns,
+        BUCKETS,
+        &["shard-a", "shard-b", "shard-c"],
+        T,
+    )
+    .await?;
     let lost: BTreeSet<u32> = before
         .iter()
         .filter(|(_, h)| *h == "shard-b")
@@ -318,7 +190,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
             .map(|(ns, names)| create_routes(client, ns, names)),
     )
     .await?;
-    settled_holders(client, &leases_ns, &["shard-a", "shard-c"], T).await?;
+    settled_holders(client, &leases_ns, BUCKETS, &["shard-a", "shard-c"], T).await?;
     let taken = killed_at.elapsed();
     eprintln!(
         "shard-b's {} buckets taken {taken:?} after the kill (Lease {LEASE_SECS} s)",
@@ -337,6 +209,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     settled_holders(
         client,
         &leases_ns,
+        BUCKETS,
         &["shard-a", "shard-c", "shard-d", "shard-e", "shard-f"],
         T,
     )
@@ -358,6 +231,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     settled_holders(
         client,
         &leases_ns,
+        BUCKETS,
         &["shard-a", "shard-c"],
         Duration::from_secs(LEASE_SECS),
     )
@@ -384,7 +258,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     ensure!(a.is_alive() && c.is_alive(), "a replica died");
 
     // 5. Over the whole test no route, and no output, was written by two replicas.
-    let seen = writers(&format!("{prefix}-n"))?.unwrap_or_default();
+    let seen = audit_writers(&format!("{prefix}-n"))?.unwrap_or_default();
     let doubled: Vec<_> = seen.iter().filter(|(_, w)| w.len() > 1).collect();
     eprintln!(
         "{} objects written, {} by more than one replica",

@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
@@ -256,6 +256,8 @@ pub struct Readiness {
     standby: AtomicBool,
     listed: AtomicBool,
     syncing: Mutex<BTreeSet<String>>,
+    /// With `--shard`: per operator, the buckets assigned to this replica it does not hold yet.
+    buckets_pending: Mutex<BTreeMap<String, usize>>,
 }
 
 /// Why `/readyz` answers 503: what the host still waits for.
@@ -265,6 +267,8 @@ pub enum NotReady {
     NotListed,
     #[error("caches not synced for: {}", .operators.join(", "))]
     CachesNotSynced { operators: Vec<String> },
+    #[error("buckets assigned to this replica not held yet: {}", .pending.join(", "))]
+    BucketsNotHeld { pending: Vec<String> },
 }
 
 /// `/readyz` body of a ready leader or single host.
@@ -297,6 +301,20 @@ impl Readiness {
         self.lock().remove(operator);
     }
 
+    /// With `--shard`: `pending` buckets assigned to this replica for `operator` are not held
+    /// yet (0: it holds its share).
+    pub fn buckets_pending(&self, operator: &str, pending: usize) {
+        let mut map = self
+            .buckets_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if pending == 0 {
+            map.remove(operator);
+        } else {
+            map.insert(operator.to_string(), pending);
+        }
+    }
+
     /// The body of a ready host ([`READY`] or [`READY_STANDBY`]), else what is still pending.
     pub fn check(&self) -> Result<&'static str, NotReady> {
         if self.standby.load(Ordering::Relaxed) {
@@ -306,11 +324,23 @@ impl Readiness {
             return Err(NotReady::NotListed);
         }
         let syncing = self.lock();
-        if syncing.is_empty() {
+        if !syncing.is_empty() {
+            return Err(NotReady::CachesNotSynced {
+                operators: syncing.iter().cloned().collect(),
+            });
+        }
+        let pending = self
+            .buckets_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if pending.is_empty() {
             Ok(READY)
         } else {
-            Err(NotReady::CachesNotSynced {
-                operators: syncing.iter().cloned().collect(),
+            Err(NotReady::BucketsNotHeld {
+                pending: pending
+                    .iter()
+                    .map(|(op, n)| format!("{op} ({n})"))
+                    .collect(),
             })
         }
     }

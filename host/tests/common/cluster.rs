@@ -554,6 +554,54 @@ pub fn audit_entries(ns: &str) -> anyhow::Result<Option<Vec<Value>>> {
     ))
 }
 
+/// The hosts that wrote each object in namespaces starting with `prefix`, from the audit log:
+/// (namespace, resource[/subresource], name) → the identities in the writers' User-Agent
+/// (`wasmpilot-host/<version> (<identity>)`); `None` without an audit log.
+pub fn audit_writers(prefix: &str) -> anyhow::Result<Option<AuditWriters>> {
+    let Some(path) = std::env::var_os("WASMPILOT_AUDIT_LOG") else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&path).context("reading the audit log")?;
+    let mut out = AuditWriters::new();
+    for line in text.lines().filter(|l| l.contains(prefix)) {
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let r = &e["objectRef"];
+        let ns = r["namespace"].as_str().unwrap_or_default();
+        let agent = e["userAgent"].as_str().unwrap_or_default();
+        if !ns.starts_with(prefix) || !agent.starts_with("wasmpilot-host/") {
+            continue;
+        }
+        if e["responseStatus"]["code"]
+            .as_i64()
+            .is_some_and(|c| c >= 300)
+        {
+            continue; // refused (a conflict): nothing was written
+        }
+        let mut resource = r["resource"].as_str().unwrap_or_default().to_string();
+        if let Some(sub) = r["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        let replica = agent
+            .split_once('(')
+            .map(|(_, id)| id.trim_end_matches(')').to_string())
+            .unwrap_or_else(|| agent.to_string());
+        out.entry((
+            ns.to_string(),
+            resource,
+            r["name"].as_str().unwrap_or_default().to_string(),
+        ))
+        .or_default()
+        .insert(replica);
+    }
+    Ok(Some(out))
+}
+
+/// What [`audit_writers`] returns.
+pub type AuditWriters =
+    std::collections::BTreeMap<(String, String, String), std::collections::BTreeSet<String>>;
+
 /// A condition's status (`"True"`, `"False"`) by type, if the object has it.
 fn condition_status<'a>(o: &'a Value, type_: &str) -> Option<&'a str> {
     o["status"]["conditions"]

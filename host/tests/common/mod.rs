@@ -59,3 +59,4 @@ pub fn replay_autoroute(cases: &std::path::Path, extra: &[&str]) -> (bool, Strin
 
 pub mod autoroute;
 pub mod cluster;
+pub mod sharding;

@@ -597,6 +597,13 @@ impl Sharding {
                 operator: shard.operator.clone(),
             })
             .set(mine.len() as i64);
+        // Ready once every bucket assigned here is held (and, past a handover, drained to us).
+        let pending = target
+            .iter()
+            .enumerate()
+            .filter(|(b, m)| *m == &self.identity && !mine.contains_key(&(*b as u32)))
+            .count();
+        crate::metrics::READINESS.buckets_pending(&shard.operator, pending);
     }
 
     /// Renews the Leases of `shard` this replica holds, nothing else.
@@ -731,6 +738,7 @@ impl Sharding {
             .remove(&crate::metrics::OperatorLabels {
                 operator: operator.to_string(),
             });
+        crate::metrics::READINESS.buckets_pending(operator, 0);
     }
 
     /// On shutdown, after the controllers stopped: every bucket released and the member Lease
