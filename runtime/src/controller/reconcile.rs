@@ -485,6 +485,33 @@ async fn report_error(
     }
 }
 
+/// A resource whose current spec has been decided and applied: its observedGeneration is its
+/// generation, it is in a final or ready phase, `Synced=True`, and it is not being deleted.
+fn settled(obj: &DynamicObject, ctx: &OperatorContext) -> bool {
+    let status = obj.data.get("status");
+    let observed = status
+        .and_then(|s| s.get("observedGeneration"))
+        .and_then(Value::as_i64);
+    let phase = status
+        .and_then(|s| s.get("phase"))
+        .and_then(Value::as_str)
+        .and_then(|p| ctx.definition.phases.iter().find(|d| d.name == p));
+    let synced = status
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter().any(|c| {
+                c.get("type") == Some(&Value::from(SYNCED))
+                    && c.get("status") == Some(&Value::from("True"))
+            })
+        });
+    obj.metadata.deletion_timestamp.is_none()
+        && observed.is_some()
+        && observed == obj.metadata.generation
+        && phase.is_some_and(|p| p.is_final || p.ready)
+        && synced
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,31 +563,4 @@ mod tests {
         );
         assert!(!deadline.is_fatal());
     }
-}
-
-/// A resource whose current spec has been decided and applied: its observedGeneration is its
-/// generation, it is in a final or ready phase, `Synced=True`, and it is not being deleted.
-fn settled(obj: &DynamicObject, ctx: &OperatorContext) -> bool {
-    let status = obj.data.get("status");
-    let observed = status
-        .and_then(|s| s.get("observedGeneration"))
-        .and_then(Value::as_i64);
-    let phase = status
-        .and_then(|s| s.get("phase"))
-        .and_then(Value::as_str)
-        .and_then(|p| ctx.definition.phases.iter().find(|d| d.name == p));
-    let synced = status
-        .and_then(|s| s.get("conditions"))
-        .and_then(Value::as_array)
-        .is_some_and(|c| {
-            c.iter().any(|c| {
-                c.get("type") == Some(&Value::from(SYNCED))
-                    && c.get("status") == Some(&Value::from("True"))
-            })
-        });
-    obj.metadata.deletion_timestamp.is_none()
-        && observed.is_some()
-        && observed == obj.metadata.generation
-        && phase.is_some_and(|p| p.is_final || p.ready)
-        && synced
 }
