@@ -389,6 +389,30 @@ pub struct WasmOperatorStatus {
     /// Per phase with a shadow module: how often its decisions agreed with the live ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shadows: Vec<ShadowStatus>,
+    /// With replicas run with `--shard`: which replica holds which of the operator's buckets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharding: Option<ShardingStatus>,
+}
+
+/// How the operator's resources are shared among sharded replicas (`wasmpilot run --shard`).
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardingStatus {
+    /// Buckets the operator's resources fall into (by namespace).
+    pub buckets: u32,
+    /// Per replica (its identity: the pod's name): the buckets it holds.
+    #[serde(default)]
+    pub replicas: BTreeMap<String, ReplicaShare>,
+}
+
+/// One replica's share of an operator's buckets.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaShare {
+    /// The buckets it holds.
+    pub buckets: Vec<u32>,
+    /// The operator's resources in those buckets when it last reported.
+    pub resources: u64,
 }
 
 /// One phase's shadow counts, as `status.shadows` of the WasmOperator shows them.

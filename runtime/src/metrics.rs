@@ -94,6 +94,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Bucket Leases this replica holds per operator (`--shard`).
     pub buckets_held: Family<OperatorLabels, Gauge>,
+    /// Buckets per operator (`--shard`'s `--buckets`), for "held by no replica" alerts.
+    pub buckets: Family<OperatorLabels, Gauge>,
     /// Reconciles this replica skipped because another replica holds the resource's bucket.
     pub reconciles_not_held: Family<OperatorLabels, Counter>,
 }
@@ -199,6 +201,12 @@ impl Metrics {
             "Bucket Leases this replica holds per operator (--shard): it reconciles only their resources",
             buckets_held.clone(),
         );
+        let buckets = Family::<OperatorLabels, Gauge>::default();
+        registry.register(
+            "buckets",
+            "Buckets each operator's resources fall into (--shard --buckets), on every sharded replica",
+            buckets.clone(),
+        );
         let reconciles_not_held = Family::<OperatorLabels, Counter>::default();
         registry.register(
             "reconciles_not_held",
@@ -208,6 +216,7 @@ impl Metrics {
         Metrics {
             registry,
             buckets_held,
+            buckets,
             reconciles_not_held,
             resources,
             phase_oldest_entered,

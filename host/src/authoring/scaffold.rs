@@ -246,10 +246,12 @@ impl Project {
                 ),
                 (
                     "initial",
-                    if i == 0 {
-                        "\n    initial: true".into()
-                    } else {
-                        String::new()
+                    match (i == 0, i + 1 == self.phases.len()) {
+                        (true, true) => "\n    initial: true\n    # A resource here is done: Ready=True (kubectl wait, kstatus).\n    ready: true".into(),
+                        (true, false) => "\n    initial: true".into(),
+                        // The last phase is the steady one: a resource there counts as done.
+                        (false, true) => "\n    # A resource here is done: Ready=True (kubectl wait, kstatus).\n    ready: true".into(),
+                        (false, false) => String::new(),
                     },
                 ),
                 (
@@ -794,6 +796,10 @@ mod tests {
         assert_eq!(def.initial_phase, "Initializing");
         assert_eq!(def.phase("Initializing").unwrap().next, ["Syncing"]);
         assert_eq!(def.phase("Ready").unwrap().next, ["Ready"]);
+        assert!(
+            def.phase("Ready").unwrap().ready && !def.phase("Syncing").unwrap().ready,
+            "the steady last phase is the ready one (kstatus Ready=True there)"
+        );
         let module = def.phase("Syncing").unwrap().module.clone().unwrap();
         assert_eq!(module.file.unwrap().path, "autoroute_syncing.wasm");
         let worker = &files

@@ -30,16 +30,23 @@ pub const WEIGHT_ANNOTATION: &str = "wasmpilot.io/resources";
 /// Annotation on a bucket Lease: the operator's full name (its label may be cut).
 pub const OPERATOR_ANNOTATION: &str = "wasmpilot.io/operator";
 
-/// The bucket of a resource: FNV-1a of its namespace (so a resource, its inputs and outputs
-/// stay together), of its name when cluster-scoped; the same on every replica and platform.
+/// The bucket of a resource: the 64-bit FNV-1a hash of its namespace (so a resource, its
+/// inputs and its outputs stay together; of its name when cluster-scoped) modulo `buckets`.
+/// The low bits, not ranges of the hash: FNV-1a's high bits barely change between names that
+/// differ only at the end (`team-1`, `team-2`), so ranges would pile such namespaces into a
+/// few buckets (see the test). The same on every replica, version and platform.
 pub fn bucket_of(namespace: Option<&str>, name: &str, buckets: u32) -> u32 {
-    let key = namespace.unwrap_or(name);
+    (fnv1a64(namespace.unwrap_or(name)) % u64::from(buckets.max(1))) as u32
+}
+
+/// The 64-bit FNV-1a hash (Go's `hash/fnv` New64a; the hash KEP-5866's `shardRange` takes).
+pub fn fnv1a64(key: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.bytes() {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (hash % u64::from(buckets.max(1))) as u32
+    hash
 }
 
 /// A short stable digest of a name, for Lease names and label values that must stay short.
@@ -313,6 +320,10 @@ impl OperatorShard {
 /// This replica's side of the scheme: its identity, the operators it runs, the Leases it holds.
 pub struct Sharding {
     api: Api<Lease>,
+    /// WasmOperators, whose `status.sharding` each replica keeps its own entry of.
+    operators_api: Api<crate::crd::WasmOperator>,
+    /// Per operator: the share last written to its status, and when.
+    reported: tokio::sync::Mutex<BTreeMap<String, (Vec<u32>, u64, BTreeSet<String>, Instant)>>,
     identity: String,
     buckets: u32,
     timing: LeaseTiming,
@@ -330,6 +341,8 @@ impl Sharding {
         timing: LeaseTiming,
     ) -> Self {
         Sharding {
+            operators_api: Api::all(client.clone()),
+            reported: tokio::sync::Mutex::default(),
             api: Api::namespaced(client, namespace),
             identity: identity.to_string(),
             buckets: buckets.max(1),
@@ -591,12 +604,23 @@ impl Sharding {
                 _ => {}
             }
         }
+        let labels = crate::metrics::OperatorLabels {
+            operator: shard.operator.clone(),
+        };
         crate::metrics::METRICS
             .buckets_held
-            .get_or_create(&crate::metrics::OperatorLabels {
-                operator: shard.operator.clone(),
-            })
+            .get_or_create(&labels)
             .set(mine.len() as i64);
+        crate::metrics::METRICS
+            .buckets
+            .get_or_create(&labels)
+            .set(i64::from(self.buckets));
+        let held: Vec<u32> = mine.keys().copied().collect();
+        let resources: u64 = held
+            .iter()
+            .map(|b| weights.get(*b as usize).copied().unwrap_or(0))
+            .sum();
+        self.report(&shard.operator, held, resources, members).await;
         // Ready once every bucket assigned here is held (and, past a handover, drained to us).
         let pending = target
             .iter()
@@ -604,6 +628,56 @@ impl Sharding {
             .filter(|(b, m)| *m == &self.identity && !mine.contains_key(&(*b as u32)))
             .count();
         crate::metrics::READINESS.buckets_pending(&shard.operator, pending);
+    }
+
+    /// Keeps this replica's entry of the operator's `status.sharding` current: written when the
+    /// buckets it holds or the members change, or its resource count after a minute; entries
+    /// of replicas that are no longer members are removed.
+    async fn report(&self, operator: &str, held: Vec<u32>, resources: u64, members: &[String]) {
+        let members: BTreeSet<String> = members.iter().cloned().collect();
+        let mut reported = self.reported.lock().await;
+        if let Some((buckets, count, known, at)) = reported.get(operator) {
+            let fresh = at.elapsed() < Duration::from_secs(60) || *count == resources;
+            if *buckets == held && *known == members && fresh {
+                return;
+            }
+        }
+        let listed: Vec<String> = match self.operators_api.get_opt(operator).await {
+            Ok(Some(op)) => op
+                .status
+                .and_then(|s| s.sharding)
+                .map(|s| s.replicas.into_keys().collect())
+                .unwrap_or_default(),
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(operator, error = %e, "could not read the WasmOperator's sharding status");
+                Vec::new()
+            }
+        };
+        let gone: Vec<String> = listed
+            .into_iter()
+            .filter(|r| !members.contains(r))
+            .collect();
+        let patch = sharding_patch(&self.identity, self.buckets, &held, resources, &gone);
+        match self
+            .operators_api
+            .patch_status(
+                operator,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                reported.insert(
+                    operator.to_string(),
+                    (held, resources, members, Instant::now()),
+                );
+            }
+            Err(e) => {
+                tracing::warn!(operator, error = %e, "could not write the WasmOperator's sharding status")
+            }
+        }
     }
 
     /// Renews the Leases of `shard` this replica holds, nothing else.
@@ -733,11 +807,23 @@ impl Sharding {
                 self.release(Some(&lease), weight).await;
             }
         }
-        crate::metrics::METRICS
-            .buckets_held
-            .remove(&crate::metrics::OperatorLabels {
-                operator: operator.to_string(),
-            });
+        // This replica's entry of the operator's status goes with its buckets.
+        if self.reported.lock().await.remove(operator).is_some() {
+            let patch = serde_json::json!({"status": {"sharding": {"replicas": {self.identity.clone(): null}}}});
+            let _ = self
+                .operators_api
+                .patch_status(
+                    operator,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await;
+        }
+        let labels = crate::metrics::OperatorLabels {
+            operator: operator.to_string(),
+        };
+        crate::metrics::METRICS.buckets_held.remove(&labels);
+        crate::metrics::METRICS.buckets.remove(&labels);
         crate::metrics::READINESS.buckets_pending(operator, 0);
     }
 
@@ -761,6 +847,26 @@ impl Sharding {
             .await;
         tracing::info!(identity = %self.identity, "released every bucket");
     }
+}
+
+/// The merge patch of a WasmOperator's `status.sharding` that sets this replica's entry and
+/// removes those of replicas `gone`.
+pub fn sharding_patch(
+    identity: &str,
+    buckets: u32,
+    held: &[u32],
+    resources: u64,
+    gone: &[String],
+) -> serde_json::Value {
+    let mut replicas = serde_json::Map::new();
+    for r in gone {
+        replicas.insert(r.clone(), serde_json::Value::Null);
+    }
+    replicas.insert(
+        identity.to_string(),
+        serde_json::json!({"buckets": held, "resources": resources}),
+    );
+    serde_json::json!({"status": {"sharding": {"buckets": buckets, "replicas": replicas}}})
 }
 
 fn conflict(e: &kube::Error) -> bool {
@@ -805,8 +911,9 @@ mod tests {
             "same namespace, same bucket"
         );
         assert!(b < 16);
-        // FNV-1a of "team-a", computed by hand: the hash must not change between releases
-        // (replicas of two versions must agree during a rollout).
+        // The hash must not change between releases (replicas of two versions must agree during
+        // a rollout): FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c (the published test vector).
+        assert_eq!(fnv1a64("a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(
             bucket_of(Some("a"), "x", 1_000_000),
             (0xaf63_dc4c_8601_ec8c_u64 % 1_000_000) as u32
@@ -819,6 +926,17 @@ mod tests {
             .map(|i| bucket_of(Some(&format!("ns-{i}")), "r", 16))
             .collect();
         assert_eq!(spread.len(), 16, "200 namespaces reach every bucket");
+    }
+
+    #[test]
+    fn residues_spread_similar_namespaces_where_hash_ranges_would_not() {
+        // Why buckets are `hash mod B` and not ranges of the hash (what KEP-5866's shardRange
+        // selects): 200 namespaces named alike fall into few of 16 equal ranges.
+        let names: Vec<String> = (0..200).map(|i| format!("ns-{i}")).collect();
+        let ranges: BTreeSet<u64> = names.iter().map(|n| fnv1a64(n) >> 60).collect();
+        let residues: BTreeSet<u32> = names.iter().map(|n| bucket_of(Some(n), "", 16)).collect();
+        assert!(ranges.len() <= 4, "ranges reached {ranges:?}");
+        assert_eq!(residues.len(), 16);
     }
 
     #[test]

@@ -188,3 +188,34 @@ fn every_wasmoperator_status_the_host_writes_fits_its_crd() {
     let status = check(&unshadowed, &cleared, "shadows cleared");
     assert!(status.get("shadows").is_none(), "{status}");
 }
+
+#[test]
+fn the_sharding_status_replicas_write_fits_the_crd() {
+    let op = operator(None);
+    let first = crate::controller::buckets::sharding_patch("pod-a", 16, &[0, 3, 5], 210, &[]);
+    let status = check(&op, &first, "a replica's first share");
+    assert_eq!(
+        status["sharding"]["replicas"]["pod-a"]["buckets"],
+        json!([0, 3, 5])
+    );
+    // A second replica's write keeps the first's entry (merge patch); a replica gone is removed.
+    let op = operator(Some(status));
+    let second =
+        crate::controller::buckets::sharding_patch("pod-b", 16, &[1], 40, &["pod-a".to_string()]);
+    let status = check(&op, &second, "a second replica, the first gone");
+    assert!(
+        status["sharding"]["replicas"].get("pod-a").is_none(),
+        "{status}"
+    );
+    assert_eq!(status["sharding"]["replicas"]["pod-b"]["resources"], 40);
+    let third = crate::controller::buckets::sharding_patch("pod-c", 16, &[], 0, &[]);
+    let status = check(
+        &operator(Some(status)),
+        &third,
+        "a replica holding nothing yet",
+    );
+    assert_eq!(
+        status["sharding"]["replicas"].as_object().map(|m| m.len()),
+        Some(2)
+    );
+}
