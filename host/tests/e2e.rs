@@ -35,6 +35,9 @@ async fn operators_on_a_real_cluster() {
         status.success(),
         "wasmpilot deploy examples/autoroute failed"
     );
+    purge_terminating_operators(&client)
+        .await
+        .expect("no WasmOperator left terminating");
     apply_file(
         &client,
         &root.join("host/tests/manifests/scripted.yaml"),

@@ -115,6 +115,38 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         T,
     )
     .await?;
+    // The WasmOperator's status names each replica's buckets: all of them, none twice.
+    wait_for(
+        "status.sharding of autoroute naming the three replicas",
+        T,
+        || async {
+            let op = get(
+                client,
+                "wasmpilot.io/v1alpha1",
+                "WasmOperator",
+                None,
+                "autoroute",
+            )
+            .await?;
+            let replicas = op
+                .as_ref()
+                .and_then(|o| o["status"]["sharding"]["replicas"].as_object().cloned())
+                .unwrap_or_default();
+            let mut buckets: Vec<u64> = ["shard-a", "shard-b", "shard-c"]
+                .iter()
+                .flat_map(|r| {
+                    replicas
+                        .get(*r)
+                        .and_then(|e| e["buckets"].as_array().cloned())
+                        .unwrap_or_default()
+                })
+                .filter_map(|b| b.as_u64())
+                .collect();
+            buckets.sort_unstable();
+            Ok((buckets == (0..u64::from(BUCKETS)).collect::<Vec<_>>()).then_some(()))
+        },
+    )
+    .await?;
     let mut routes: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for i in 0..NAMESPACES {
         let ns = format!("{prefix}-n{i}");

@@ -460,6 +460,40 @@ pub async fn node_pressure(client: &Client) -> Option<String> {
     })
 }
 
+/// WasmOperators left terminating by an earlier run (deleted while no host ran to release its
+/// finalizer, over a minute ago) released and waited for: applying one again would only update
+/// the dying object.
+pub async fn purge_terminating_operators(client: &Client) -> anyhow::Result<()> {
+    let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
+    let api = dynamic_api(client, ops.0, ops.1, None).await?;
+    for op in api.list(&Default::default()).await? {
+        // Only those dying for over a minute: a running host releases its own within seconds,
+        // and a test running beside this one may be watching that happen.
+        let Some(since) = op.metadata.deletion_timestamp.as_ref() else {
+            continue;
+        };
+        if jiff::Timestamp::now().duration_since(since.0) < jiff::SignedDuration::from_secs(60) {
+            continue;
+        }
+        let name = op.metadata.name.clone().unwrap_or_default();
+        eprintln!("releasing WasmOperator {name}, left terminating by an earlier run");
+        let _ = api
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&serde_json::json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+        wait_for(
+            &format!("WasmOperator {name} gone"),
+            Duration::from_secs(30),
+            || async { Ok(api.get_opt(&name).await?.is_none().then_some(())) },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// The WasmOperator CRD and the test kinds (`host/tests/manifests/scripted.yaml`) applied, and
 /// no WasmOperator left on `kind` (one an interrupted earlier test left would hold the kind).
 pub async fn test_kind_free(client: &Client, kind: &str) -> anyhow::Result<()> {
@@ -467,6 +501,7 @@ pub async fn test_kind_free(client: &Client, kind: &str) -> anyhow::Result<()> {
     // This build's WasmOperator CRD (the cluster may hold an older one).
     let crd = <wasmpilot::crd::WasmOperator as kube::CustomResourceExt>::crd();
     wasmpilot::deploy::apply_crd(client, serde_json::to_value(crd)?).await?;
+    purge_terminating_operators(client).await?;
     apply_file(
         client,
         &super::repo_root().join("host/tests/manifests/scripted.yaml"),

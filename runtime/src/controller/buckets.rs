@@ -29,6 +29,9 @@ pub const BUCKETS_LABEL: &str = "wasmpilot.io/buckets";
 pub const WEIGHT_ANNOTATION: &str = "wasmpilot.io/resources";
 /// Annotation on a bucket Lease: the operator's full name (its label may be cut).
 pub const OPERATOR_ANNOTATION: &str = "wasmpilot.io/operator";
+/// Annotation on a member Lease: the operators this replica runs with their resources listed
+/// (comma-separated); only those count it as a member (one whose load failed there does not).
+pub const SERVES_ANNOTATION: &str = "wasmpilot.io/serves";
 
 /// The bucket of a resource: the 64-bit FNV-1a hash of its namespace (so a resource, its
 /// inputs and its outputs stay together; of its name when cluster-scoped) modulo `buckets`.
@@ -279,6 +282,10 @@ impl OperatorShard {
         Some(weights)
     }
 
+    fn is_open(&self, bucket: u32) -> bool {
+        self.lock().open.contains(&bucket)
+    }
+
     /// The buckets open to reconciles here.
     pub fn open_buckets(&self) -> Vec<u32> {
         self.lock().open.iter().copied().collect()
@@ -317,13 +324,17 @@ impl OperatorShard {
     }
 }
 
+/// A replica's share as last written to an operator's status: its buckets, the resources in
+/// them, the members then, and when.
+type Reported = (Vec<u32>, u64, BTreeSet<String>, Instant);
+
 /// This replica's side of the scheme: its identity, the operators it runs, the Leases it holds.
 pub struct Sharding {
     api: Api<Lease>,
     /// WasmOperators, whose `status.sharding` each replica keeps its own entry of.
     operators_api: Api<crate::crd::WasmOperator>,
     /// Per operator: the share last written to its status, and when.
-    reported: tokio::sync::Mutex<BTreeMap<String, (Vec<u32>, u64, BTreeSet<String>, Instant)>>,
+    reported: tokio::sync::Mutex<BTreeMap<String, Reported>>,
     identity: String,
     buckets: u32,
     timing: LeaseTiming,
@@ -388,10 +399,13 @@ impl Sharding {
     /// calls [`Sharding::release_all`]).
     pub async fn run(self: Arc<Self>) {
         loop {
+            let started = Instant::now();
             if let Err(e) = self.tick().await {
                 tracing::warn!(error = %e, "could not list or write bucket Leases; retrying");
             }
-            tokio::time::sleep(self.timing.renew_every).await;
+            // Rounds start every `renew_every`, however long the last one took: a Lease's
+            // renewals stay that far apart, well inside its duration.
+            tokio::time::sleep(self.timing.renew_every.saturating_sub(started.elapsed())).await;
         }
     }
 
@@ -425,9 +439,21 @@ impl Sharding {
             .into_iter()
             .map(|l| (l.name_any(), l))
             .collect();
-        self.renew_member(by_name.get(&member_lease_name(&self.identity)), now)
-            .await?;
+        let (live, gone) = self.live_operators();
+        let serving: Vec<&str> = live
+            .iter()
+            .filter(|s| s.weights().is_some())
+            .map(|s| s.operator.as_str())
+            .collect();
+        self.renew_member(
+            by_name.get(&member_lease_name(&self.identity)),
+            &serving.join(","),
+            now,
+        )
+        .await?;
         let mut members = vec![self.identity.clone()];
+        // Per member, the operators it serves (`None`: an older replica's Lease, all of them).
+        let mut serves: HashMap<String, Option<BTreeSet<String>>> = HashMap::new();
         let mut mismatched = Vec::new();
         for lease in by_name.values() {
             if lease.labels().get(LEASE_ROLE_LABEL).map(String::as_str) != Some("member") {
@@ -443,18 +469,36 @@ impl Sharding {
             if lease.labels().get(BUCKETS_LABEL) != Some(&self.buckets.to_string()) {
                 mismatched.push(holder.clone());
             }
+            serves.insert(
+                holder.clone(),
+                lease.annotations().get(SERVES_ANNOTATION).map(|s| {
+                    s.split(',')
+                        .filter(|o| !o.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                }),
+            );
             members.push(holder);
         }
         members.sort();
         if !mismatched.is_empty() {
             tracing::error!(replicas = ?mismatched, buckets = self.buckets, "replicas use another number of buckets (--buckets): acquiring nothing until they agree");
         }
-        let (live, gone) = self.live_operators();
         for name in gone {
             self.release_operator(&name, None).await;
         }
         for shard in live {
-            self.follow(&shard, &by_name, &members, mismatched.is_empty(), now)
+            let serving: Vec<String> = members
+                .iter()
+                .filter(|m| {
+                    **m == self.identity
+                        || serves
+                            .get(*m)
+                            .is_none_or(|s| s.as_ref().is_none_or(|s| s.contains(&shard.operator)))
+                })
+                .cloned()
+                .collect();
+            self.follow(&shard, &by_name, &serving, mismatched.is_empty(), now)
                 .await;
         }
         Ok(())
@@ -463,6 +507,7 @@ impl Sharding {
     async fn renew_member(
         &self,
         current: Option<&Lease>,
+        serving: &str,
         now: jiff::Timestamp,
     ) -> Result<(), kube::Error> {
         let name = member_lease_name(&self.identity);
@@ -476,6 +521,11 @@ impl Sharding {
         let labels = lease.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(LEASE_ROLE_LABEL.into(), "member".into());
         labels.insert(BUCKETS_LABEL.into(), self.buckets.to_string());
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(SERVES_ANNOTATION.into(), serving.to_string());
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         if spec.holder_identity.as_deref() != Some(&self.identity) {
             spec.holder_identity = Some(self.identity.clone());
@@ -559,6 +609,11 @@ impl Sharding {
                 {
                     Ok(()) => {
                         mine.insert(b, Instant::now());
+                        // Closed for a release that did not drain in time, then assigned here
+                        // again: open it back.
+                        if !shard.is_open(b) {
+                            shard.open(b);
+                        }
                     }
                     Err(e) => {
                         let stale = mine
@@ -739,6 +794,8 @@ impl Sharding {
             .get_or_insert_with(Default::default);
         annotations.insert(WEIGHT_ANNOTATION.into(), weight.to_string());
         annotations.insert(OPERATOR_ANNOTATION.into(), operator.to_string());
+        // Stamped when written, not when the round began: a long round must not age the Lease.
+        let now = jiff::Timestamp::now().max(now);
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         if spec.holder_identity.as_deref() != Some(&self.identity) {
             spec.holder_identity = Some(self.identity.clone());
