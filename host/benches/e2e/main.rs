@@ -6,7 +6,8 @@
 //! Run: `deploy/local/bench.sh` (or, with a cluster up and components built,
 //! `cargo bench -p wasmpilot --bench e2e --profile e2e-bench`). Sizes: `WASMPILOT_BENCH_E2E_SIZES=200,1000`;
 //! host flag sets to compare: `WASMPILOT_BENCH_E2E_HOST_ARGS="--no-instance-pool;"` (`+shadow` in a
-//! set gives Syncing a shadow: its own module). Parts (`WASMPILOT_BENCH_E2E_PARTS`): throughput,
+//! set gives Syncing a shadow: its own module; `+replicas=3` runs that many hosts with `--shard`,
+//! sharing the routes). Parts (`WASMPILOT_BENCH_E2E_PARTS`): throughput,
 //! startup, memory, requeue (`requeue.rs`; `WASMPILOT_BENCH_REQUEUE_ROUTES`, default 1000).
 
 mod memory;
@@ -34,8 +35,12 @@ struct Run {
     requests_per_route: f64,
     /// The largest request kinds per route, e.g. "APPLY services 2.0".
     top_requests: Vec<(String, f64)>,
+    /// The largest peak RSS of the controller's processes (per replica).
     peak_rss_mib: f64,
+    /// CPU of all its processes.
     cpu_seconds: f64,
+    /// The API server's CPU over the same interval (on 2 cores, often the bound).
+    apiserver_cpu_seconds: f64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -90,6 +95,8 @@ pub struct HostVariant {
     /// `+shadow` in the flag set: the operator's Syncing phase gets a shadow, its own module
     /// (identical decisions, so every comparison is made in full).
     pub shadow: bool,
+    /// `+replicas=N` in the flag set: N hosts run with `--shard` (1: one host, unsharded).
+    pub replicas: usize,
 }
 
 impl HostVariant {
@@ -100,6 +107,27 @@ impl HostVariant {
             .args(&self.args)
             .envs(self.env.iter().cloned());
         run
+    }
+
+    /// The commands of every replica: one `run_command`, or with `+replicas=N` N of them
+    /// sharing the work (`--shard`, Leases in `default`).
+    pub fn replica_commands(&self) -> Vec<Command> {
+        if self.replicas <= 1 {
+            return vec![self.run_command()];
+        }
+        (0..self.replicas)
+            .map(|k| {
+                let mut run = self.run_command();
+                run.args([
+                    "--shard",
+                    "--identity",
+                    &format!("bench-replica-{k}"),
+                    "--leader-election-namespace",
+                    "default",
+                ]);
+                run
+            })
+            .collect()
     }
 }
 
@@ -114,9 +142,14 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
         .map(|s| s.trim().to_string())
         .map(|args| {
             let shadow = args.split_whitespace().any(|w| w == "+shadow");
+            let replicas = args
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("+replicas="))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1);
             let (env, flags): (Vec<&str>, Vec<&str>) = args
                 .split_whitespace()
-                .filter(|w| *w != "+shadow")
+                .filter(|w| !w.starts_with('+'))
                 .partition(|w| !w.starts_with('-') && w.contains('='));
             HostVariant {
                 label: if args.is_empty() {
@@ -132,6 +165,7 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
                 shadow,
+                replicas,
             }
         })
         .collect();
@@ -142,6 +176,7 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
             args: Vec::new(),
             env: Vec::new(),
             shadow: false,
+            replicas: 1,
         });
     }
     Ok(hosts)
@@ -155,8 +190,15 @@ async fn throughput(
 ) -> anyhow::Result<()> {
     println!("\nEnd to end: AutoRoutes (2 Deployments each) from creation to all Ready, same cluster, same run\n");
     println!(
-        "{:>6}  {:<30} {:>9} {:>12} {:>14} {:>10} {:>8}",
-        "routes", "controller", "seconds", "ratio", "API req/route", "peak RSS", "CPU s"
+        "{:>6}  {:<30} {:>9} {:>12} {:>14} {:>10} {:>8} {:>14}",
+        "routes",
+        "controller",
+        "seconds",
+        "ratio",
+        "API req/route",
+        "peak RSS",
+        "CPU s",
+        "apiserver CPU s"
     );
     let operators = cluster_api(client, WASM_OPERATOR);
     for &n in sizes {
@@ -166,13 +208,9 @@ async fn throughput(
             .delete("autoroute", &DeleteParams::default())
             .await;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let native = measure(
-            client,
-            n,
-            "native".into(),
-            Command::new(std::env::current_exe()?).arg("--native-controller"),
-        )
-        .await?;
+        let mut native_command = Command::new(std::env::current_exe()?);
+        native_command.arg("--native-controller");
+        let native = measure(client, n, "native".into(), vec![native_command]).await?;
         let mut runs = vec![native];
         for host in hosts {
             let status = Command::new(&hosts[0].binary)
@@ -185,17 +223,18 @@ async fn throughput(
             if host.shadow {
                 shadow_syncing_with_itself(&operators).await?;
             }
-            runs.push(measure(client, n, host.label.clone(), &mut host.run_command()).await?);
+            runs.push(measure(client, n, host.label.clone(), host.replica_commands()).await?);
         }
         for r in &runs {
             println!(
-                "{n:>6}  {:<30} {:>9.2} {:>11.2}× {:>14.1} {:>7.0} MiB {:>8.2}",
+                "{n:>6}  {:<30} {:>9.2} {:>11.2}× {:>14.1} {:>7.0} MiB {:>8.2} {:>14.2}",
                 r.label,
                 r.seconds,
                 r.seconds / runs[0].seconds,
                 r.requests_per_route,
                 r.peak_rss_mib,
-                r.cpu_seconds
+                r.cpu_seconds,
+                r.apiserver_cpu_seconds
             );
         }
         for r in &runs {
@@ -312,11 +351,26 @@ impl Drop for Killed {
     }
 }
 
+/// The CPU seconds the local kube-apiserver has used (0 when it is not a process here).
+fn apiserver_cpu() -> f64 {
+    let Ok(out) = Command::new("pgrep")
+        .args(["-x", "kube-apiserver"])
+        .output()
+    else {
+        return 0.0;
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .map(|pid| proc_stats(pid).1)
+        .sum()
+}
+
 async fn measure(
     client: &Client,
     n: usize,
     label: String,
-    controller: &mut Command,
+    controllers: Vec<Command>,
 ) -> anyhow::Result<Run> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
@@ -343,18 +397,25 @@ async fn measure(
 
     settle_deployments(client, &namespaces).await?;
 
-    let child = controller
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .env("WASMPILOT_LOG", "warn")
-        .spawn()?;
-    let pid = child.id();
-    let child = Killed(child);
+    let sharded = controllers.len() > 1;
+    let mut children = Vec::new();
+    for mut controller in controllers {
+        let child = controller
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .env("WASMPILOT_LOG", "warn")
+            .spawn()?;
+        children.push(Killed(child));
+    }
+    let pids: Vec<u32> = children.iter().map(|c| c.0.id()).collect();
     // Watches listed, modules loaded from the warm cache: the startup part measures this at well
-    // under a second for both controllers.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // under a second for both controllers. Sharded replicas first share the buckets (a round is
+    // 5 s).
+    tokio::time::sleep(Duration::from_secs(if sharded { 15 } else { 3 })).await;
 
     let before = api_requests(client).await?;
+    let apiserver_before = apiserver_cpu();
+    let cpu_before: f64 = pids.iter().map(|p| proc_stats(*p).1).sum();
     let start = Instant::now();
     let autoroutes = routes.iter().map(|(ns, r)| {
         let obj = json!({"apiVersion": "examples.io/v1", "kind": "AutoRoute", "metadata": {"name": r},
@@ -389,9 +450,15 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let seconds = start.elapsed().as_secs_f64();
-    let (peak_rss_mib, cpu_seconds) = proc_stats(pid);
+    let stats: Vec<(f64, f64)> = pids.iter().map(|p| proc_stats(*p)).collect();
+    let peak_rss_mib = stats.iter().map(|s| s.0).fold(0.0, f64::max);
+    // Sharded replicas' CPU over the measured interval only (their start waited 15 s); one
+    // controller's since its start, as before.
+    let cpu_seconds =
+        stats.iter().map(|s| s.1).sum::<f64>() - if sharded { cpu_before } else { 0.0 };
+    let apiserver_cpu_seconds = apiserver_cpu() - apiserver_before;
     let after = api_requests(client).await?;
-    drop(child);
+    drop(children);
     delete_namespaces(client, &namespaces).await?;
     let mut delta: Vec<(String, f64)> = after
         .iter()
@@ -422,6 +489,7 @@ async fn measure(
         top_requests: delta,
         peak_rss_mib,
         cpu_seconds,
+        apiserver_cpu_seconds,
     })
 }
 

@@ -626,7 +626,10 @@ impl Sharding {
                         }
                     }
                 },
-                (true, false) if may_acquire && view.holder.is_none() => {
+                // Free, or held under this identity by an earlier process (a restart): acquire.
+                (true, false)
+                    if may_acquire && view.holder.as_ref().is_none_or(|h| *h == self.identity) =>
+                {
                     match self
                         .write(leases.get(&name), &shard.operator, b, weight, now)
                         .await
