@@ -467,6 +467,11 @@ mod tests {
         };
         m.resources.get_or_create(&state).set(1);
         m.phase_oldest_entered.get_or_create(&state).set(1.0);
+        let operator = OperatorLabels {
+            operator: "rules-test".into(),
+        };
+        m.buckets_held.get_or_create(&operator).set(1);
+        m.buckets.get_or_create(&operator).set(16);
         let _ = m.shadow_skipped.get_or_create(&phase);
         let exported = m.encode();
         let rules = std::fs::read_to_string(concat!(
