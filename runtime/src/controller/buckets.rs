@@ -569,10 +569,7 @@ impl Sharding {
                 let lease = leases.get(&bucket_lease_name(&shard.operator, b));
                 // Every replica watches every resource today, so its own count is current;
                 // the holder's count recorded in the Lease covers a lagging watch.
-                let recorded: u64 = lease
-                    .and_then(|l| l.annotations().get(WEIGHT_ANNOTATION))
-                    .and_then(|w| w.parse().ok())
-                    .unwrap_or(0);
+                let recorded = recorded_weight(lease);
                 let weight = weights.get(b as usize).copied().unwrap_or(0).max(recorded);
                 let holder = lease
                     .and_then(|l| l.spec.as_ref())
@@ -753,11 +750,7 @@ impl Sharding {
         };
         for b in held {
             let name = bucket_lease_name(&shard.operator, b);
-            let weight = leases
-                .get(&name)
-                .and_then(|l| l.annotations().get(WEIGHT_ANNOTATION))
-                .and_then(|w| w.parse().ok())
-                .unwrap_or(0);
+            let weight = recorded_weight(leases.get(&name));
             if let Err(e) = self
                 .write(leases.get(&name), &shard.operator, b, weight, now)
                 .await
@@ -859,11 +852,7 @@ impl Sharding {
             }
             let name = bucket_lease_name(operator, b);
             if let Ok(Some(lease)) = self.api.get_opt(&name).await {
-                let weight = lease
-                    .annotations()
-                    .get(WEIGHT_ANNOTATION)
-                    .and_then(|w| w.parse().ok())
-                    .unwrap_or(0);
+                let weight = recorded_weight(Some(&lease));
                 self.release(Some(&lease), weight).await;
             }
         }
@@ -927,6 +916,14 @@ pub fn sharding_patch(
         serde_json::json!({"buckets": held, "resources": resources}),
     );
     serde_json::json!({"status": {"sharding": {"buckets": buckets, "replicas": replicas}}})
+}
+
+/// The resources a bucket Lease's last holder recorded in it (0 when none or unreadable).
+fn recorded_weight(lease: Option<&Lease>) -> u64 {
+    lease
+        .and_then(|l| l.annotations().get(WEIGHT_ANNOTATION))
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(0)
 }
 
 fn conflict(e: &kube::Error) -> bool {
