@@ -335,6 +335,9 @@ pub struct Sharding {
     operators_api: Api<crate::crd::WasmOperator>,
     /// Per operator: the share last written to its status, and when.
     reported: tokio::sync::Mutex<BTreeMap<String, Reported>>,
+    /// The manager's WasmOperator cache: an entry of ours another replica removed (it did not
+    /// yet see us as a member) is seen missing there and written again.
+    operators_cache: std::sync::OnceLock<Store<crate::crd::WasmOperator>>,
     identity: String,
     buckets: u32,
     timing: LeaseTiming,
@@ -354,6 +357,7 @@ impl Sharding {
         Sharding {
             operators_api: Api::all(client.clone()),
             reported: tokio::sync::Mutex::default(),
+            operators_cache: std::sync::OnceLock::new(),
             api: Api::namespaced(client, namespace),
             identity: identity.to_string(),
             buckets: buckets.max(1),
@@ -365,6 +369,24 @@ impl Sharding {
 
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// Hands over the manager's WasmOperator cache (once; later calls are ignored).
+    pub fn attach_operators(&self, cache: Store<crate::crd::WasmOperator>) {
+        let _ = self.operators_cache.set(cache);
+    }
+
+    /// This replica's entry of `operator`'s `status.sharding` as the cache holds it (`None`
+    /// without a cache: then the entry is taken to be as last written).
+    fn cached_entry(&self, operator: &str) -> Option<Option<crate::crd::ReplicaShare>> {
+        let cache = self.operators_cache.get()?;
+        let op = cache.get(&kube::runtime::reflector::ObjectRef::new(operator))?;
+        Some(
+            op.status
+                .as_ref()
+                .and_then(|s| s.sharding.as_ref())
+                .and_then(|s| s.replicas.get(&self.identity).cloned()),
+        )
     }
 
     /// The shard of operator `name`: shared by its controllers (a swapped definition keeps it).
@@ -691,11 +713,16 @@ impl Sharding {
     async fn report(&self, operator: &str, held: Vec<u32>, resources: u64, members: &[String]) {
         let members: BTreeSet<String> = members.iter().cloned().collect();
         let mut reported = self.reported.lock().await;
-        if let Some((buckets, count, known, at)) = reported.get(operator) {
-            let fresh = at.elapsed() < Duration::from_secs(60) || *count == resources;
-            if *buckets == held && *known == members && fresh {
-                return;
-            }
+        let cached = self.cached_entry(operator);
+        if !report_due(
+            reported.get(operator),
+            &held,
+            resources,
+            &members,
+            cached,
+            self.timing.lease_duration,
+        ) {
+            return;
         }
         let listed: Vec<String> = match self.operators_api.get_opt(operator).await {
             Ok(Some(op)) => op
@@ -918,6 +945,27 @@ pub fn sharding_patch(
     serde_json::json!({"status": {"sharding": {"buckets": buckets, "replicas": replicas}}})
 }
 
+/// Whether this replica's entry of an operator's `status.sharding` is to be written: never
+/// written, its buckets or the members changed, its resource count changed over a minute ago,
+/// or the entry is missing from (or differs in) the cached status a lease duration after the
+/// last write (another replica that did not yet see this one as a member removed it).
+fn report_due(
+    last: Option<&Reported>,
+    held: &[u32],
+    resources: u64,
+    members: &BTreeSet<String>,
+    cached: Option<Option<crate::crd::ReplicaShare>>,
+    lease_duration: Duration,
+) -> bool {
+    let Some((buckets, count, known, at)) = last else {
+        return true;
+    };
+    let fresh = at.elapsed() < Duration::from_secs(60) || *count == resources;
+    let intact = at.elapsed() < lease_duration
+        || cached.is_none_or(|e| e.is_some_and(|e| e.buckets == *buckets));
+    !(buckets.as_slice() == held && known == members && fresh && intact)
+}
+
 /// The resources a bucket Lease's last holder recorded in it (0 when none or unreadable).
 fn recorded_weight(lease: Option<&Lease>) -> u64 {
     lease
@@ -1060,6 +1108,73 @@ mod tests {
         assert!(target.iter().all(|m| m == "a" || m == "b"));
         let load = loads(&target, &buckets);
         assert!(load["a"].abs_diff(load["b"]) <= 6, "{load:?}");
+    }
+
+    #[test]
+    fn a_share_is_reported_when_it_changes_or_its_entry_went_missing() {
+        let members: BTreeSet<String> = ["a", "b"].map(String::from).into();
+        let lease = Duration::from_secs(15);
+        let share = |buckets: &[u32]| crate::crd::ReplicaShare {
+            buckets: buckets.to_vec(),
+            resources: 3,
+        };
+        let now: Reported = (vec![1, 2], 3, members.clone(), Instant::now());
+        let old: Reported = (
+            vec![1, 2],
+            3,
+            members.clone(),
+            Instant::now() - Duration::from_secs(30),
+        );
+        assert!(report_due(None, &[1, 2], 3, &members, None, lease));
+        // Unchanged and seen back: nothing to write.
+        assert!(!report_due(
+            Some(&old),
+            &[1, 2],
+            3,
+            &members,
+            Some(Some(share(&[1, 2]))),
+            lease
+        ));
+        assert!(!report_due(Some(&old), &[1, 2], 3, &members, None, lease));
+        // Buckets or members changed: written at once.
+        assert!(report_due(Some(&now), &[1], 3, &members, None, lease));
+        let three: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
+        assert!(report_due(Some(&now), &[1, 2], 3, &three, None, lease));
+        // A new count alone waits a minute.
+        assert!(!report_due(
+            Some(&old),
+            &[1, 2],
+            9,
+            &members,
+            Some(Some(share(&[1, 2]))),
+            lease
+        ));
+        // Removed by another replica (or not what we wrote): written again, once the write had
+        // a lease duration to show up in the cache.
+        assert!(report_due(
+            Some(&old),
+            &[1, 2],
+            3,
+            &members,
+            Some(None),
+            lease
+        ));
+        assert!(report_due(
+            Some(&old),
+            &[1, 2],
+            3,
+            &members,
+            Some(Some(share(&[7]))),
+            lease
+        ));
+        assert!(!report_due(
+            Some(&now),
+            &[1, 2],
+            3,
+            &members,
+            Some(None),
+            lease
+        ));
     }
 
     #[test]

@@ -411,6 +411,9 @@ impl Manager {
         let api: Api<WasmOperator> = Api::all(self.client.clone());
         let (operators, writer) = reflector::store();
         let (recheck, rechecks) = futures::channel::mpsc::unbounded();
+        if let Some(sharding) = &self.sharding {
+            sharding.attach_operators(operators.clone());
+        }
         let ctx = self.context(operators.clone(), std::env::var("POD_NAME").ok(), recheck);
         // Deletions (and objects gone while the watch was down) stop their controllers; every
         // other change that reaches the reconcile is a new generation: status writes, the
