@@ -3,7 +3,8 @@
 //!
 //! Every replica renews a member Lease and, each tick, computes the same assignment from the
 //! Leases it lists ([`assign`]: current holders keep their buckets up to a fair share of the
-//! weight, the rest go to the least loaded member), acquires what it is assigned and is free,
+//! weight, the rest go to their home member by rendezvous hashing — the same for every operator,
+//! so a replica's caches need only its buckets' namespaces), acquires what it is assigned and is free,
 //! and releases what it holds but is no longer assigned — after closing the bucket to new
 //! reconciles and waiting for the ones in flight. Writes are conditional on the Lease's
 //! resourceVersion, so two replicas never both acquire one bucket.
@@ -111,11 +112,44 @@ pub struct BucketView {
     pub holder: Option<String>,
 }
 
+/// A bucket's home among `members`: the member that ranks it highest by rendezvous hashing
+/// (FNV-1a of `member/bucket`). The same for every operator, so a replica tends to hold the same
+/// buckets — the same namespaces — of every operator, and its caches keep only those; a member
+/// joining or leaving moves only the buckets whose home it is or was.
+pub fn home_of<'a>(members: &[&'a String], bucket: u32) -> Option<&'a String> {
+    ranked(members, bucket).into_iter().next()
+}
+
+/// MurmurHash3's 64-bit finalizer: every input bit reaches every output bit. FNV-1a alone
+/// ranks names that differ only at the end (`host-a/3`, `host-b/3`) by barely different high
+/// bits, which would make one member every bucket's home.
+fn mix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// `members` in the order bucket `bucket` prefers them (its home first).
+fn ranked<'a>(members: &[&'a String], bucket: u32) -> Vec<&'a String> {
+    let mut ranked = members.to_vec();
+    ranked.sort_by_key(|m| {
+        (
+            std::cmp::Reverse(mix64(fnv1a64(&format!("{m}/{bucket}")))),
+            m.as_str(),
+        )
+    });
+    ranked
+}
+
 /// Which member each bucket goes to (index = position in `buckets`). Deterministic for the same
 /// input, so every replica computes the same: each member's fair share is the total weight
 /// (each bucket counting one more than its resources) over the members; current holders keep
-/// their buckets, heaviest first, while they stay within 115 % of the share; every other
-/// bucket goes to the least loaded member (ties: first by name).
+/// their buckets — those whose home they are first, then the heaviest — while they stay
+/// within 115 % of the share; every other bucket, heaviest first, goes to its home
+/// ([`home_of`]) while that stays within the share, else to the least loaded member (ties:
+/// first by name).
 pub fn assign(members: &[String], buckets: &[BucketView]) -> Vec<String> {
     if members.is_empty() {
         return Vec::new();
@@ -133,9 +167,21 @@ pub fn assign(members: &[String], buckets: &[BucketView]) -> Vec<String> {
             .cmp(&weight(&buckets[a]))
             .then(buckets[a].bucket.cmp(&buckets[b].bucket))
     });
+    let homes: Vec<Option<&String>> = buckets
+        .iter()
+        .map(|b| home_of(&members, b.bucket))
+        .collect();
+    let at_home = |i: usize| {
+        buckets[i]
+            .holder
+            .as_ref()
+            .is_some_and(|h| Some(h) == homes[i])
+    };
+    let mut keeping = order.clone();
+    keeping.sort_by_key(|&i| !at_home(i));
     let mut load: BTreeMap<&String, u64> = members.iter().map(|m| (*m, 0)).collect();
     let mut to: Vec<Option<&String>> = vec![None; buckets.len()];
-    for &i in &order {
+    for &i in &keeping {
         let Some(holder) = buckets[i].holder.as_ref() else {
             continue;
         };
@@ -146,8 +192,25 @@ pub fn assign(members: &[String], buckets: &[BucketView]) -> Vec<String> {
             }
         }
     }
-    for &i in &order {
+    // Free buckets by number, not weight: which ones overflow their home must not depend on
+    // one operator's weights.
+    let mut placing: Vec<usize> = (0..buckets.len()).collect();
+    placing.sort_by_key(|&i| buckets[i].bucket);
+    for &i in &placing {
         if to[i].is_some() {
+            continue;
+        }
+        // The most preferred member with room: the same choice for every operator whose
+        // weights are alike, so overflow from a home also lands on the same member.
+        let w = weight(&buckets[i]);
+        if let Some(m) = ranked(&members, buckets[i].bucket)
+            .into_iter()
+            .find(|m| (load[*m] + w) as f64 <= share)
+        {
+            if let Some(l) = load.get_mut(m) {
+                *l += w;
+            }
+            to[i] = Some(m);
             continue;
         }
         let least = members
@@ -1092,6 +1155,59 @@ mod tests {
             .filter(|(m, b)| b.holder.as_deref() != Some(m.as_str()))
             .count();
         assert_eq!(moved, 4, "only the new member's share moves");
+    }
+
+    #[test]
+    fn operators_with_different_weights_put_the_same_buckets_on_the_same_member() {
+        // Ten operators, weights unrelated to each other: a replica's caches keep the namespaces
+        // of the buckets it holds for any of them, so those should be mostly the same buckets.
+        let three = members(&["host-7c9f-a", "host-7c9f-b", "host-7c9f-c"]);
+        let mut union: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+        for op in 0..10u64 {
+            let weights: Vec<u64> = (0..16u64).map(|b| (b * 7 + op * 13) % 5 + 10).collect();
+            let buckets = views(&weights, &[None; 16]);
+            let target = assign(&three, &buckets);
+            let load = loads(&target, &buckets);
+            let total: u64 = load.values().sum();
+            assert!(
+                load.values().all(|l| *l as f64 <= total as f64 / 3.0 * 1.3),
+                "operator {op}: {load:?}"
+            );
+            for (b, m) in target.iter().enumerate() {
+                union.entry(m.clone()).or_default().insert(b as u32);
+            }
+        }
+        for (m, held) in &union {
+            assert!(
+                held.len() <= 8,
+                "{m} holds {} of 16 buckets across ten operators: {held:?}",
+                held.len()
+            );
+        }
+        // A fourth member takes over buckets whose home it is, the same ones for every operator.
+        let four = members(&["host-7c9f-a", "host-7c9f-b", "host-7c9f-c", "host-7c9f-d"]);
+        let refs: Vec<&String> = four.iter().collect();
+        let homes_of_d: BTreeSet<u32> = (0..16)
+            .filter(|b| home_of(&refs, *b).is_some_and(|h| h == "host-7c9f-d"))
+            .collect();
+        let buckets = views(&[10; 16], &[None; 16]);
+        let before = assign(&three, &buckets);
+        let held: Vec<BucketView> = buckets
+            .iter()
+            .zip(&before)
+            .map(|(b, m)| BucketView {
+                holder: Some(m.clone()),
+                ..b.clone()
+            })
+            .collect();
+        let after = assign(&four, &held);
+        let to_d: BTreeSet<u32> = (0..16u32)
+            .filter(|b| after[*b as usize] == "host-7c9f-d")
+            .collect();
+        assert!(
+            to_d.iter().filter(|b| homes_of_d.contains(b)).count() * 2 >= to_d.len(),
+            "the new member got {to_d:?}, its homes are {homes_of_d:?}"
+        );
     }
 
     #[test]
