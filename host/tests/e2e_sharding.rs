@@ -189,6 +189,38 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         );
     }
 
+    // Each replica caches only the namespaces of its buckets: of the cluster's Gateways (an
+    // output of every route), each caches a part and together about all of them.
+    let gateways = dynamic_api(client, "networking.istio.io/v1alpha3", "Gateway", None).await?;
+    let in_cluster = gateways
+        .list_metadata(&Default::default())
+        .await?
+        .items
+        .len() as f64;
+    ensure!(
+        in_cluster >= 600.0,
+        "only {in_cluster} Gateways in the cluster"
+    );
+    let series =
+        r#"wasmpilot_cached_objects{kind="networking.istio.io/v1alpha3 Gateway",cache="outputs"}"#;
+    let mut cached = BTreeMap::new();
+    for (r, port) in ["shard-a", "shard-b", "shard-c"].iter().zip(&ports) {
+        let text = http_get(port, "/metrics")?;
+        let n = metric_value(&text, series)
+            .ok_or_else(|| anyhow::anyhow!("{r} exports no {series}"))?;
+        cached.insert(*r, n);
+    }
+    eprintln!("Gateways cached per replica: {cached:?} of {in_cluster} in the cluster");
+    let together: f64 = cached.values().sum();
+    ensure!(
+        cached.values().all(|n| *n > 0.0 && *n <= in_cluster * 0.75),
+        "each replica should cache a part of the {in_cluster} Gateways: {cached:?}"
+    );
+    ensure!(
+        together >= in_cluster * 0.95,
+        "the replicas together cache {together} of {in_cluster} Gateways: {cached:?}"
+    );
+
     // 3. One replica killed without warning: its buckets are taken within a Lease duration
     // (plus one renewal round), and routes created in them meanwhile reach Ready.
     let before = settled_holders(

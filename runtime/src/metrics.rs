@@ -71,6 +71,14 @@ pub struct LoadLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// `group/version Kind`.
+    pub kind: String,
+    /// `inputs` (objects as workers see them) or `outputs` (metadata).
+    pub cache: String,
+}
+
 /// Every metric the host exports.
 pub struct Metrics {
     registry: Registry,
@@ -98,6 +106,8 @@ pub struct Metrics {
     pub buckets: Family<OperatorLabels, Gauge>,
     /// Reconciles this replica skipped because another replica holds the resource's bucket.
     pub reconciles_not_held: Family<OperatorLabels, Counter>,
+    /// Objects in the shared watch caches per kind (a sharded replica's: its buckets' only).
+    pub cached_objects: Family<CacheLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -207,6 +217,12 @@ impl Metrics {
             "Buckets each operator's resources fall into (--shard --buckets), on every sharded replica",
             buckets.clone(),
         );
+        let cached_objects = Family::<CacheLabels, Gauge>::default();
+        registry.register(
+            "cached_objects",
+            "Objects in the shared watch caches, per kind; on a sharded replica only the namespaces of the buckets it holds",
+            cached_objects.clone(),
+        );
         let reconciles_not_held = Family::<OperatorLabels, Counter>::default();
         registry.register(
             "reconciles_not_held",
@@ -218,6 +234,7 @@ impl Metrics {
             buckets_held,
             buckets,
             reconciles_not_held,
+            cached_objects,
             resources,
             phase_oldest_entered,
             leader,

@@ -53,6 +53,48 @@ pub fn fnv1a64(key: &str) -> u64 {
     hash
 }
 
+/// The namespaces a sharded replica's watch caches keep: those in a bucket it holds for some
+/// operator (cluster-scoped objects always). The Lease follower sets it; informers follow it,
+/// relisting when it grows and dropping what it no longer covers when it shrinks.
+pub struct CacheScope {
+    buckets: u32,
+    kept: tokio::sync::watch::Sender<Arc<BTreeSet<u32>>>,
+}
+
+impl CacheScope {
+    /// A scope keeping no namespace yet (until a bucket is held).
+    pub fn new(buckets: u32) -> Self {
+        CacheScope {
+            buckets: buckets.max(1),
+            kept: tokio::sync::watch::Sender::new(Arc::default()),
+        }
+    }
+
+    /// The buckets kept now, and each change from here on.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Arc<BTreeSet<u32>>> {
+        self.kept.subscribe()
+    }
+
+    /// Whether a cache keeping `kept` holds the objects of `namespace` (`None` or empty:
+    /// cluster-scoped, always kept).
+    pub fn covers(&self, kept: &BTreeSet<u32>, namespace: Option<&str>) -> bool {
+        match namespace {
+            None | Some("") => true,
+            Some(ns) => kept.contains(&bucket_of(Some(ns), "", self.buckets)),
+        }
+    }
+
+    fn set(&self, kept: BTreeSet<u32>) {
+        self.kept.send_if_modified(|current| {
+            if **current == kept {
+                return false;
+            }
+            *current = Arc::new(kept);
+            true
+        });
+    }
+}
+
 /// A short stable digest of a name, for Lease names and label values that must stay short.
 fn digest8(text: &str) -> String {
     use sha2::Digest;
@@ -401,6 +443,8 @@ pub struct Sharding {
     /// The manager's WasmOperator cache: an entry of ours another replica removed (it did not
     /// yet see us as a member) is seen missing there and written again.
     operators_cache: std::sync::OnceLock<Store<crate::crd::WasmOperator>>,
+    /// The buckets held for any operator: what the watch caches keep.
+    cache_scope: Arc<CacheScope>,
     identity: String,
     buckets: u32,
     timing: LeaseTiming,
@@ -421,6 +465,7 @@ impl Sharding {
             operators_api: Api::all(client.clone()),
             reported: tokio::sync::Mutex::default(),
             operators_cache: std::sync::OnceLock::new(),
+            cache_scope: Arc::new(CacheScope::new(buckets)),
             api: Api::namespaced(client, namespace),
             identity: identity.to_string(),
             buckets: buckets.max(1),
@@ -432,6 +477,17 @@ impl Sharding {
 
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// What the watch caches of this replica keep: the namespaces of the buckets it holds.
+    pub fn cache_scope(&self) -> Arc<CacheScope> {
+        self.cache_scope.clone()
+    }
+
+    /// The caches keep the buckets held for any operator.
+    fn publish_scope(&self, held: &BTreeMap<String, BTreeMap<u32, Instant>>) {
+        self.cache_scope
+            .set(held.values().flat_map(|m| m.keys().copied()).collect());
     }
 
     /// Hands over the manager's WasmOperator cache (once; later calls are ignored).
@@ -755,18 +811,20 @@ impl Sharding {
             .buckets
             .get_or_create(&labels)
             .set(i64::from(self.buckets));
-        let held: Vec<u32> = mine.keys().copied().collect();
-        let resources: u64 = held
-            .iter()
-            .map(|b| weights.get(*b as usize).copied().unwrap_or(0))
-            .sum();
-        self.report(&shard.operator, held, resources, members).await;
+        let mine: Vec<u32> = mine.keys().copied().collect();
         // Ready once every bucket assigned here is held (and, past a handover, drained to us).
         let pending = target
             .iter()
             .enumerate()
-            .filter(|(b, m)| *m == &self.identity && !mine.contains_key(&(*b as u32)))
+            .filter(|(b, m)| *m == &self.identity && !mine.contains(&(*b as u32)))
             .count();
+        self.publish_scope(&held);
+        drop(held);
+        let resources: u64 = mine
+            .iter()
+            .map(|b| weights.get(*b as usize).copied().unwrap_or(0))
+            .sum();
+        self.report(&shard.operator, mine, resources, members).await;
         crate::metrics::READINESS.buckets_pending(&shard.operator, pending);
     }
 
@@ -946,6 +1004,7 @@ impl Sharding {
                 self.release(Some(&lease), weight).await;
             }
         }
+        self.publish_scope(&*self.held.lock().await);
         // This replica's entry of the operator's status goes with its buckets.
         if self.reported.lock().await.remove(operator).is_some() {
             let patch = serde_json::json!({"status": {"sharding": {"replicas": {self.identity.clone(): null}}}});

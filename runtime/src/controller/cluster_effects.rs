@@ -58,9 +58,10 @@ impl WorkerReads for ClusterEffects<'_> {
                     operator: def.name.clone(),
                     declared: def.phase_names(),
                 })?;
-        ctx.inputs_synced(&phase.inputs).await?;
+        let namespace = self.resource.metadata.namespace.as_deref();
+        ctx.inputs_synced(&phase.inputs, namespace).await?;
         // The takeover check and pruning read the output caches: not before their first list.
-        ctx.outputs_synced(&phase.outputs).await?;
+        ctx.outputs_synced(&phase.outputs, namespace).await?;
         // The request (every selected input, copied) is built once a worker slot is held, so
         // calls waiting for one hold no request.
         let slot = ctx

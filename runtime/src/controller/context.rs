@@ -219,26 +219,38 @@ impl OperatorContext {
 }
 
 impl OperatorContext {
-    /// Waits (bounded) for the first list of the caches `inputs` read.
-    pub async fn inputs_synced(&self, inputs: &[InputSpec]) -> Result<(), ReconcileError> {
+    /// Waits (bounded) until the caches `inputs` read hold `namespace` (the resource's): listed,
+    /// and on a sharded replica listed since its bucket was gained.
+    pub async fn inputs_synced(
+        &self,
+        inputs: &[InputSpec],
+        namespace: Option<&str>,
+    ) -> Result<(), ReconcileError> {
         for informer in inputs.iter().filter_map(|i| self.inputs.informer(i)) {
-            synced(informer).await?;
+            synced(informer, namespace).await?;
         }
         Ok(())
     }
 
-    /// Waits (bounded) for the first list of the output caches of `kinds`.
-    pub async fn outputs_synced(&self, kinds: &[KindRef]) -> Result<(), ReconcileError> {
+    /// Waits (bounded) until the output caches of `kinds` hold `namespace`.
+    pub async fn outputs_synced(
+        &self,
+        kinds: &[KindRef],
+        namespace: Option<&str>,
+    ) -> Result<(), ReconcileError> {
         for informer in kinds.iter().filter_map(|k| self.outputs.0.get(k)) {
-            synced(informer).await?;
+            synced(informer, namespace).await?;
         }
         Ok(())
     }
 }
 
-/// Waits (bounded) for an informer's first complete list.
-async fn synced<T: Cached>(informer: &Informer<T>) -> Result<(), ReconcileError> {
-    match tokio::time::timeout(CACHE_SYNC_TIMEOUT, informer.wait_until_ready()).await {
+/// Waits (bounded) until an informer's cache holds `namespace`.
+async fn synced<T: Cached>(
+    informer: &Informer<T>,
+    namespace: Option<&str>,
+) -> Result<(), ReconcileError> {
+    match tokio::time::timeout(CACHE_SYNC_TIMEOUT, informer.wait_until_covers(namespace)).await {
         Ok(true) => Ok(()),
         _ => Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),
     }

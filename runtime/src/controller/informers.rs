@@ -17,6 +17,7 @@
 //! kind as the API server answered, ahead of the watch event, which then brings nothing new
 //! (an event of an older version than the cached one is not cached).
 
+use crate::controller::buckets::CacheScope;
 use crate::crd::KindRef;
 use crate::kinds::ResolvedKind;
 use crate::pipeline::inputs::WorkerObject;
@@ -27,7 +28,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -51,6 +52,9 @@ pub trait Cached: Send + Sync + 'static {
     /// (see [`Informer::wrote`]); else only its watch event is.
     const ANNOUNCE_OWN_WRITES: bool;
 
+    /// The `cache` label of `wasmpilot_cached_objects` for this kind of cache.
+    const CACHE: &'static str;
+
     fn meta(&self) -> &ObjectMeta;
 
     /// Whether an update from `previous` to `self` concerns no subscriber (then it is cached
@@ -61,6 +65,7 @@ pub trait Cached: Send + Sync + 'static {
 impl Cached for WorkerObject {
     /// Announced at once: the watch event that follows is then no news (the same JSON).
     const ANNOUNCE_OWN_WRITES: bool = true;
+    const CACHE: &'static str = "inputs";
 
     fn meta(&self) -> &ObjectMeta {
         self.metadata()
@@ -76,6 +81,7 @@ impl Cached for PartialObjectMeta<DynamicObject> {
     /// event, which brings the version already cached); another writer's change is a later
     /// version, announced by its watch event.
     const ANNOUNCE_OWN_WRITES: bool = false;
+    const CACHE: &'static str = "outputs";
 
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
@@ -97,8 +103,40 @@ pub struct Informer<T: Cached> {
     pub cache: Arc<Cache<T>>,
     changes: broadcast::Sender<Arc<T>>,
     keep_written: KeepWritten<T>,
-    ready: tokio::sync::watch::Receiver<bool>,
+    /// On a sharded replica: the namespaces to keep (those of the buckets it holds).
+    scope: Option<Arc<CacheScope>>,
+    coverage: tokio::sync::watch::Receiver<Coverage>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// How far an informer's cache can be read: whether its first list is complete, and the
+/// buckets whose namespaces it holds (`None`: every namespace).
+#[derive(Clone, Default)]
+struct Coverage {
+    listed: bool,
+    kept: Option<Arc<BTreeSet<u32>>>,
+}
+
+/// Whether a cache keeping `kept` under `scope` holds the objects of `namespace`.
+fn keeps(
+    scope: Option<&CacheScope>,
+    kept: Option<&BTreeSet<u32>>,
+    namespace: Option<&str>,
+) -> bool {
+    match (scope, kept) {
+        (Some(scope), Some(kept)) => scope.covers(kept, namespace),
+        _ => true,
+    }
+}
+
+/// The next change of the scope (never, without one).
+async fn scope_changed(
+    scope: &mut Option<tokio::sync::watch::Receiver<Arc<BTreeSet<u32>>>>,
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match scope {
+        Some(rx) => rx.changed().await,
+        None => futures::future::pending().await,
+    }
 }
 
 impl<T: Cached> Drop for Informer<T> {
@@ -108,80 +146,149 @@ impl<T: Cached> Drop for Informer<T> {
 }
 
 impl<T: Cached> Informer<T> {
-    /// Watches `W` objects of `kind` and keeps `keep(object)` of each.
+    /// Watches `W` objects of `kind` and keeps `keep(object)` of each — of the namespaces
+    /// `scope` keeps, when sharded: the watch is listed again when the scope grows (a bucket
+    /// gained), and what it no longer covers is dropped when it shrinks.
     fn start<W>(
         client: &Client,
         kind: &ResolvedKind,
         keep: impl Fn(W) -> T + Send + 'static,
         keep_written: KeepWritten<T>,
+        scope: Option<Arc<CacheScope>>,
     ) -> Self
     where
         W: Resource<DynamicType = ApiResource> + Clone + DeserializeOwned + Debug + Send + 'static,
     {
         let api: Api<W> = Api::all_with(client.clone(), &kind.api);
-        let cache = Arc::new(Cache::default());
+        let cache = Arc::new(Cache::counted(
+            crate::metrics::METRICS
+                .cached_objects
+                .get_or_create(&crate::metrics::CacheLabels {
+                    kind: kind.kind.to_string(),
+                    cache: T::CACHE.to_string(),
+                })
+                .clone(),
+        ));
         let (changes, _) = broadcast::channel(EVENT_BUFFER);
         let (sender, writer, label) = (changes.clone(), cache.clone(), kind.kind.to_string());
-        let (ready_tx, ready) = tokio::sync::watch::channel(false);
+        let (coverage_tx, coverage) = tokio::sync::watch::channel(Coverage::default());
+        let watched_scope = scope.clone();
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE))
+            let scope = watched_scope.as_deref();
+            let mut scope_rx = scope.map(CacheScope::subscribe);
+            loop {
+                let kept = scope_rx.as_mut().map(|rx| rx.borrow_and_update().clone());
+                // What a previous list covered: objects of namespaces it did not are no news
+                // (the bucket's gain requeues its resources).
+                let mut before = coverage_tx.borrow().clone();
+                let mut events = watcher(
+                    api.clone(),
+                    watcher::Config::default().page_size(LIST_PAGE_SIZE),
+                )
                 .backoff(crate::controller::schedule::watch_backoff())
                 .boxed();
-            // A (re)list is collected apart and replaces the cache when complete, as
-            // kube-runtime's reflector does: readers never see a half-listed cache.
-            let mut relist: Option<ByNamespace<T>> = None;
-            while let Some(event) = events.next().await {
-                let obj = match event {
-                    Ok(watcher::Event::Apply(obj)) => {
-                        let obj = Arc::new(keep(obj));
-                        match writer.insert_unless_older(obj.clone()) {
-                            // This host's own write got there first (Informer::wrote).
-                            Inserted::NotNewer => continue,
-                            Inserted::Replaced(p) if obj.unchanged_from(&p) => continue,
-                            _ => {}
+                // A (re)list is collected apart and replaces the cache when complete, as
+                // kube-runtime's reflector does: readers never see a half-listed cache.
+                let mut relist: Option<ByNamespace<T>> = None;
+                let mut kept = kept;
+                loop {
+                    let listed = coverage_tx.borrow().listed && relist.is_none();
+                    let event = tokio::select! {
+                        event = events.next() => match event {
+                            Some(event) => event,
+                            None => return,
+                        },
+                        changed = scope_changed(&mut scope_rx), if listed => {
+                            let Some(rx) = scope_rx.as_mut().filter(|_| changed.is_ok()) else {
+                                scope_rx = None;
+                                continue;
+                            };
+                            let now = rx.borrow_and_update().clone();
+                            if kept.as_ref().is_some_and(|k| now.is_subset(k)) {
+                                // Buckets let go: drop their namespaces.
+                                writer.retain(|ns| keeps(scope, Some(&now), ns));
+                                kept = Some(now);
+                                coverage_tx.send_replace(Coverage { listed: true, kept: kept.clone() });
+                                continue;
+                            }
+                            // A bucket gained: list again with the larger scope.
+                            break;
                         }
-                        obj
-                    }
-                    Ok(watcher::Event::Delete(obj)) => {
-                        let obj = Arc::new(keep(obj));
-                        writer.remove(obj.meta());
-                        obj
-                    }
-                    Ok(watcher::Event::Init) => {
-                        relist = Some(ByNamespace::new());
-                        continue;
-                    }
-                    Ok(watcher::Event::InitApply(obj)) => {
-                        let obj = Arc::new(keep(obj));
-                        if let Some(listed) = relist.as_mut() {
-                            insert_into(listed, obj.clone());
+                    };
+                    let in_scope = |meta: &ObjectMeta| {
+                        keeps(scope, kept.as_deref(), meta.namespace.as_deref())
+                    };
+                    let obj = match event {
+                        Ok(watcher::Event::Apply(obj)) => {
+                            let obj = Arc::new(keep(obj));
+                            if !in_scope(obj.meta()) {
+                                continue;
+                            }
+                            match writer.insert_unless_older(obj.clone()) {
+                                // This host's own write got there first (Informer::wrote).
+                                Inserted::NotNewer => continue,
+                                Inserted::Replaced(p) if obj.unchanged_from(&p) => continue,
+                                _ => {}
+                            }
+                            obj
                         }
-                        // A relist after a watch restart re-delivers every object: only
-                        // those that changed meanwhile are news.
-                        let meta = obj.meta();
-                        let cached = writer.get(
-                            meta.namespace.as_deref(),
-                            meta.name.as_deref().unwrap_or_default(),
-                        );
-                        if cached.is_some_and(|c| obj.unchanged_from(&c)) {
+                        Ok(watcher::Event::Delete(obj)) => {
+                            let obj = Arc::new(keep(obj));
+                            if !in_scope(obj.meta()) {
+                                continue;
+                            }
+                            writer.remove(obj.meta());
+                            obj
+                        }
+                        Ok(watcher::Event::Init) => {
+                            relist = Some(ByNamespace::new());
                             continue;
                         }
-                        obj
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(listed) = relist.take() {
-                            writer.replace(listed);
+                        Ok(watcher::Event::InitApply(obj)) => {
+                            let obj = Arc::new(keep(obj));
+                            let meta = obj.meta();
+                            if !in_scope(meta) {
+                                continue;
+                            }
+                            if let Some(listed) = relist.as_mut() {
+                                insert_into(listed, obj.clone());
+                            }
+                            if before.listed
+                                && !keeps(scope, before.kept.as_deref(), meta.namespace.as_deref())
+                            {
+                                continue;
+                            }
+                            // A relist after a watch restart re-delivers every object: only
+                            // those that changed meanwhile are news.
+                            let cached = writer.get(
+                                meta.namespace.as_deref(),
+                                meta.name.as_deref().unwrap_or_default(),
+                            );
+                            if cached.is_some_and(|c| obj.unchanged_from(&c)) {
+                                continue;
+                            }
+                            obj
                         }
-                        ready_tx.send_replace(true);
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::warn!(kind = %label, error = %e, "watch failed; retrying with backoff");
-                        continue;
-                    }
-                };
-                // Err: no operator subscribed right now.
-                let _ = sender.send(obj);
+                        Ok(watcher::Event::InitDone) => {
+                            if let Some(listed) = relist.take() {
+                                writer.replace(listed);
+                            }
+                            before = Coverage {
+                                listed: true,
+                                kept: kept.clone(),
+                            };
+                            coverage_tx.send_replace(before.clone());
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!(kind = %label, error = %e, "watch failed; retrying with backoff");
+                            continue;
+                        }
+                    };
+                    // Err: no operator subscribed right now.
+                    let _ = sender.send(obj);
+                }
+                tracing::debug!(kind = %label, "the cache scope grew: listing again");
             }
         });
         Informer {
@@ -190,9 +297,16 @@ impl<T: Cached> Informer<T> {
             cache,
             changes,
             keep_written,
-            ready,
+            scope,
+            coverage,
             task,
         }
+    }
+
+    /// Whether this cache keeps the objects of `namespace` (always, unsharded).
+    fn keeps_namespace(&self, namespace: Option<&str>) -> bool {
+        let coverage = self.coverage.borrow();
+        keeps(self.scope.as_deref(), coverage.kept.as_deref(), namespace)
     }
 
     /// An object this host just wrote (as the API server answered the write), cached ahead of
@@ -202,6 +316,9 @@ impl<T: Cached> Informer<T> {
     /// Gateway Syncing had just applied as missing and went back to Syncing). A version older
     /// than the cached one is not cached, nor is its watch event later.
     pub fn wrote(&self, object: &DynamicObject) {
+        if !self.keeps_namespace(object.metadata.namespace.as_deref()) {
+            return;
+        }
         let obj = Arc::new((self.keep_written)(object));
         match self.cache.insert_unless_older(obj.clone()) {
             Inserted::NotNewer => {}
@@ -226,9 +343,21 @@ impl<T: Cached> Informer<T> {
     /// waiting on the same store, so a second waiter — a reconcile next to the readiness
     /// report — could hang forever.)
     pub async fn wait_until_ready(&self) -> bool {
-        let mut ready = self.ready.clone();
-        let synced = ready.wait_for(|r| *r).await.is_ok();
+        let mut coverage = self.coverage.clone();
+        let synced = coverage.wait_for(|c| c.listed).await.is_ok();
         synced
+    }
+
+    /// Waits until the cache is listed and holds `namespace` (on a sharded replica, a bucket
+    /// just gained is listed again first); `false` if the watch stopped before.
+    pub async fn wait_until_covers(&self, namespace: Option<&str>) -> bool {
+        let mut coverage = self.coverage.clone();
+        let scope = self.scope.as_deref();
+        let covered = coverage
+            .wait_for(|c| c.listed && keeps(scope, c.kept.as_deref(), namespace))
+            .await
+            .is_ok();
+        covered
     }
 
     /// Changes from now on; after falling [`EVENT_BUFFER`] behind, every cached object once.
@@ -264,14 +393,18 @@ impl<T: Cached> Informer<T> {
             cache.insert(Arc::new(obj));
         }
         let (changes, _) = broadcast::channel(EVENT_BUFFER);
-        let (_, ready) = tokio::sync::watch::channel(true);
+        let (_, coverage) = tokio::sync::watch::channel(Coverage {
+            listed: true,
+            kept: None,
+        });
         Informer {
             kind: kind.kind.clone(),
             api: kind.api.clone(),
             cache,
             changes,
             keep_written,
-            ready,
+            scope: None,
+            coverage,
             task: tokio::spawn(async {}),
         }
     }
@@ -282,14 +415,15 @@ impl<T: Cached> Informer<T> {
     /// An informer whose first list never completes (its watch cannot list, say).
     pub fn unsynced(kind: &ResolvedKind, keep_written: KeepWritten<T>) -> Self {
         let (changes, _) = broadcast::channel(EVENT_BUFFER);
-        let (synced, ready) = tokio::sync::watch::channel(false);
+        let (synced, coverage) = tokio::sync::watch::channel(Coverage::default());
         Informer {
             kind: kind.kind.clone(),
             api: kind.api.clone(),
             cache: Arc::new(Cache::default()),
             changes,
             keep_written,
-            ready,
+            scope: None,
+            coverage,
             task: tokio::spawn(async move {
                 let _synced = synced;
                 futures::future::pending::<()>().await
@@ -315,17 +449,40 @@ fn insert_into<T: Cached>(map: &mut ByNamespace<T>, obj: Arc<T>) -> Option<Arc<T
 /// not every object of the kind.
 pub struct Cache<T> {
     objects: RwLock<ByNamespace<T>>,
+    /// Counts the objects held (shared with the caches of the same kind: they add up).
+    gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl<T> Default for Cache<T> {
     fn default() -> Self {
         Cache {
             objects: RwLock::new(HashMap::new()),
+            gauge: Default::default(),
         }
     }
 }
 
+impl<T> Drop for Cache<T> {
+    fn drop(&mut self) {
+        let objects = self.objects.get_mut().unwrap_or_else(|p| p.into_inner());
+        self.gauge.dec_by(count(objects));
+    }
+}
+
+/// Objects in a namespace index.
+fn count<T>(objects: &ByNamespace<T>) -> i64 {
+    objects.values().map(|m| m.len() as i64).sum()
+}
+
 impl<T: Cached> Cache<T> {
+    /// An empty cache whose size `gauge` follows.
+    fn counted(gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
+        Cache {
+            objects: RwLock::new(HashMap::new()),
+            gauge,
+        }
+    }
+
     /// The objects in `namespace`, by name; `None`: every object of the kind.
     pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
         let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
@@ -363,10 +520,14 @@ impl<T: Cached> Cache<T> {
 
     #[cfg(any(test, feature = "testing"))]
     fn insert(&self, obj: Arc<T>) -> Option<Arc<T>> {
-        insert_into(
+        let previous = insert_into(
             &mut self.objects.write().unwrap_or_else(|p| p.into_inner()),
             obj,
-        )
+        );
+        if previous.is_none() {
+            self.gauge.inc();
+        }
+        previous
     }
 
     /// Caches `obj` unless the cache holds a later version of it (by resourceVersion: this
@@ -382,7 +543,10 @@ impl<T: Cached> Cache<T> {
         }
         match insert_into(&mut objects, obj) {
             Some(previous) => Inserted::Replaced(previous),
-            None => Inserted::New,
+            None => {
+                self.gauge.inc();
+                Inserted::New
+            }
         }
     }
 
@@ -397,15 +561,27 @@ impl<T: Cached> Cache<T> {
         let ns = namespace.unwrap_or_default();
         let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
         if let Some(names) = objects.get_mut(ns) {
-            names.remove(name);
+            if names.remove(name).is_some() {
+                self.gauge.dec();
+            }
             if names.is_empty() {
                 objects.remove(ns);
             }
         }
     }
 
+    /// Keeps only the namespaces `keep` accepts (`None`: cluster-scoped objects).
+    fn retain(&self, keep: impl Fn(Option<&str>) -> bool) {
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        let before = count(&objects);
+        objects.retain(|ns, _| keep((!ns.is_empty()).then_some(ns.as_str())));
+        self.gauge.dec_by(before - count(&objects));
+    }
+
     fn replace(&self, listed: ByNamespace<T>) {
-        *self.objects.write().unwrap_or_else(|p| p.into_inner()) = listed;
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        self.gauge.inc_by(count(&listed) - count(&objects));
+        *objects = listed;
     }
 }
 
@@ -441,6 +617,8 @@ pub struct Informers {
     client: Client,
     objects: Mutex<HashMap<InputWatch, Weak<ObjectInformer>>>,
     metadata: Mutex<HashMap<KindRef, Weak<MetadataInformer>>>,
+    /// On a sharded replica: the namespaces the caches keep.
+    scope: Option<Arc<CacheScope>>,
 }
 
 impl Informers {
@@ -449,7 +627,14 @@ impl Informers {
             client,
             objects: Mutex::default(),
             metadata: Mutex::default(),
+            scope: None,
         }
+    }
+
+    /// Caches that keep only the namespaces `scope` covers (a sharded replica's buckets).
+    pub fn with_scope(mut self, scope: Option<Arc<CacheScope>>) -> Self {
+        self.scope = scope;
+        self
     }
 
     /// The informer of an input kind cut to `projection` (objects as workers see them),
@@ -465,7 +650,13 @@ impl Informers {
             Arc::new(move |o: &DynamicObject| WorkerObject::new(o, &kind_ref, projection.as_ref()));
         shared(&self.objects, key, kind, || {
             let keep = view.clone();
-            Informer::start(&self.client, kind, move |o: DynamicObject| keep(&o), view)
+            Informer::start(
+                &self.client,
+                kind,
+                move |o: DynamicObject| keep(&o),
+                view,
+                self.scope.clone(),
+            )
         })
     }
 
@@ -480,6 +671,7 @@ impl Informers {
                     m
                 },
                 Arc::new(metadata_of),
+                self.scope.clone(),
             )
         })
     }

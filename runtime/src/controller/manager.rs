@@ -389,7 +389,8 @@ impl Manager {
         Arc::new(ManagerContext {
             recorder: Recorder::new(self.client.clone(), reporter.clone()),
             reporter,
-            informers: crate::controller::informers::Informers::new(self.client.clone()),
+            informers: crate::controller::informers::Informers::new(self.client.clone())
+                .with_scope(self.sharding.as_ref().map(|s| s.cache_scope())),
             client: self.client,
             identities: self.identities,
             modules: self.modules,

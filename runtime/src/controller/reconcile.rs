@@ -384,7 +384,11 @@ async fn run_finalizer(
         return Ok(Action::await_change());
     };
     tracing::Span::current().record("phase", "finalizer");
-    ctx.inputs_synced(&ctx.definition.finalizer_inputs).await?;
+    ctx.inputs_synced(
+        &ctx.definition.finalizer_inputs,
+        obj.metadata.namespace.as_deref(),
+    )
+    .await?;
     let decided = crate::pipeline::finalize::decide(
         &ctx.sandbox,
         &ctx.definition,
