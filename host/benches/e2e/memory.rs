@@ -23,10 +23,29 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PER_NAMESPACE: usize = 500;
+/// Namespaces the Deployments spread over (`WASMPILOT_BENCH_MEMORY_NAMESPACES`, default 50):
+/// sharded replicas each cache the namespaces of their buckets.
+fn namespace_count() -> usize {
+    std::env::var("WASMPILOT_BENCH_MEMORY_NAMESPACES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50)
+}
+
+/// Rounds of measurements on the same Deployments (`WASMPILOT_BENCH_MEMORY_ROUNDS`, default 3):
+/// each figure is their median with min–max.
+fn rounds() -> usize {
+    std::env::var("WASMPILOT_BENCH_MEMORY_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+        .max(1)
+}
+
 const GROUP: &str = "bench.wasmpilot.io";
 const CRD: Gvk = ("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
 
+/// One controller (or one replica of several) measured once.
 struct Sample {
     label: String,
     rss_mib: f64,
@@ -40,32 +59,50 @@ pub async fn run(
     objects: usize,
     operators: usize,
 ) -> anyhow::Result<()> {
+    let spread = namespace_count().max(1);
     println!(
-        "\nMemory: {operators} WasmOperators (each reading Deployments, writing Services, Gateways, VirtualServices), {objects} Deployments cached\n"
+        "\nMemory: {operators} WasmOperators (each reading Deployments, writing Services, Gateways, VirtualServices), {objects} Deployments cached in {spread} namespaces, {} rounds\n",
+        rounds()
     );
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis()
         % 100_000;
-    let namespaces: Vec<String> = (0..objects.div_ceil(PER_NAMESPACE))
+    let namespaces: Vec<String> = (0..spread)
         .map(|i| format!("bench-memory-{stamp}-{i}"))
         .collect();
     let result = measure_all(client, hosts, objects, operators, &namespaces).await;
     cleanup(client, operators).await;
     delete_namespaces(client, &namespaces).await?;
     let samples = result?;
-    println!(
-        "{:<30} {:>12} {:>12} {:>8} {:>14}",
-        "controller", "RSS (steady)", "peak RSS", "ratio", "synced after"
-    );
+    // Per label (in first-seen order): the median of the rounds, with min–max.
+    let mut labels: Vec<&str> = Vec::new();
     for s in &samples {
+        if !labels.contains(&s.label.as_str()) {
+            labels.push(&s.label);
+        }
+    }
+    let summary = |label: &str, f: fn(&Sample) -> f64| -> (f64, f64, f64) {
+        let mut v: Vec<f64> = samples.iter().filter(|s| s.label == label).map(f).collect();
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let native = summary(labels[0], |s| s.rss_mib).0;
+    println!(
+        "{:<58} {:>24} {:>10} {:>8} {:>14}",
+        "controller", "RSS (steady), min–max", "peak RSS", "ratio", "synced after"
+    );
+    for label in &labels {
+        let (rss, lo, hi) = summary(label, |s| s.rss_mib);
         println!(
-            "{:<30} {:>8.0} MiB {:>8.0} MiB {:>7.2}× {:>12.1} s",
-            s.label,
-            s.rss_mib,
-            s.peak_mib,
-            s.rss_mib / samples[0].rss_mib,
-            s.ready_seconds
+            "{:<58} {:>6.0} MiB ({:>4.0}–{:<4.0}) {:>6.0} MiB {:>7.2}× {:>12.1} s",
+            label,
+            rss,
+            lo,
+            hi,
+            summary(label, |s| s.peak_mib).0,
+            rss / native,
+            summary(label, |s| s.ready_seconds).0
         );
     }
     Ok(())
@@ -83,12 +120,13 @@ async fn measure_all(
     create_operators(client, operators).await?;
     let mut idle = Vec::new();
     for (i, host) in hosts.iter().enumerate() {
-        idle.push(measure_host(host, i, &format!("{operators} operators, no Deployments")).await?);
+        idle.extend(measure_host(host, i, &format!("{operators} operators, no Deployments")).await?);
     }
 
     let created = Instant::now();
+    let per_namespace = objects.div_ceil(namespaces.len());
     let deployments = (0..objects).map(|i| {
-        let ns = &namespaces[i / PER_NAMESPACE];
+        let ns = &namespaces[i / per_namespace];
         (ns.clone(), as_applied(fixtures::deployment(i), ns))
     });
     create_all(client, ("apps", "v1", "Deployment"), deployments, 32).await?;
@@ -99,82 +137,102 @@ async fn measure_all(
     );
 
     let mut samples = Vec::new();
-    // Native: one controller, its Deployment reflector and AutoRoute/Service watches.
-    let child = Command::new(std::env::current_exe()?)
-        .arg("--native-controller")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let pid = child.id();
-    let _child = Killed(child);
-    let started = Instant::now();
-    let ready = steady_rss(pid).await;
-    let (peak, _) = proc_stats(pid);
-    samples.push(Sample {
-        label: "native (1 controller)".into(),
-        rss_mib: rss_mib(pid),
-        peak_mib: peak,
-        ready_seconds: ready.unwrap_or(started.elapsed()).as_secs_f64(),
-    });
-    drop(_child);
-
-    samples.extend(idle);
-    for (i, host) in hosts.iter().enumerate() {
-        samples.push(measure_host(host, i, &format!("{operators} operators")).await?);
+    for round in 0..rounds() {
+        // Native: one controller, its Deployment reflector and AutoRoute/Service watches.
+        let child = Command::new(std::env::current_exe()?)
+            .arg("--native-controller")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let pid = child.id();
+        let _child = Killed(child);
+        let started = Instant::now();
+        let ready = steady_rss(pid).await;
+        let (peak, _) = proc_stats(pid);
+        samples.push(Sample {
+            label: "native (1 controller)".into(),
+            rss_mib: rss_mib(pid),
+            peak_mib: peak,
+            ready_seconds: ready.unwrap_or(started.elapsed()).as_secs_f64(),
+        });
+        drop(_child);
+        if round == 0 {
+            samples.append(&mut idle);
+        }
+        for (i, host) in hosts.iter().enumerate() {
+            samples.extend(measure_host(host, i, &format!("{operators} operators")).await?);
+        }
     }
     Ok(samples)
 }
 
-/// Starts a host, waits for `/readyz` 200 (every operator's modules loaded, watches synced) and
-/// steady RSS; the host is stopped when this returns.
-async fn measure_host(host: &HostVariant, i: usize, what: &str) -> anyhow::Result<Sample> {
-    let addr = format!("127.0.0.1:{}", 18490 + i);
-    let log = std::env::temp_dir().join(format!("wasmpilot-bench-memory-{i}.log"));
-    let child = host
-        .run_command()
-        .args(["--metrics-addr", &addr])
-        .env("WASMPILOT_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()?;
-    let pid = child.id();
-    let mut child = Killed(child);
-    let started = Instant::now();
-    // (Builds before 2026-11-22 could stay at 503 with several operators: then steady RSS only.)
-    let mut ready = None;
-    while started.elapsed() < Duration::from_secs(120) {
-        if http_status(&addr, "/readyz") == Some(200) {
-            ready = Some(started.elapsed());
-            break;
-        }
-        if let Ok(Some(status)) = child.0.try_wait() {
-            bail!(
-                "{} exited with {status} (log: {})",
-                host.label,
-                log.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let steady = steady_rss(pid).await;
-    let ready = match ready {
-        Some(r) => r,
-        None => {
-            eprintln!(
-                "{}: /readyz never answered 200 (log: {}); measured at steady RSS",
-                host.label,
-                log.display()
-            );
-            started.elapsed() - steady.map_or(Duration::ZERO, |_| Duration::from_secs(3))
-        }
+/// Starts a host (or its `+replicas=N` sharded replicas together), waits for each `/readyz`
+/// 200 (operators' modules loaded, watches synced; sharded: its share of buckets held and
+/// listed) and steady RSS; the hosts are stopped when this returns. Sharded: one sample per
+/// replica, all under one label.
+async fn measure_host(host: &HostVariant, i: usize, what: &str) -> anyhow::Result<Vec<Sample>> {
+    let label = if host.replicas > 1 {
+        format!("{} ({what}), each of {}", host.label, host.replicas)
+    } else {
+        format!("{} ({what})", host.label)
     };
-    let (peak, _) = proc_stats(pid);
-    Ok(Sample {
-        label: format!("{} ({what})", host.label),
-        rss_mib: rss_mib(pid),
-        peak_mib: peak,
-        ready_seconds: ready.as_secs_f64(),
-    })
+    let mut running = Vec::new();
+    for (k, mut command) in host.replica_commands().into_iter().enumerate() {
+        let addr = format!("127.0.0.1:{}", 18490 + i * 10 + k);
+        let log = std::env::temp_dir().join(format!("wasmpilot-bench-memory-{i}-{k}.log"));
+        let child = command
+            .args(["--metrics-addr", &addr])
+            .env("WASMPILOT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        running.push((addr, log, Killed(child)));
+    }
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    for (addr, log, child) in &mut running {
+        let pid = child.0.id();
+        // (Builds before 2026-11-22 could stay at 503 with several operators: then steady RSS only.)
+        let mut ready = None;
+        while started.elapsed() < Duration::from_secs(120) {
+            if http_status(addr, "/readyz") == Some(200) {
+                ready = Some(started.elapsed());
+                break;
+            }
+            if let Ok(Some(status)) = child.0.try_wait() {
+                bail!(
+                    "{} exited with {status} (log: {})",
+                    host.label,
+                    log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        samples.push((pid, ready, log.clone()));
+    }
+    let mut measured = Vec::new();
+    for (pid, ready, log) in samples {
+        let steady = steady_rss(pid).await;
+        let ready = match ready {
+            Some(r) => r,
+            None => {
+                eprintln!(
+                    "{}: /readyz never answered 200 (log: {}); measured at steady RSS",
+                    host.label,
+                    log.display()
+                );
+                started.elapsed() - steady.map_or(Duration::ZERO, |_| Duration::from_secs(3))
+            }
+        };
+        let (peak, _) = proc_stats(pid);
+        measured.push(Sample {
+            label: label.clone(),
+            rss_mib: rss_mib(pid),
+            peak_mib: peak,
+            ready_seconds: ready.as_secs_f64(),
+        });
+    }
+    Ok(measured)
 }
 
 /// A fixture Deployment as a client would create it: no server-set fields.
