@@ -120,7 +120,9 @@ async fn measure_all(
     create_operators(client, operators).await?;
     let mut idle = Vec::new();
     for (i, host) in hosts.iter().enumerate() {
-        idle.extend(measure_host(host, i, &format!("{operators} operators, no Deployments")).await?);
+        idle.extend(
+            measure_host(host, i, &format!("{operators} operators, no Deployments")).await?,
+        );
     }
 
     let created = Instant::now();
