@@ -40,7 +40,7 @@ pub async fn reconcile(
         },
         None => None,
     };
-    if _bucket.as_ref().is_some_and(|b| b.first_after_handover) && settled(&obj, &ctx) {
+    if _bucket.as_ref().is_some_and(|b| b.first_after_handover) && settled(&obj, &ctx.definition) {
         // Handed over settled (its spec decided, a ready phase, synced): the previous holder
         // did the work; re-running it would apply the same outputs twice. Its periodic resync
         // goes on here, and any change reconciles it at once.
@@ -491,7 +491,7 @@ async fn report_error(
 
 /// A resource whose current spec has been decided and applied: its observedGeneration is its
 /// generation, it is in a final or ready phase, `Synced=True`, and it is not being deleted.
-fn settled(obj: &DynamicObject, ctx: &OperatorContext) -> bool {
+fn settled(obj: &DynamicObject, definition: &crate::definition::OperatorDefinition) -> bool {
     let status = obj.data.get("status");
     let observed = status
         .and_then(|s| s.get("observedGeneration"))
@@ -499,7 +499,7 @@ fn settled(obj: &DynamicObject, ctx: &OperatorContext) -> bool {
     let phase = status
         .and_then(|s| s.get("phase"))
         .and_then(Value::as_str)
-        .and_then(|p| ctx.definition.phases.iter().find(|d| d.name == p));
+        .and_then(|p| definition.phases.iter().find(|d| d.name == p));
     let synced = status
         .and_then(|s| s.get("conditions"))
         .and_then(Value::as_array)
@@ -520,6 +520,59 @@ fn settled(obj: &DynamicObject, ctx: &OperatorContext) -> bool {
 mod tests {
     use super::*;
     use crate::sandbox::RunError;
+
+    #[test]
+    fn settled_means_decided_ready_synced_and_not_being_deleted() {
+        let spec: crate::crd::WasmOperatorSpec = serde_json::from_value(serde_json::json!({
+            "resource": {"apiVersion": "examples.io/v1", "kind": "Widget"},
+            "phases": [
+                {"name": "Syncing", "initial": true, "module": {"file": {"path": "s.wasm"}}},
+                {"name": "Steady", "ready": true, "module": {"file": {"path": "r.wasm"}}},
+                {"name": "Done", "final": true},
+            ],
+        }))
+        .expect("a spec");
+        let def =
+            crate::definition::OperatorDefinition::validate("settled-test", &spec).expect("valid");
+        let widget = |phase: &str, observed: i64, synced: &str, deleting: bool| {
+            let mut v = serde_json::json!({"apiVersion": "examples.io/v1", "kind": "Widget",
+                "metadata": {"name": "w", "namespace": "team-a", "generation": 2},
+                "status": {"phase": phase, "observedGeneration": observed,
+                    "conditions": [{"type": "Synced", "status": synced}]}});
+            if deleting {
+                v["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+                v["metadata"]["finalizers"] = serde_json::json!(["x"]);
+            }
+            serde_json::from_value::<DynamicObject>(v).expect("an object")
+        };
+        assert!(settled(&widget("Steady", 2, "True", false), &def));
+        assert!(settled(&widget("Done", 2, "True", false), &def));
+        assert!(
+            !settled(&widget("Steady", 1, "True", false), &def),
+            "a newer spec is undecided"
+        );
+        assert!(
+            !settled(&widget("Syncing", 2, "True", false), &def),
+            "moving between phases"
+        );
+        assert!(
+            !settled(&widget("Steady", 2, "False", false), &def),
+            "retrying"
+        );
+        assert!(
+            !settled(&widget("Steady", 2, "True", true), &def),
+            "being deleted"
+        );
+        assert!(
+            !settled(&widget("Gone", 2, "True", false), &def),
+            "a phase not declared"
+        );
+        let bare: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "examples.io/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "team-a", "generation": 1}}))
+        .expect("an object");
+        assert!(!settled(&bare, &def), "never decided");
+    }
 
     #[test]
     fn status_info_must_be_an_object() {
