@@ -240,7 +240,11 @@ async fn the_controller_and_the_simulator_write_the_same_for_random_operators() 
                 ctx: &ctx,
                 api: &api,
                 resource: &on_cluster,
+                on_server: &on_cluster,
                 read: Read::FromCache,
+                // Each step is compared with the simulator's, written.
+                may_hold: false,
+                held: false,
                 live: None,
             };
             let cluster = step::run(cluster_step, &mut effects).await;

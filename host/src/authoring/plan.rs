@@ -16,7 +16,7 @@ use crate::diff::{diff, without_bookkeeping, Change};
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
-use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
+use crate::pipeline::effects::{Effects, PhaseReads, StatusWrite, WorkerCall, WorkerReads};
 use crate::pipeline::outputs::{self, drift, ApplyReport, CheckedOutput, OutputError};
 use crate::pipeline::status::{self, StatusUpdate};
 use crate::pipeline::step::{self, Samples, StepOutcome};
@@ -681,7 +681,7 @@ impl Effects for DryRun<'_> {
         resource: &DynamicObject,
         update: &StatusUpdate,
         now: &str,
-        _conditional: bool,
+        _how: StatusWrite,
     ) -> Result<Option<DynamicObject>, ReconcileError> {
         self.status_one(resource, update, now)
             .await

@@ -23,7 +23,7 @@ use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
-use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
+use crate::pipeline::effects::{Effects, PhaseReads, StatusWrite, WorkerCall, WorkerReads};
 use crate::pipeline::outputs::{
     self, describe, ApplyReport, CheckedOutput, ExistingObjects, ObjectKey, OutputError,
 };
@@ -303,7 +303,7 @@ impl Effects for SimulatedCluster<'_> {
         _resource: &DynamicObject,
         update: &StatusUpdate,
         now: &str,
-        _conditional: bool,
+        _how: StatusWrite,
     ) -> Result<Option<DynamicObject>, ReconcileError> {
         self.status_changed = self.world.write_status(update, now);
         Ok((!self.status_changed.is_empty()).then(|| self.world.resource.clone()))

@@ -7,7 +7,7 @@ use crate::crd::KindRef;
 use crate::definition::PhaseDefinition;
 use crate::evidence::case::RecordedResult;
 use crate::evidence::record::LiveCall;
-use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
+use crate::pipeline::effects::{Effects, PhaseReads, StatusWrite, WorkerCall, WorkerReads};
 use crate::pipeline::outputs::{self, ApplyReport, CheckedOutput, OutputError};
 use crate::pipeline::request::Samples;
 use crate::pipeline::status::{self, StatusUpdate};
@@ -35,7 +35,16 @@ pub struct ClusterEffects<'a> {
     pub api: &'a Api<DynamicObject>,
     /// The resource the step decides on (Events about its outputs name it).
     pub resource: &'a DynamicObject,
+    /// The resource as the API server last had it: `resource` itself, unless the status of
+    /// phases before this one is held in memory (then `resource` carries it unwritten). Status
+    /// writes go onto this version.
+    pub on_server: &'a DynamicObject,
     pub read: Read,
+    /// Whether a holdable status update ([`StatusWrite::holdable`]) may be held (the
+    /// reconcile chains another phase after this one).
+    pub may_hold: bool,
+    /// Set when this step's status update was held, not written.
+    pub held: bool,
     /// The worker call, kept when the evidence step wants it.
     pub live: Option<LiveCall>,
 }
@@ -115,7 +124,7 @@ impl Effects for ClusterEffects<'_> {
     async fn before_writes(&mut self, resource: &DynamicObject) -> Result<(), ReconcileError> {
         match self.read {
             // Nothing is written from a decision about an object that has changed since.
-            Read::FromCache => ensure_unchanged(self.api, resource).await,
+            Read::FromCache => ensure_unchanged(self.ctx, self.api, resource).await,
             Read::FromApiServer => Ok(()),
         }
     }
@@ -173,14 +182,23 @@ impl Effects for ClusterEffects<'_> {
         resource: &DynamicObject,
         update: &StatusUpdate,
         now: &str,
-        conditional: bool,
+        how: StatusWrite,
     ) -> Result<Option<DynamicObject>, ReconcileError> {
-        write_status(
+        if how.holdable && self.may_hold {
+            if let Some(after) = status::status_after(resource.data.get("status"), update, now) {
+                let mut held = resource.clone();
+                held.data["status"] = after;
+                self.held = true;
+                return Ok(Some(held));
+            }
+        }
+        write_status_over(
             self.api,
             resource,
+            self.on_server,
             update,
             now,
-            conditional,
+            how.conditional,
             &self.ctx.own_writes,
         )
         .await
@@ -197,9 +215,36 @@ pub async fn write_status(
     conditional: bool,
     own: &OwnWrites,
 ) -> Result<Option<DynamicObject>, ReconcileError> {
-    let Some(patch) = status::status_patch(obj.data.get("status"), update, now) else {
+    write_status_over(api, obj, obj, update, now, conditional, own).await
+}
+
+/// [`write_status`] of an update decided on `decided_on`, which may carry status updates held
+/// in memory (see [`StatusWrite::holdable`]) on top of `on_server`, the version the API server
+/// has: one patch takes `on_server`'s status to `decided_on`'s with the update applied.
+pub async fn write_status_over(
+    api: &Api<DynamicObject>,
+    decided_on: &DynamicObject,
+    on_server: &DynamicObject,
+    update: &StatusUpdate,
+    now: &str,
+    conditional: bool,
+    own: &OwnWrites,
+) -> Result<Option<DynamicObject>, ReconcileError> {
+    let decided_status = decided_on.data.get("status");
+    let server_status = on_server.data.get("status");
+    let patch = if decided_status == server_status {
+        status::status_patch(decided_status, update, now)
+    } else {
+        let after = status::status_after(decided_status, update, now)
+            .or_else(|| decided_status.cloned())
+            .unwrap_or_default();
+        let empty = serde_json::Value::Object(Default::default());
+        status::merge_patch_between(server_status.unwrap_or(&empty), &after)
+    };
+    let Some(patch) = patch else {
         return Ok(None);
     };
+    let obj = on_server;
     let rv = if conditional {
         obj.metadata.resource_version.as_deref()
     } else {
@@ -219,15 +264,28 @@ pub async fn write_status(
     }
 }
 
-/// Fails with [`ReconcileError::StaleDecision`] when the resource on the API server is not the
-/// version the decision was made from (the watch cache lagged behind a change): its outputs
-/// would be applied from an outdated spec or phase. The caller decides again from a fresh read.
-/// (Between this read and the writes a change can still land; the status write is conditional
-/// on the same resourceVersion, and the next reconcile converges the outputs.)
+/// Fails with [`ReconcileError::StaleDecision`] when the resource changed after the version the
+/// decision was made from: its outputs would be applied from an outdated spec or phase. The
+/// caller decides again from a fresh read. The check reads the resource kind's watch cache (no
+/// request): a change that arrived while the worker ran is there. One the watch has not
+/// delivered yet (its lag, milliseconds) is caught by the status write, conditional on the same
+/// resourceVersion: its 409 has the caller decide again at once from the API server, which
+/// applies the current outputs over the stale ones and prunes what only they named. Without a
+/// watch cache (a context no controller runs), the API server is asked.
 async fn ensure_unchanged(
+    ctx: &OperatorContext,
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
 ) -> Result<(), ReconcileError> {
+    if let Some(store) = ctx.resources.get() {
+        let key = kube::runtime::reflector::ObjectRef::from_obj_with(obj, ctx.resource.api.clone());
+        return match store.get(&key) {
+            Some(cached) if cached.metadata.resource_version == obj.metadata.resource_version => {
+                Ok(())
+            }
+            _ => Err(ReconcileError::StaleDecision),
+        };
+    }
     let fresh = api
         .get_metadata_opt(&obj.name_any())
         .await

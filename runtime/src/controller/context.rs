@@ -60,6 +60,9 @@ pub struct OperatorContext {
     /// The resource versions this host's own status writes produced (their watch events wake
     /// nothing).
     pub own_writes: OwnWrites,
+    /// The resource kind's watch cache, once the controller runs: a decision is checked against
+    /// it before its writes (a newer version there means the decision is stale).
+    pub resources: std::sync::OnceLock<kube::runtime::reflector::Store<DynamicObject>>,
     /// With `--shard`: the buckets of this operator this replica holds (it reconciles only
     /// their resources); `None`: every resource.
     pub shard: Option<Arc<crate::controller::buckets::OperatorShard>>,

@@ -959,6 +959,7 @@ impl ManagerContext {
             shadows,
             input_requeue: self.input_requeue,
             own_writes: Default::default(),
+            resources: Default::default(),
             shard: self.sharding.as_ref().map(|s| s.operator(name)),
         };
         Ok((Arc::new(ctx), digests, reach))

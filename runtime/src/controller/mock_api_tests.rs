@@ -633,14 +633,16 @@ fn widget_operator(
     component: &[u8],
     outputs_synced: bool,
 ) -> std::sync::Arc<crate::controller::context::OperatorContext> {
-    use crate::controller::context::OutputCaches;
-    use crate::controller::informers::{metadata_of, Informer};
-    use crate::definition::OperatorDefinition;
-    use crate::sandbox::{Sandbox, SandboxLimits};
-    use std::sync::Arc;
+    std::sync::Arc::new(widget_context(
+        client,
+        component,
+        outputs_synced,
+        WIDGET_OPERATOR,
+    ))
+}
 
-    let spec: crate::crd::WasmOperatorSpec = serde_yaml::from_str(
-        r#"
+/// The Widget operator: Syncing applies, Ready reads its own ConfigMaps.
+const WIDGET_OPERATOR: &str = r#"
 resource: {apiVersion: examples.io/v1, kind: Widget}
 phases:
 - name: Syncing
@@ -651,9 +653,23 @@ phases:
 - name: Ready
   module: {file: {path: scripted.wasm}}
   inputs: [{name: mine, apiVersion: v1, kind: ConfigMap, owned: true}]
-"#,
-    )
-    .expect("the definition");
+"#;
+
+/// The context of the Widget operator `definition` (every phase the scripted component).
+fn widget_context(
+    client: &kube::Client,
+    component: &[u8],
+    outputs_synced: bool,
+    definition: &str,
+) -> crate::controller::context::OperatorContext {
+    use crate::controller::context::OutputCaches;
+    use crate::controller::informers::{metadata_of, Informer};
+    use crate::definition::OperatorDefinition;
+    use crate::sandbox::{Sandbox, SandboxLimits};
+    use std::sync::Arc;
+
+    let spec: crate::crd::WasmOperatorSpec =
+        serde_yaml::from_str(definition).expect("the definition");
     let definition = OperatorDefinition::validate("widgets", &spec).expect("a valid definition");
     let sandbox = Sandbox::new(SandboxLimits::default()).expect("the sandbox");
     let compiled = sandbox.compile(component).expect("the scripted component");
@@ -674,7 +690,18 @@ phases:
             Arc::new(Informer::unsynced(&configmaps, Arc::new(metadata_of))),
         )]));
     }
-    Arc::new(ctx)
+    ctx
+}
+
+/// The Widget kind's watch cache holding `objects` (what the controller's watch delivered).
+fn watched(objects: &[&Value]) -> kube::runtime::reflector::Store<DynamicObject> {
+    let kind = resolved("examples.io", "v1", "Widget", "widgets");
+    let mut writer = kube::runtime::reflector::store::Writer::<DynamicObject>::new(kind.api);
+    for object in objects {
+        let object: DynamicObject = serde_json::from_value((*object).clone()).expect("a Widget");
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(object));
+    }
+    writer.as_reader()
 }
 
 /// The Widget in Syncing: the reconcile chains Ready right after Syncing; the ConfigMap watch
@@ -695,15 +722,7 @@ async fn a_chained_phase_reads_the_outputs_just_applied_though_the_cache_lags() 
         "data": {"k": "v"}});
     let widget_path = "/apis/examples.io/v1/namespaces/team-a/widgets/w1";
     let (client, server) = scripted(vec![
-        // Syncing, decided from the cache: the resource is checked unchanged before applying.
-        Exchange::new(
-            Method::GET,
-            widget_path,
-            StatusCode::OK,
-            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-                   "metadata": {"name": "w1", "namespace": "team-a", "uid": "w1-uid",
-                                "resourceVersion": "10", "generation": 1}}),
-        ),
+        // Syncing, decided from the cache, which the watch cache still holds as it was: no read.
         Exchange::new(
             Method::PATCH,
             "/api/v1/namespaces/team-a/configmaps/settings",
@@ -717,14 +736,6 @@ async fn a_chained_phase_reads_the_outputs_just_applied_though_the_cache_lags() 
             widget("12", "Ready"),
         )
         .checking(|_, body| assert_eq!(body["status"]["phase"], "Ready", "{body}")),
-        Exchange::new(
-            Method::POST,
-            "/apis/events.k8s.io/v1/namespaces/team-a/events",
-            StatusCode::CREATED,
-            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
-                   "metadata": {"name": "w1.1", "namespace": "team-a"}, "eventTime": null,
-                   "reportingController": "wasmpilot", "reason": "PhaseChanged", "action": "SyncingToReady"}),
-        ),
         // Ready, chained: it was handed the ConfigMap the cache does not hold yet, and stays.
         Exchange::new(
             Method::PATCH,
@@ -740,8 +751,12 @@ async fn a_chained_phase_reads_the_outputs_just_applied_though_the_cache_lags() 
             let phase = &body["status"]["phase"];
             assert!(phase.is_null() || phase == "Ready", "no move back: {body}");
         }),
+        // The reconcile's one Event, sent after its writes.
+        phase_changed_event("SyncingToReady", "Syncing → Ready ("),
     ]);
-    let ctx = widget_operator(&client, &bytes, true);
+    let ctx = widget_context(&client, &bytes, true, WIDGET_OPERATOR);
+    let _ = ctx.resources.set(watched(&[&widget("10", "Syncing")]));
+    let ctx = Arc::new(ctx);
     let obj: DynamicObject = serde_json::from_value(widget("10", "Syncing")).expect("a Widget");
     let result = crate::controller::reconcile::reconcile(Arc::new(obj), ctx.clone()).await;
     drop(ctx);
@@ -768,4 +783,285 @@ async fn no_reconcile_before_the_output_caches_synced() {
         matches!(&result, Err(ReconcileError::InputsNotSynced(kind)) if kind == "v1 ConfigMap"),
         "{result:?}"
     );
+}
+
+/// The PhaseChanged Event of `w1`, its action and the start of its note checked.
+fn phase_changed_event(action: &'static str, note: &'static str) -> Exchange {
+    Exchange::new(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/team-a/events",
+        StatusCode::CREATED,
+        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+               "metadata": {"name": "w1.1", "namespace": "team-a"}, "eventTime": null,
+               "reportingController": "wasmpilot", "reason": "PhaseChanged", "action": action}),
+    )
+    .checking(move |_, body| {
+        assert_eq!(body["reason"], "PhaseChanged", "{body}");
+        assert_eq!(body["action"], action, "{body}");
+        let text = body["note"].as_str().unwrap_or_default();
+        assert!(text.starts_with(note), "{text}");
+    })
+}
+
+/// Start moves on without outputs, Syncing applies, Ready is final: one reconcile runs the two
+/// and writes the status once (Start's held and written with Syncing's, both in the history,
+/// conditional on the version decided from), then sends one Event naming the whole path.
+#[tokio::test]
+async fn a_phase_without_outputs_is_written_with_the_next_and_one_event_tells_both() {
+    use std::sync::Arc;
+    const DEFINITION: &str = r#"
+resource: {apiVersion: examples.io/v1, kind: Widget}
+phases:
+- name: Start
+  initial: true
+  module: {file: {path: scripted.wasm}}
+  next: [Syncing]
+- name: Syncing
+  module: {file: {path: scripted.wasm}}
+  outputs: [{apiVersion: v1, kind: ConfigMap}]
+  next: [Ready]
+- name: Ready
+  final: true
+"#;
+    let bytes = crate::mock_api_server::scripted_component();
+    let widget = |rv: &str, phase: Option<&str>| {
+        let mut w = json!({"apiVersion": "examples.io/v1", "kind": "Widget",
+            "metadata": {"name": "w1", "namespace": "team-a", "uid": "w1-uid",
+                         "resourceVersion": rv, "generation": 1},
+            "spec": {"phases": {
+                "Start": {"next": "Syncing"},
+                "Syncing": {"next": "Ready", "outputs": [
+                    {"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "settings", "namespace": "team-a"}}]},
+                "Ready": {"next": "Ready"}}}});
+        if let Some(phase) = phase {
+            w["status"] = json!({"phase": phase});
+        }
+        w
+    };
+    let widget_path = "/apis/examples.io/v1/namespaces/team-a/widgets/w1";
+    let mut written = widget("11", Some("Ready"));
+    written["status"]["observedGeneration"] = json!(1);
+    written["status"]["history"] =
+        json!([{"from": "Start", "to": "Syncing"}, {"from": "Syncing", "to": "Ready"}]);
+    let (client, server) = scripted(vec![
+        Exchange::new(
+            Method::PATCH,
+            "/api/v1/namespaces/team-a/configmaps/settings",
+            StatusCode::OK,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "settings", "namespace": "team-a", "uid": "settings-uid",
+                                "resourceVersion": "12", "ownerReferences": [
+                                    {"apiVersion": "examples.io/v1", "kind": "Widget", "name": "w1",
+                                     "uid": "w1-uid", "controller": true}]}}),
+        ),
+        Exchange::new(
+            Method::PATCH,
+            &format!("{widget_path}/status"),
+            StatusCode::OK,
+            written,
+        )
+        .checking(|_, body| {
+            assert_eq!(
+                body["metadata"]["resourceVersion"], "10",
+                "conditional: {body}"
+            );
+            let status = &body["status"];
+            assert_eq!(status["phase"], "Ready", "{body}");
+            let history: Vec<(&str, &str)> = status["history"]
+                .as_array()
+                .map(|h| {
+                    h.iter()
+                        .map(|t| {
+                            (
+                                t["from"].as_str().unwrap_or_default(),
+                                t["to"].as_str().unwrap_or_default(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            assert_eq!(
+                history,
+                [("Start", "Syncing"), ("Syncing", "Ready")],
+                "{body}"
+            );
+            assert_eq!(status["history"][1]["applied"], 1, "{body}");
+        }),
+        phase_changed_event(
+            "StartToSyncing",
+            "Start → Syncing → Ready (1 outputs applied",
+        ),
+    ]);
+    let ctx = widget_context(&client, &bytes, true, DEFINITION);
+    let _ = ctx.resources.set(watched(&[&widget("10", None)]));
+    let ctx = Arc::new(ctx);
+    let obj: DynamicObject = serde_json::from_value(widget("10", None)).expect("a Widget");
+    let result = crate::controller::reconcile::reconcile(Arc::new(obj), ctx.clone()).await;
+    drop(ctx);
+    drop(client);
+    server.await.expect("the API server's script");
+    assert!(result.is_ok(), "{result:?}");
+}
+
+/// The watch has not delivered a change yet (the cache still holds the version decided from),
+/// so the stale decision applies ConfigMap `old`; its conditional status write is refused
+/// (409), and the same reconcile reads the resource, decides again, applies `new` and prunes
+/// `old`: the stale apply is undone before the reconcile ends.
+#[tokio::test]
+async fn a_stale_apply_the_watch_had_not_shown_is_undone_in_the_same_reconcile() {
+    use std::sync::Arc;
+    let bytes = crate::mock_api_server::scripted_component();
+    let widget = |rv: &str, output: &str| {
+        json!({"apiVersion": "examples.io/v1", "kind": "Widget",
+            "metadata": {"name": "w1", "namespace": "team-a", "uid": "w1-uid",
+                         "resourceVersion": rv, "generation": 1},
+            "spec": {"phases": {
+                "Syncing": {"next": "Syncing", "outputs": [
+                    {"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": output, "namespace": "team-a"}}]}}},
+            "status": {"phase": "Syncing"}})
+    };
+    let owner = json!([{"apiVersion": "examples.io/v1", "kind": "Widget", "name": "w1",
+                        "uid": "w1-uid", "controller": true}]);
+    let configmap = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "team-a", "uid": format!("{name}-uid"),
+                            "resourceVersion": "20", "ownerReferences": owner,
+                            "labels": {crate::OPERATOR_LABEL: "widgets",
+                                       crate::PHASE_LABEL: "Syncing"}}})
+    };
+    let widget_path = "/apis/examples.io/v1/namespaces/team-a/widgets/w1";
+    let mut fresh_written = widget("12", "new");
+    fresh_written["status"]["observedGeneration"] = json!(1);
+    let (client, server) = scripted(vec![
+        Exchange::new(
+            Method::PATCH,
+            "/api/v1/namespaces/team-a/configmaps/old",
+            StatusCode::OK,
+            configmap("old"),
+        ),
+        Exchange::new(
+            Method::PATCH,
+            &format!("{widget_path}/status"),
+            StatusCode::CONFLICT,
+            failure(409, "Conflict", "the object has been modified"),
+        )
+        .checking(|_, body| assert_eq!(body["metadata"]["resourceVersion"], "10", "{body}")),
+        Exchange::new(
+            Method::GET,
+            widget_path,
+            StatusCode::OK,
+            widget("11", "new"),
+        ),
+        Exchange::new(
+            Method::PATCH,
+            "/api/v1/namespaces/team-a/configmaps/new",
+            StatusCode::OK,
+            configmap("new"),
+        ),
+        Exchange::new(
+            Method::DELETE,
+            "/api/v1/namespaces/team-a/configmaps/old",
+            StatusCode::OK,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+        )
+        .checking(|_, body| assert_eq!(body["preconditions"]["uid"], "old-uid", "{body}")),
+        Exchange::new(
+            Method::PATCH,
+            &format!("{widget_path}/status"),
+            StatusCode::OK,
+            fresh_written,
+        )
+        .checking(|_, body| assert_eq!(body["metadata"]["resourceVersion"], "11", "{body}")),
+    ]);
+    let spec = r#"
+resource: {apiVersion: examples.io/v1, kind: Widget}
+phases:
+- name: Syncing
+  initial: true
+  module: {file: {path: scripted.wasm}}
+  outputs: [{apiVersion: v1, kind: ConfigMap}]
+"#;
+    let ctx = widget_context(&client, &bytes, true, spec);
+    let _ = ctx.resources.set(watched(&[&widget("10", "old")]));
+    let ctx = Arc::new(ctx);
+    let obj: DynamicObject = serde_json::from_value(widget("10", "old")).expect("a Widget");
+    let result = crate::controller::reconcile::reconcile(Arc::new(obj), ctx.clone()).await;
+    drop(ctx);
+    drop(client);
+    server.await.expect("the API server's script");
+    assert!(result.is_ok(), "{result:?}");
+}
+
+/// The watch delivered a change while the worker ran: the decision is not applied (no request
+/// but a read of the resource), and the fresh version is decided at once.
+#[tokio::test]
+async fn a_decision_the_watch_cache_shows_stale_writes_nothing() {
+    use std::sync::Arc;
+    let bytes = crate::mock_api_server::scripted_component();
+    let widget = |rv: &str, output: &str| {
+        json!({"apiVersion": "examples.io/v1", "kind": "Widget",
+            "metadata": {"name": "w1", "namespace": "team-a", "uid": "w1-uid",
+                         "resourceVersion": rv, "generation": 1},
+            "spec": {"phases": {
+                "Syncing": {"next": "Ready", "outputs": [
+                    {"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": output, "namespace": "team-a"}}]},
+                "Ready": {"next": "Ready"}}},
+            "status": {"phase": "Syncing"}})
+    };
+    let widget_path = "/apis/examples.io/v1/namespaces/team-a/widgets/w1";
+    let (client, server) = scripted(vec![
+        Exchange::new(
+            Method::GET,
+            widget_path,
+            StatusCode::OK,
+            widget("11", "new"),
+        ),
+        Exchange::new(
+            Method::PATCH,
+            "/api/v1/namespaces/team-a/configmaps/new",
+            StatusCode::OK,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "new", "namespace": "team-a", "uid": "new-uid",
+                                "ownerReferences": [
+                                    {"apiVersion": "examples.io/v1", "kind": "Widget", "name": "w1",
+                                     "uid": "w1-uid", "controller": true}]}}),
+        ),
+        Exchange::new(
+            Method::PATCH,
+            &format!("{widget_path}/status"),
+            StatusCode::OK,
+            {
+                let mut w = widget("12", "new");
+                w["status"]["phase"] = json!("Ready");
+                w["status"]["observedGeneration"] = json!(1);
+                w
+            },
+        )
+        .checking(|_, body| assert_eq!(body["metadata"]["resourceVersion"], "11", "{body}")),
+        phase_changed_event("SyncingToReady", "Syncing → Ready ("),
+    ]);
+    let spec = r#"
+resource: {apiVersion: examples.io/v1, kind: Widget}
+phases:
+- name: Syncing
+  initial: true
+  module: {file: {path: scripted.wasm}}
+  outputs: [{apiVersion: v1, kind: ConfigMap}]
+  next: [Ready]
+- name: Ready
+  final: true
+"#;
+    let ctx = widget_context(&client, &bytes, true, spec);
+    // The cache already holds version 11; the decision is made from 10.
+    let _ = ctx.resources.set(watched(&[&widget("11", "new")]));
+    let ctx = Arc::new(ctx);
+    let obj: DynamicObject = serde_json::from_value(widget("10", "old")).expect("a Widget");
+    let result = crate::controller::reconcile::reconcile(Arc::new(obj), ctx.clone()).await;
+    drop(ctx);
+    drop(client);
+    server.await.expect("the API server's script");
+    assert!(result.is_ok(), "{result:?}");
 }

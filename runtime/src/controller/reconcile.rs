@@ -2,7 +2,9 @@
 //! [`crate::pipeline::step::run`] on the cluster ([`ClusterEffects`]), phases chained, a stale
 //! read decided again; errors end as a Condition and an Event on the resource, then backoff.
 
-use crate::controller::cluster_effects::{short, write_status, ClusterEffects, Read};
+use crate::controller::cluster_effects::{
+    short, write_status, write_status_over, ClusterEffects, Read,
+};
 use crate::controller::context::OperatorContext;
 use crate::controller::finalizer;
 use crate::controller::grants::{ReconcileRefusal, GRANTS_RECHECK};
@@ -64,24 +66,44 @@ pub async fn reconcile(
             .unwrap_or(&ctx.definition.initial_phase)
             .to_string();
         let api = ctx.api_for(obj.namespace().as_deref());
-        let mut step = decide_fresh(&ctx, &api, obj.clone(), Read::FromCache).await;
-        // The object the last decision was made from: a failure is reported on it.
-        let mut latest = obj.clone();
-        // A phase that moved on is followed at once, from the object as written, rather than
-        // after the watch brings it back (bounded, so a cycling operator yields its worker).
-        for _ in 0..MAX_CHAINED_PHASES {
+        let mut changes = Vec::new();
+        let mut decided = decide_fresh(
+            &ctx,
+            &api,
+            Versions::read(obj.clone(), Read::FromCache),
+            true,
+            &mut changes,
+        )
+        .await;
+        // A phase that moved on is followed at once, from the object as written (or with its
+        // status held), rather than after the watch brings it back (bounded, so a cycling
+        // operator yields its worker). The last phase of the bound holds nothing.
+        for chained in 1..=MAX_CHAINED_PHASES {
             let Ok(Step {
-                next: Some(next), ..
-            }) = &step
+                next: Some(next),
+                held,
+                ..
+            }) = &decided.result
             else {
                 break;
             };
-            latest = next.clone();
-            step = decide_fresh(&ctx, &api, latest.clone(), Read::FromApiServer).await;
+            let versions = if *held {
+                Versions {
+                    decided_on: next.clone(),
+                    ..decided.versions.clone()
+                }
+            } else {
+                Versions::read(next.clone(), Read::FromApiServer)
+            };
+            let may_hold = chained < MAX_CHAINED_PHASES;
+            decided = decide_fresh(&ctx, &api, versions, may_hold, &mut changes).await;
+        }
+        if !changes.is_empty() {
+            announce_phase_changes(&ctx, &obj, &changes);
         }
         // The chain's bound reached with the phase still moving: go on after a pause (the
         // status write's own watch event wakes nothing).
-        let result = step.map(|s| match s.next {
+        let result = decided.result.map(|s| match s.next {
             Some(_) => Action::requeue(decision::MIN_REQUEUE_AFTER),
             None => s.action,
         });
@@ -99,7 +121,7 @@ pub async fn reconcile(
             }
             Err(e) => {
                 metrics.reconciles.get_or_create(&labels(e.reason())).inc();
-                report_error(&ctx, &api, &latest, e).await
+                report_error(&ctx, &api, &decided.versions, e).await
             }
         }
     }
@@ -110,61 +132,162 @@ pub async fn reconcile(
 /// Phase changes one reconcile follows before it leaves the rest to the watch.
 const MAX_CHAINED_PHASES: usize = 4;
 
-/// What one decision led to: the controller's next action, and the resource as written when
-/// its phase changed (to be decided on in the same reconcile).
+/// What one decision led to: the controller's next action, and the resource as written (or
+/// with its status held, `held`) when its phase changed, to be decided on in the same
+/// reconcile.
 struct Step {
     action: Action,
     next: Option<Arc<DynamicObject>>,
+    held: bool,
 }
 
-/// One decision on `obj` ([`decide_recorded`]); when the cached object
-/// turns out stale (its status write or outputs refused), decided once more at once from the
-/// object as the API server has it, instead of waiting for the watch.
+/// The resource a decision is made from and the version the API server has: the same object,
+/// unless status updates of phases before are held in memory (see
+/// [`crate::pipeline::effects::StatusWrite::holdable`]), then `decided_on` carries them.
+#[derive(Clone)]
+struct Versions {
+    decided_on: Arc<DynamicObject>,
+    on_server: Arc<DynamicObject>,
+    /// Where `on_server` came from.
+    read: Read,
+}
+
+impl Versions {
+    /// `obj` as read, nothing held.
+    fn read(obj: Arc<DynamicObject>, read: Read) -> Self {
+        Versions {
+            decided_on: obj.clone(),
+            on_server: obj,
+            read,
+        }
+    }
+}
+
+/// A decision's outcome and the versions it was made from (a fresh read's, when the first
+/// attempt was stale): a failure is reported on them, with what is held.
+struct Decided {
+    result: Result<Step, ReconcileError>,
+    versions: Versions,
+}
+
+/// A phase change one reconcile made, for its one PhaseChanged Event.
+struct PhaseChange {
+    from: String,
+    to: String,
+    applied: usize,
+    pruned: usize,
+    module: String,
+    input: String,
+    /// Its status update was held, not yet written.
+    held: bool,
+}
+
+/// One decision ([`decide_recorded`]); when the cached object turns out stale (its status write
+/// or outputs refused), decided once more at once from the object as the API server has it,
+/// instead of waiting for the watch (what was held is decided again from there).
 async fn decide_fresh(
     ctx: &Arc<OperatorContext>,
     api: &Api<DynamicObject>,
-    obj: Arc<DynamicObject>,
-    read: Read,
-) -> Result<Step, ReconcileError> {
-    let (result, next) = decide_recorded(ctx, api, obj.clone(), read).await;
-    let (result, next) = match result {
+    versions: Versions,
+    may_hold: bool,
+    changes: &mut Vec<PhaseChange>,
+) -> Decided {
+    let result = decide_recorded(ctx, api, &versions, may_hold, changes).await;
+    match result {
         Err(stale @ (ReconcileError::StatusConflict | ReconcileError::StaleDecision)) => {
-            match api.get_opt(&obj.name_any()).await {
+            match api.get_opt(&versions.on_server.name_any()).await {
                 Ok(Some(fresh)) => {
                     tracing::info!("{stale}");
-                    decide_recorded(ctx, api, Arc::new(fresh), Read::FromApiServer).await
+                    // What was held is decided again from the fresh version.
+                    while changes.last().is_some_and(|c| c.held) {
+                        changes.pop();
+                    }
+                    let versions = Versions::read(Arc::new(fresh), Read::FromApiServer);
+                    let result = decide_recorded(ctx, api, &versions, may_hold, changes).await;
+                    Decided { result, versions }
                 }
-                Ok(None) => (Ok(Action::await_change()), None),
-                Err(_) => (Err(stale), None),
+                Ok(None) => Decided {
+                    result: Ok(Step {
+                        action: Action::await_change(),
+                        next: None,
+                        held: false,
+                    }),
+                    versions,
+                },
+                Err(_) => Decided {
+                    result: Err(stale),
+                    versions,
+                },
             }
         }
-        other => (other, next),
-    };
-    result.map(|action| Step { action, next })
+        result => Decided { result, versions },
+    }
 }
 
-/// One decision on `obj`, its worker call handed to the evidence step; also the resource as
-/// written when its phase changed.
+/// One decision on `versions`, its worker call handed to the evidence step.
 async fn decide_recorded(
     ctx: &Arc<OperatorContext>,
     api: &Api<DynamicObject>,
-    obj: Arc<DynamicObject>,
-    read: Read,
-) -> (Result<Action, ReconcileError>, Option<Arc<DynamicObject>>) {
-    let mut after = Aftermath::default();
-    let result = decide(ctx, api, obj.clone(), read, &mut after).await;
+    versions: &Versions,
+    may_hold: bool,
+    changes: &mut Vec<PhaseChange>,
+) -> Result<Step, ReconcileError> {
+    let mut after = Aftermath {
+        may_hold,
+        ..Default::default()
+    };
+    let result = decide(ctx, api, versions, &mut after).await;
     if let Some(call) = after.live.take() {
-        crate::controller::live_evidence::after_live_call(ctx, &obj, call);
+        crate::controller::live_evidence::after_live_call(ctx, &versions.decided_on, call);
     }
-    (result, after.next)
+    changes.extend(after.change);
+    result.map(|action| Step {
+        action,
+        next: after.next,
+        held: after.held,
+    })
 }
 
-/// What a decision leaves besides its action: the worker call for the evidence step, and the
-/// resource as written when its phase changed.
+/// What a decision leaves besides its action: the worker call for the evidence step, the
+/// resource as written (or held) when its phase changed, and the change.
 #[derive(Default)]
 struct Aftermath {
+    /// Whether the decision's status update may be held (in).
+    may_hold: bool,
     live: Option<crate::evidence::record::LiveCall>,
     next: Option<Arc<DynamicObject>>,
+    held: bool,
+    change: Option<PhaseChange>,
+}
+
+/// One PhaseChanged Event for the phase changes of one reconcile (`Initializing → Syncing →
+/// Ready`), sent off the reconcile's path. Its action names the first change (the recorder
+/// folds repeats of one (reason, action) into a series, and each kind of transition should stay
+/// visible).
+fn announce_phase_changes(ctx: &OperatorContext, obj: &DynamicObject, changes: &[PhaseChange]) {
+    let Some(first) = changes.first() else {
+        return;
+    };
+    let mut path = first.from.clone();
+    for c in changes {
+        path.push_str(" → ");
+        path.push_str(&c.to);
+    }
+    let applied: usize = changes.iter().map(|c| c.applied).sum();
+    let pruned: usize = changes.iter().map(|c| c.pruned).sum();
+    let modules: Vec<&str> = changes.iter().map(|c| short(&c.module)).collect();
+    let inputs: Vec<&str> = changes.iter().map(|c| short(&c.input)).collect();
+    let note = format!(
+        "{path} ({applied} outputs applied, {pruned} pruned; module {}, input {})",
+        modules.join(", "),
+        inputs.join(", ")
+    );
+    let action = format!("{}To{}", first.from, first.to);
+    let recorder = ctx.recorder.clone();
+    let reference = obj.object_ref(&ctx.resource.api);
+    tokio::spawn(async move {
+        status::publish_event(&recorder, &reference, false, "PhaseChanged", &action, note).await;
+    });
 }
 
 /// Finalizer bookkeeping, then the phase worker (or the finalizer worker on deletion). The
@@ -173,10 +296,10 @@ struct Aftermath {
 async fn decide(
     ctx: &OperatorContext,
     api: &Api<DynamicObject>,
-    obj: Arc<DynamicObject>,
-    read: Read,
+    versions: &Versions,
     after: &mut Aftermath,
 ) -> Result<Action, ReconcileError> {
+    let obj = versions.decided_on.clone();
     // Nothing is read for the worker, nor written, where the operator's account is not granted.
     ctx.grants
         .check(obj.namespace().as_deref())
@@ -198,7 +321,7 @@ async fn decide(
             return Ok(Action::await_change());
         }
         if !deleting {
-            return run_phase(ctx, api, obj, read, after).await;
+            return run_phase(ctx, api, versions, after).await;
         }
         let uid = obj.uid().unwrap_or_default();
         if !ctx.finalized.contains(&uid) {
@@ -218,7 +341,7 @@ async fn decide(
     } else if obj.meta().deletion_timestamp.is_some() {
         Ok(Action::await_change())
     } else {
-        run_phase(ctx, api, obj, read, after).await
+        run_phase(ctx, api, versions, after).await
     }
 }
 
@@ -306,34 +429,39 @@ pub fn error_policy(
 }
 
 /// The phase step on the cluster ([`step::run`] with [`ClusterEffects`]), then what the
-/// controller adds: the PhaseChanged Event, and when to look at the resource again.
+/// controller adds: the phase change (for the reconcile's Event), and when to look at the
+/// resource again.
 async fn run_phase(
     ctx: &OperatorContext,
     api: &Api<DynamicObject>,
-    obj: Arc<DynamicObject>,
-    read: Read,
+    versions: &Versions,
     after: &mut Aftermath,
 ) -> Result<Action, ReconcileError> {
     let def = &ctx.definition;
+    let obj = &versions.decided_on;
     let now = now_rfc3339();
-    let current = step::current_phase(def, &obj).to_string();
+    let current = step::current_phase(def, obj).to_string();
     tracing::Span::current().record("phase", current.as_str());
     let mut effects = ClusterEffects {
         ctx,
         api,
-        resource: &obj,
-        read,
+        resource: obj,
+        on_server: &versions.on_server,
+        read: versions.read,
+        may_hold: after.may_hold,
+        held: false,
         live: None,
     };
     let phase_step = PhaseStep {
         definition: def,
-        resource: &obj,
+        resource: obj,
         now: &now,
         sandbox: &ctx.sandbox,
         namespaced: &ctx.namespaced,
     };
     let outcome = step::run(phase_step, &mut effects).await;
     after.live = effects.live.take();
+    after.held = effects.held;
     let decided = match outcome? {
         StepOutcome::Final => return Ok(Action::await_change()),
         StepOutcome::Restarted { written } => {
@@ -347,24 +475,16 @@ async fn run_phase(
     let (applied, pruned) = (decided.applied, decided.pruned);
     let next = &decision.next_phase;
     if *next != current {
-        tracing::info!(from = %current, to = %next, outputs = applied, pruned, "phase changed");
-        let reference = obj.object_ref(&ctx.resource.api);
-        status::publish_event(
-            &ctx.recorder,
-            &reference,
-            false,
-            "PhaseChanged",
-            // The action names the transition (e.g. `ReadyToSyncing`): the event recorder folds
-            // repeats of the same (reason, action) into one series, and each kind of transition
-            // should stay visible.
-            &format!("{current}To{next}"),
-            format!(
-                "{current} → {next} ({applied} outputs applied, {pruned} pruned, module {}, input {})",
-                short(&decision.module),
-                short(&decision.input_hash.to_prefixed_hex())
-            ),
-        )
-        .await;
+        tracing::info!(from = %current, to = %next, outputs = applied, pruned, held = after.held, "phase changed");
+        after.change = Some(PhaseChange {
+            from: current.clone(),
+            to: next.clone(),
+            applied,
+            pruned,
+            module: decision.module.clone(),
+            input: decision.input_hash.to_prefixed_hex(),
+            held: after.held,
+        });
         after.next = decided.written.map(Arc::new);
     } else if decided.written.is_some() {
         tracing::debug!(phase = %current, "status updated");
@@ -427,9 +547,10 @@ async fn run_finalizer(
 async fn report_error(
     ctx: &OperatorContext,
     api: &Api<DynamicObject>,
-    obj: &DynamicObject,
+    versions: &Versions,
     err: ReconcileError,
 ) -> Result<Action, ReconcileError> {
+    let obj = &*versions.decided_on;
     let fatal = err.is_fatal();
     if err.is_reportable() {
         tracing::warn!(error = %err, fatal, "reconcile failed");
@@ -457,9 +578,19 @@ async fn report_error(
         };
         // Only a still-existing object can carry a condition; a failure here is logged.
         if obj.meta().deletion_timestamp.is_none() || ctx.finalizer.is_some() {
-            if let Err(e) =
-                write_status(api, obj, &update, &now_rfc3339(), false, &ctx.own_writes).await
-            {
+            // With what was held (a phase moved to before this failure): the status says
+            // which phase failed.
+            let written = write_status_over(
+                api,
+                obj,
+                &versions.on_server,
+                &update,
+                &now_rfc3339(),
+                false,
+                &ctx.own_writes,
+            )
+            .await;
+            if let Err(e) = written {
                 tracing::warn!(error = %e, "could not record the failure in the status");
             }
         }

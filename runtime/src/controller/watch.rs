@@ -30,6 +30,8 @@ pub async fn run(
     // host's own status write (see `OwnWrites`) updates the store and reconciles nothing.
     let writer = kube::runtime::reflector::store::Writer::<DynamicObject>::new(resource.clone());
     let owners = writer.as_reader();
+    // A second controller run of the same context (never today) keeps the first store.
+    let _ = ctx.resources.set(owners.clone());
     let own = ctx.clone();
     let changes = kube::runtime::reflector(writer, watcher(main_api, watcher::Config::default()))
         .applied_objects()

@@ -95,13 +95,25 @@ pub trait Effects: WorkerReads {
     ) -> Result<usize, (usize, OutputError)>;
 
     /// Writes the status update unless it changes nothing (Conditions changing now stamped
-    /// `now`), conditional on the resource's resourceVersion when `conditional`; the resource
-    /// as written, if it wrote.
+    /// `now`), conditional on the resource's resourceVersion when `how.conditional`; the
+    /// resource as written, if it wrote. A `how.holdable` update may instead be kept in memory
+    /// and written with the next phase's (the resource returned then carries it unwritten).
     async fn write_status(
         &mut self,
         resource: &DynamicObject,
         update: &StatusUpdate,
         now: &str,
-        conditional: bool,
+        how: StatusWrite,
     ) -> Result<Option<DynamicObject>, ReconcileError>;
+}
+
+/// How a step's status update may be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusWrite {
+    /// Only onto the resourceVersion the decision was made from (a 409 otherwise).
+    pub conditional: bool,
+    /// The update moves the resource to a phase whose worker runs next and wrote nothing else
+    /// (no output applied or pruned): the controller may hold it and write it together with the
+    /// next phase's update, one status write for both.
+    pub holdable: bool,
 }

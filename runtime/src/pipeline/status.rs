@@ -271,6 +271,55 @@ pub fn status_patch(current: Option<&Value>, update: &StatusUpdate, now: &str) -
     Some(patch)
 }
 
+/// The status `current` becomes with `update` applied (what [`status_patch`] would write), or
+/// `None` when the update changes nothing.
+pub fn status_after(current: Option<&Value>, update: &StatusUpdate, now: &str) -> Option<Value> {
+    let patch = status_patch(current, update, now)?;
+    let mut after = current
+        .filter(|v| v.is_object())
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    json_patch::merge(&mut after, &patch);
+    Some(after)
+}
+
+/// The JSON merge patch that turns `from` into `to` (objects compared key by key, a key `to`
+/// lacks set to null, anything else replaced whole), or `None` when they are equal. Several
+/// status updates held in memory are written as one such patch.
+pub fn merge_patch_between(from: &Value, to: &Value) -> Option<Value> {
+    if from == to {
+        return None;
+    }
+    let (Value::Object(from), Value::Object(to)) = (from, to) else {
+        return Some(to.clone());
+    };
+    let mut patch = Map::new();
+    for (key, value) in to {
+        match from.get(key) {
+            // A null value cannot be set through a merge patch; it is taken as absent.
+            Some(old) if !value.is_null() => {
+                if let Some(p) = merge_patch_between(old, value) {
+                    patch.insert(key.clone(), p);
+                }
+            }
+            _ if !value.is_null() => {
+                patch.insert(key.clone(), value.clone());
+            }
+            _ => {
+                if from.get(key).is_some_and(|v| !v.is_null()) {
+                    patch.insert(key.clone(), Value::Null);
+                }
+            }
+        }
+    }
+    for key in from.keys() {
+        if !to.contains_key(key) {
+            patch.insert(key.clone(), Value::Null);
+        }
+    }
+    (!patch.is_empty()).then_some(Value::Object(patch))
+}
+
 /// Replaces the condition of the same type, keeping lastTransitionTime when the status is unchanged.
 fn upsert_condition(
     existing: Option<&Value>,
@@ -578,5 +627,43 @@ mod tests {
         let s = truncate("é".repeat(600), 1001);
         assert!(s.len() <= 1004);
         assert!(s.ends_with('…'));
+    }
+
+    #[test]
+    fn held_updates_are_written_as_one_patch_that_reaches_the_same_status() {
+        let on_server = json!({"phase": "Initializing", "gone": {"a": 1}, "nested": {"x": 1, "y": 2},
+                               "list": [1, 2]});
+        let now = "2026-01-01T00:00:00Z";
+        let first = StatusUpdate::phase_completed("Syncing", false, None, Some(1), "sha256:i");
+        let held = status_after(Some(&on_server), &first, now).expect("a change");
+        let info = json!({"gone": null, "nested": {"y": 3}, "list": [3], "new": "n"});
+        let second = StatusUpdate::phase_completed(
+            "Ready",
+            true,
+            info.as_object().cloned(),
+            Some(1),
+            "sha256:s",
+        );
+        let last = status_after(Some(&held), &second, now).expect("a change");
+        let patch = merge_patch_between(&on_server, &last).expect("a patch");
+        assert_eq!(patch["gone"], Value::Null, "a key removed is set to null");
+        assert_eq!(
+            patch["nested"],
+            json!({"y": 3}),
+            "objects are patched key by key"
+        );
+        let mut written = on_server.clone();
+        json_patch::merge(&mut written, &patch);
+        assert_eq!(
+            written, last,
+            "one patch reaches what the held updates made"
+        );
+        assert_eq!(written["phase"], "Ready");
+        assert_eq!(written["moduleDigest"], "sha256:s");
+        assert!(merge_patch_between(&last, &last).is_none());
+        assert!(
+            status_after(Some(&last), &second, now).is_none(),
+            "the same update again changes nothing"
+        );
     }
 }

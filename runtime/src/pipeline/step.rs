@@ -6,7 +6,7 @@
 use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::pipeline::decision::{self, Decision, DecisionInput};
-use crate::pipeline::effects::{Effects, PhaseReads, WorkerCall, WorkerReads};
+use crate::pipeline::effects::{Effects, PhaseReads, StatusWrite, WorkerCall, WorkerReads};
 use crate::pipeline::error::ReconcileError;
 use crate::pipeline::outputs::{self, CheckedOutput, ObjectKey, Owned};
 pub use crate::pipeline::request::{now_rfc3339, request, Samples};
@@ -133,8 +133,12 @@ pub async fn run(
         Standing::Runs(phase) => phase,
         Standing::Final(_) => return Ok(StepOutcome::Final),
         Standing::Restart { update, .. } => {
+            let how = StatusWrite {
+                conditional: true,
+                holdable: def.phase(&def.initial_phase).is_some_and(|p| !p.is_final),
+            };
             let written = effects
-                .write_status(resource, &update, step.now, true)
+                .write_status(resource, &update, step.now, how)
                 .await?;
             return Ok(StepOutcome::Restarted {
                 written: written.map(Box::new),
@@ -180,7 +184,15 @@ pub async fn run(
             failures,
         });
     }
-    let next_ready = def.phase(&decision.next_phase).is_some_and(|p| p.ready);
+    let next = def.phase(&decision.next_phase);
+    let next_ready = next.is_some_and(|p| p.ready);
+    let how = StatusWrite {
+        conditional: true,
+        holdable: total == 0
+            && pruned == 0
+            && decision.next_phase != phase.name
+            && next.is_some_and(|p| !p.is_final),
+    };
     let update = decision.status_update(
         next_ready,
         resource.metadata.generation,
@@ -190,7 +202,7 @@ pub async fn run(
         def.history_limit,
     );
     let written = effects
-        .write_status(resource, &update, step.now, true)
+        .write_status(resource, &update, step.now, how)
         .await?;
     Ok(StepOutcome::Decided(Box::new(Decided {
         decision,
