@@ -129,6 +129,20 @@ impl LabelSelector {
         self
     }
 
+    /// A label every object this selector matches carries, and the values it may have there
+    /// (an `In` requirement, or a `matchLabels` entry), the one with the fewest values; `None`
+    /// when the selector requires no label value (only NotIn, Exists, DoesNotExist, or empty).
+    /// An index of selectors by label finds every selector an object may match through it.
+    pub fn required_values(&self) -> Option<(&str, &[String])> {
+        self.requirements
+            .iter()
+            .filter_map(|(key, op)| match op {
+                Operator::In(values) => Some((key.as_str(), values.as_slice())),
+                _ => None,
+            })
+            .min_by_key(|(_, values)| values.len())
+    }
+
     pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
         self.requirements.iter().all(|(key, op)| {
             let value = labels.and_then(|l| l.get(key));

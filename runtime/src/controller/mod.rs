@@ -1,5 +1,5 @@
 //! The cluster side: the `manager` loads WasmOperators into a `context` each, `watch` runs one
-//! controller per operator over shared `informers` (requeueing the resources a change concerns),
+//! controller per operator over shared `informers` (requeueing the resources a change concerns, found through `selector_index`),
 //! `schedule` paces retries, `reconcile` runs one [`crate::pipeline`] step on the cluster
 //! (`cluster_effects`, its `own_writes` waking nothing), `live_evidence` hands its worker call to
 //! the record sink and the `shadow` lane, `leader` elects the active host, `buckets` shares
@@ -19,6 +19,7 @@ pub mod own_writes;
 pub mod phase_gauges;
 pub mod reconcile;
 pub mod schedule;
+pub mod selector_index;
 pub mod shadow;
 pub mod watch;
 

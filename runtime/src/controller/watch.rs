@@ -6,6 +6,7 @@
 use crate::controller::context::{InputRequeue, OperatorContext};
 use crate::controller::informers::ObjectInformer;
 use crate::controller::reconcile;
+use crate::controller::selector_index::SelectorIndex;
 use crate::crd::{InputSpec, KindRef};
 use crate::pipeline::inputs;
 use futures::{StreamExt, TryStreamExt};
@@ -32,8 +33,33 @@ pub async fn run(
     let owners = writer.as_reader();
     // A second controller run of the same context (never today) keeps the first store.
     let _ = ctx.resources.set(owners.clone());
+    // Per input kind every (non-owned) input of which selects by labels: the resources filed by
+    // what their selectors require, kept current from the resource's own watch events.
+    let indexes: HashMap<KindRef, Arc<SelectorIndex>> =
+        if ctx.input_requeue == InputRequeue::Selected {
+            ctx.inputs
+                .kinds()
+                .filter(|kind| !only_owned(&ctx.definition, kind))
+                .filter_map(|kind| {
+                    let specs = not_owned_inputs(&ctx.definition, kind);
+                    specs.iter().all(inputs::selects).then(|| {
+                        let index = SelectorIndex::new(resource.clone(), specs);
+                        (kind.clone(), Arc::new(index))
+                    })
+                })
+                .collect()
+        } else {
+            HashMap::new()
+        };
+    let filing: Vec<Arc<SelectorIndex>> = indexes.values().cloned().collect();
+    let events = watcher(main_api, watcher::Config::default()).map_ok(move |event| {
+        for index in &filing {
+            index.observe(&event);
+        }
+        event
+    });
     let own = ctx.clone();
-    let changes = kube::runtime::reflector(writer, watcher(main_api, watcher::Config::default()))
+    let changes = kube::runtime::reflector(writer, events)
         .applied_objects()
         .try_filter(move |o| {
             let own = own.clone();
@@ -58,16 +84,8 @@ pub async fn run(
             let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
             controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
         } else {
-            let specs: Vec<InputSpec> = ctx
-                .definition
-                .all_inputs()
-                .filter(|i| i.api_version == kind.api_version && i.kind == kind.kind && !i.owned)
-                .cloned()
-                .collect();
-            let selecting = ctx.input_requeue == InputRequeue::Selected;
-            if selecting && specs.iter().all(inputs::selects) {
-                let mapper =
-                    requeue_selected(owners.clone(), resource.clone(), specs, informer.clone());
+            if let Some(index) = indexes.get(kind) {
+                let mapper = requeue_selected(index.clone(), informer.clone());
                 controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
             } else {
                 let mapper = requeue_namespace(owners.clone(), resource.clone());
@@ -143,14 +161,21 @@ fn requeue_namespace(
 /// Labels by object, as last seen by a selecting mapper (to match the labels before a change).
 type LastLabels = HashMap<(Option<String>, String), Option<BTreeMap<String, String>>>;
 
+/// The (non-owned) inputs of `kind`, in any phase.
+fn not_owned_inputs(def: &crate::definition::OperatorDefinition, kind: &KindRef) -> Vec<InputSpec> {
+    def.all_inputs()
+        .filter(|i| i.api_version == kind.api_version && i.kind == kind.kind && !i.owned)
+        .cloned()
+        .collect()
+}
+
 /// An input object changed, of a kind every (non-owned) input of which selects by labels:
 /// requeue only the resources in its namespace whose selector for it (declared, or read from
 /// the resource) matches its labels before or after the change — or cannot be evaluated, so
-/// that resource reports why. The labels last seen are kept per object of the cache.
+/// that resource reports why ([`SelectorIndex::selecting`]). The labels last seen are kept per
+/// object of the cache.
 fn requeue_selected(
-    owners: Store<DynamicObject>,
-    resource: ApiResource,
-    specs: Vec<InputSpec>,
+    index: Arc<SelectorIndex>,
     informer: Arc<ObjectInformer>,
 ) -> impl Fn(Arc<PartialObjectMeta<DynamicObject>>) -> Vec<ObjectRef<DynamicObject>>
        + Send
@@ -170,26 +195,11 @@ fn requeue_selected(
             }
             last.insert(key, new.clone())
         };
-        owners
-            .state()
-            .iter()
-            .filter(|o| ns.is_none() || o.namespace() == ns)
-            .filter(|o| {
-                let reader = inputs::Reader::of(o.as_ref());
-                specs
-                    .iter()
-                    .any(|spec| match inputs::input_selector(spec, reader) {
-                        Ok(selector) => {
-                            selector.matches(new.as_ref())
-                                || old
-                                    .as_ref()
-                                    .is_some_and(|old| selector.matches(old.as_ref()))
-                        }
-                        Err(_) => true,
-                    })
-            })
-            .map(|o| ObjectRef::from_obj_with(o.as_ref(), resource.clone()))
-            .collect()
+        index.selecting(
+            ns.as_deref(),
+            new.as_ref(),
+            old.as_ref().map(Option::as_ref),
+        )
     }
 }
 
