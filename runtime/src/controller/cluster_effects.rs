@@ -267,7 +267,8 @@ pub async fn write_status_over(
 /// Fails with [`ReconcileError::StaleDecision`] when the resource changed after the version the
 /// decision was made from: its outputs would be applied from an outdated spec or phase. The
 /// caller decides again from a fresh read. The check reads the resource kind's watch cache (no
-/// request): a change that arrived while the worker ran is there. One the watch has not
+/// request), and this host's own status write not yet back from the watch: a change that
+/// arrived while the worker ran is there. One the watch has not
 /// delivered yet (its lag, milliseconds) is caught by the status write, conditional on the same
 /// resourceVersion: its 409 has the caller decide again at once from the API server, which
 /// applies the current outputs over the stale ones and prunes what only they named. Without a
@@ -279,8 +280,13 @@ async fn ensure_unchanged(
 ) -> Result<(), ReconcileError> {
     if let Some(store) = ctx.resources.get() {
         let key = kube::runtime::reflector::ObjectRef::from_obj_with(obj, ctx.resource.api.clone());
-        return match store.get(&key) {
-            Some(cached) if cached.metadata.resource_version == obj.metadata.resource_version => {
+        // The newest version known: the watch's, or this host's own status write if the watch
+        // has not brought it yet.
+        let newest = store
+            .get(&key)
+            .map(|cached| ctx.own_writes.newer_than(&cached).unwrap_or(cached));
+        return match newest {
+            Some(newest) if newest.metadata.resource_version == obj.metadata.resource_version => {
                 Ok(())
             }
             _ => Err(ReconcileError::StaleDecision),

@@ -597,7 +597,7 @@ enum Inserted<T> {
 /// resourceVersions are opaque to clients, but every API server in use issues etcd
 /// revisions, which order the writes of an object; one that is not a number counts as newer
 /// when it differs (the watch's order is then the only order).
-fn is_newer(incoming: &ObjectMeta, cached: &ObjectMeta) -> bool {
+pub(crate) fn is_newer(incoming: &ObjectMeta, cached: &ObjectMeta) -> bool {
     let revision = |m: &ObjectMeta| m.resource_version.as_deref()?.parse::<u64>().ok();
     match (revision(incoming), revision(cached)) {
         (Some(i), Some(c)) => i > c,

@@ -3,6 +3,7 @@
 
 use kube::api::DynamicObject;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Resources at most remembered with an own write whose watch event has not arrived (a
@@ -27,7 +28,8 @@ pub struct OwnWrites {
 
 enum OwnWrite {
     InFlight,
-    Wrote(String),
+    /// The resource as the write answered.
+    Wrote(Arc<DynamicObject>),
 }
 
 impl OwnWrites {
@@ -48,15 +50,29 @@ impl OwnWrites {
     /// The write begun for `uid` was answered: `written` (none if it failed).
     pub(crate) fn finish(&self, uid: Option<&str>, written: Option<&DynamicObject>) {
         let Some(uid) = uid else { return };
-        let rv = written.and_then(|w| w.metadata.resource_version.clone());
         {
             let mut writes = self.lock();
-            match rv {
-                Some(rv) => writes.insert(uid.to_string(), OwnWrite::Wrote(rv)),
+            match written.filter(|w| w.metadata.resource_version.is_some()) {
+                Some(w) => writes.insert(uid.to_string(), OwnWrite::Wrote(Arc::new(w.clone()))),
                 None => writes.remove(uid),
             };
         }
         self.answered.notify_waiters();
+    }
+
+    /// This host's last status write of `obj`'s resource, as the API server answered it, when
+    /// it is newer than `obj` (its watch event has not arrived yet, so the cache still holds an
+    /// older version): what a reconcile should decide from.
+    pub fn newer_than(&self, obj: &DynamicObject) -> Option<Arc<DynamicObject>> {
+        let uid = obj.metadata.uid.as_deref()?;
+        match self.lock().get(uid) {
+            Some(OwnWrite::Wrote(written))
+                if crate::controller::informers::is_newer(&written.metadata, &obj.metadata) =>
+            {
+                Some(written.clone())
+            }
+            _ => None,
+        }
     }
 
     /// Whether the version `rv` of the resource `uid`, as its watch brings it, is exactly this
@@ -75,7 +91,9 @@ impl OwnWrites {
                 let mut writes = self.lock();
                 match writes.get(uid) {
                     Some(OwnWrite::InFlight) => {}
-                    Some(OwnWrite::Wrote(written)) if written == rv => {
+                    Some(OwnWrite::Wrote(written))
+                        if written.metadata.resource_version.as_ref() == Some(rv) =>
+                    {
                         writes.remove(uid);
                         return true;
                     }
@@ -135,5 +153,20 @@ mod tests {
             !own.is_own(some("u1"), some("7")).await,
             "a failed write wrote nothing"
         );
+    }
+
+    /// A reconcile started from a cache that does not hold this host's last write yet decides
+    /// from that write; once the cache holds it (or a later version), from the cache.
+    #[test]
+    fn the_last_own_write_is_read_until_the_cache_catches_up() {
+        let own = OwnWrites::default();
+        assert!(own.newer_than(&written("4")).is_none(), "nothing written");
+        own.begin(Some("u1"));
+        assert!(own.newer_than(&written("4")).is_none(), "in flight");
+        own.finish(Some("u1"), Some(&written("5")));
+        let newer = own.newer_than(&written("4")).expect("the write");
+        assert_eq!(newer.metadata.resource_version.as_deref(), Some("5"));
+        assert!(own.newer_than(&written("5")).is_none(), "the cache caught up");
+        assert!(own.newer_than(&written("6")).is_none(), "a later version");
     }
 }

@@ -42,6 +42,10 @@ pub async fn reconcile(
         },
         None => None,
     };
+    // The cache may not hold this host's own last status write yet (its watch event is on the
+    // way, say when an output's event requeues the resource at once): decide from what was
+    // written, not from the version before it.
+    let obj = ctx.own_writes.newer_than(&obj).unwrap_or(obj);
     if _bucket.as_ref().is_some_and(|b| b.first_after_handover) && settled(&obj, &ctx.definition) {
         // Handed over settled (its spec decided, a ready phase, synced): the previous holder
         // did the work; re-running it would apply the same outputs twice. Its periodic resync
