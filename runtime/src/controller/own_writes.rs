@@ -166,7 +166,10 @@ mod tests {
         own.finish(Some("u1"), Some(&written("5")));
         let newer = own.newer_than(&written("4")).expect("the write");
         assert_eq!(newer.metadata.resource_version.as_deref(), Some("5"));
-        assert!(own.newer_than(&written("5")).is_none(), "the cache caught up");
+        assert!(
+            own.newer_than(&written("5")).is_none(),
+            "the cache caught up"
+        );
         assert!(own.newer_than(&written("6")).is_none(), "a later version");
     }
 }
