@@ -40,7 +40,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     assert!(tokio::time::timeout(Duration::from_secs(30), first.wait_until_ready()).await?);
 
     // A subscriber that is not polled while more than EVENT_BUFFER changes happen.
-    let lagging = first.subscribe();
+    let lagging = first.subscribe().map(|c| c.object);
     let in_ns = {
         let ns = ns.to_string();
         // (The namespace also gets a kube-root-ca.crt ConfigMap from the controller manager.)
@@ -56,6 +56,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         let in_ns = in_ns.clone();
         second
             .subscribe()
+            .map(|c| c.object)
             .filter(move |o| futures::future::ready(in_ns(o)))
             .take(count)
             .collect::<Vec<_>>()
@@ -198,6 +199,7 @@ async fn projected_scenario(client: &kube::Client, ns: &str) -> anyhow::Result<(
         let mine = mine.clone();
         let stream = informer
             .subscribe()
+            .map(|c| c.object)
             .filter(move |o| futures::future::ready(mine(o)));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(stream.for_each(move |o| {

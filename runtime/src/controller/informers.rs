@@ -93,6 +93,29 @@ impl Cached for PartialObjectMeta<DynamicObject> {
     }
 }
 
+/// A change an informer announces: the object as cached now (or as it was deleted), and the
+/// version the cache held before (`None`: new to the cache, deleted, or handed over whole after
+/// a subscriber fell behind) — what a selector matched before the change.
+pub struct Change<T> {
+    pub object: Arc<T>,
+    pub before: Option<Arc<T>>,
+}
+
+impl<T> Clone for Change<T> {
+    fn clone(&self) -> Self {
+        Change {
+            object: self.object.clone(),
+            before: self.before.clone(),
+        }
+    }
+}
+
+impl<T> Change<T> {
+    fn new(object: Arc<T>, before: Option<Arc<T>>) -> Self {
+        Change { object, before }
+    }
+}
+
 /// What an informer keeps of an object this host wrote (an apply's answer).
 type KeepWritten<T> = Arc<dyn Fn(&DynamicObject) -> T + Send + Sync>;
 
@@ -101,7 +124,7 @@ pub struct Informer<T: Cached> {
     pub kind: KindRef,
     pub api: ApiResource,
     pub cache: Arc<Cache<T>>,
-    changes: broadcast::Sender<Arc<T>>,
+    changes: broadcast::Sender<Change<T>>,
     keep_written: KeepWritten<T>,
     /// On a sharded replica: the namespaces to keep (those of the buckets it holds).
     scope: Option<Arc<CacheScope>>,
@@ -228,9 +251,9 @@ impl<T: Cached> Informer<T> {
                                 // This host's own write got there first (Informer::wrote).
                                 Inserted::NotNewer => continue,
                                 Inserted::Replaced(p) if obj.unchanged_from(&p) => continue,
-                                _ => {}
+                                Inserted::Replaced(p) => Change::new(obj, Some(p)),
+                                Inserted::New => Change::new(obj, None),
                             }
-                            obj
                         }
                         Ok(watcher::Event::Delete(obj)) => {
                             let obj = Arc::new(keep(obj));
@@ -238,7 +261,7 @@ impl<T: Cached> Informer<T> {
                                 continue;
                             }
                             writer.remove(obj.meta());
-                            obj
+                            Change::new(obj, None)
                         }
                         Ok(watcher::Event::Init) => {
                             relist = Some(ByNamespace::new());
@@ -264,10 +287,10 @@ impl<T: Cached> Informer<T> {
                                 meta.namespace.as_deref(),
                                 meta.name.as_deref().unwrap_or_default(),
                             );
-                            if cached.is_some_and(|c| obj.unchanged_from(&c)) {
+                            if cached.as_ref().is_some_and(|c| obj.unchanged_from(c)) {
                                 continue;
                             }
-                            obj
+                            Change::new(obj, cached)
                         }
                         Ok(watcher::Event::InitDone) => {
                             if let Some(listed) = relist.take() {
@@ -320,14 +343,15 @@ impl<T: Cached> Informer<T> {
             return;
         }
         let obj = Arc::new((self.keep_written)(object));
-        match self.cache.insert_unless_older(obj.clone()) {
-            Inserted::NotNewer => {}
-            Inserted::Replaced(p) if obj.unchanged_from(&p) => {}
-            _ if T::ANNOUNCE_OWN_WRITES => {
-                // Err: no operator subscribed right now.
-                let _ = self.changes.send(obj);
-            }
-            _ => {}
+        let before = match self.cache.insert_unless_older(obj.clone()) {
+            Inserted::NotNewer => return,
+            Inserted::Replaced(p) if obj.unchanged_from(&p) => return,
+            Inserted::Replaced(p) => Some(p),
+            Inserted::New => None,
+        };
+        if T::ANNOUNCE_OWN_WRITES {
+            // Err: no operator subscribed right now.
+            let _ = self.changes.send(Change::new(obj, before));
         }
     }
 
@@ -360,8 +384,9 @@ impl<T: Cached> Informer<T> {
         covered
     }
 
-    /// Changes from now on; after falling [`EVENT_BUFFER`] behind, every cached object once.
-    pub fn subscribe(&self) -> impl Stream<Item = Arc<T>> + Send + 'static {
+    /// Changes from now on; after falling [`EVENT_BUFFER`] behind, every cached object once
+    /// (what it replaced unknown).
+    pub fn subscribe(&self) -> impl Stream<Item = Change<T>> + Send + 'static {
         let cache = self.cache.clone();
         futures::stream::unfold(self.changes.subscribe(), move |mut rx| {
             let cache = cache.clone();
@@ -373,7 +398,8 @@ impl<T: Cached> Informer<T> {
                             missed,
                             "subscriber lagged: requeueing from the whole cache"
                         );
-                        Some((cache.all(), rx))
+                        let all = cache.all().into_iter().map(|o| Change::new(o, None));
+                        Some((all.collect(), rx))
                     }
                     Err(RecvError::Closed) => None,
                 }
@@ -811,7 +837,18 @@ mod tests {
         informer.wrote(&version("c", "11"));
         assert!(json(&informer).is_some_and(|j| j.contains(r#""rv":"11""#)));
         let announced = changes.try_recv().expect("the write is announced");
-        assert_eq!(announced.metadata().resource_version.as_deref(), Some("11"));
+        assert_eq!(
+            announced.object.metadata().resource_version.as_deref(),
+            Some("11")
+        );
+        assert_eq!(
+            announced
+                .before
+                .as_ref()
+                .and_then(|b| b.metadata().resource_version.as_deref()),
+            Some("9"),
+            "the version it replaced is announced with it"
+        );
 
         // The watch's event of version 10 (written before) comes late: not cached, not news.
         let late = Arc::new(WorkerObject::new(&version("c", "10"), &kind.kind, None));

@@ -4,20 +4,20 @@
 //! — or only the controlling resource for `owned` inputs) and output kinds (the owner).
 
 use crate::controller::context::{InputRequeue, OperatorContext};
-use crate::controller::informers::ObjectInformer;
 use crate::controller::reconcile;
 use crate::controller::selector_index::SelectorIndex;
 use crate::crd::{InputSpec, KindRef};
 use crate::pipeline::inputs;
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::api::{DynamicObject, ObjectMeta, PartialObjectMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Api, ResourceExt};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Runs the operator's controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(
@@ -78,14 +78,26 @@ pub async fn run(
     // Every informer of a kind (one per projection): a change one projection hides, another
     // may show; the controller's queue merges the requeues.
     for (kind, informer) in ctx.inputs.all() {
-        let changes = informer.subscribe().map(|o| o.meta.clone());
-        // A kind read only as `owned` inputs concerns only the resource controlling the object.
-        controller = if only_owned(&ctx.definition, kind) {
-            let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
+        controller = if let Some(index) = indexes.get(kind) {
+            // Selecting inputs: the resources whose selector matches the object's labels now or
+            // before the change (the informer hands over the version it replaced).
+            let changes = informer.subscribe().map(|change| {
+                Arc::new(InputChange {
+                    metadata: change.object.meta.metadata.clone(),
+                    labels_before: change
+                        .before
+                        .as_ref()
+                        .map(|b| b.meta.metadata.labels.clone()),
+                })
+            });
+            let mapper = requeue_selected(index.clone());
             controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
         } else {
-            if let Some(index) = indexes.get(kind) {
-                let mapper = requeue_selected(index.clone(), informer.clone());
+            let changes = informer.subscribe().map(|c| c.object.meta.clone());
+            // A kind read only as `owned` inputs concerns only the resource controlling the
+            // object.
+            if only_owned(&ctx.definition, kind) {
+                let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
                 controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
             } else {
                 let mapper = requeue_namespace(owners.clone(), resource.clone());
@@ -96,7 +108,7 @@ pub async fn run(
     for informer in ctx.outputs.0.values() {
         let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
         controller = controller.watches_shared_stream_with(
-            informer.subscribe(),
+            informer.subscribe().map(|c| c.object),
             mapper,
             informer.api.clone(),
         );
@@ -158,9 +170,6 @@ fn requeue_namespace(
     }
 }
 
-/// Labels by object, as last seen by a selecting mapper (to match the labels before a change).
-type LastLabels = HashMap<(Option<String>, String), Option<BTreeMap<String, String>>>;
-
 /// The (non-owned) inputs of `kind`, in any phase.
 fn not_owned_inputs(def: &crate::definition::OperatorDefinition, kind: &KindRef) -> Vec<InputSpec> {
     def.all_inputs()
@@ -169,36 +178,62 @@ fn not_owned_inputs(def: &crate::definition::OperatorDefinition, kind: &KindRef)
         .collect()
 }
 
+/// An input object's change as a selecting requeue reads it: its metadata now, and its labels
+/// before (`None`: unknown, the object new to the cache; `Some(None)`: it had none). A resource
+/// of the input's kind for the controller, so the reconcile it causes names it.
+#[derive(Clone, Debug, serde::Deserialize)]
+struct InputChange {
+    metadata: ObjectMeta,
+    #[serde(skip)]
+    labels_before: Option<Option<BTreeMap<String, String>>>,
+}
+
+impl kube::Resource for InputChange {
+    type DynamicType = ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// An input object changed, of a kind every (non-owned) input of which selects by labels:
-/// requeue only the resources in its namespace whose selector for it (declared, or read from
-/// the resource) matches its labels before or after the change — or cannot be evaluated, so
-/// that resource reports why ([`SelectorIndex::selecting`]). The labels last seen are kept per
-/// object of the cache.
+/// requeue only the resources whose selector for it (declared, or read from the resource)
+/// matches its labels before or after the change — or cannot be evaluated, so that resource
+/// reports why ([`SelectorIndex::selecting`]).
 fn requeue_selected(
     index: Arc<SelectorIndex>,
-    informer: Arc<ObjectInformer>,
-) -> impl Fn(Arc<PartialObjectMeta<DynamicObject>>) -> Vec<ObjectRef<DynamicObject>>
-       + Send
-       + Sync
-       + 'static {
-    let last: Mutex<LastLabels> = Mutex::new(HashMap::new());
-    move |input: Arc<PartialObjectMeta<DynamicObject>>| {
-        let meta = &input.metadata;
-        let ns = meta.namespace.clone();
-        let key = (ns.clone(), meta.name.clone().unwrap_or_default());
-        let new = meta.labels.clone();
-        let old = {
-            let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-            // Deleted objects leave entries behind: drop them once they outnumber the cache.
-            if last.len() > 1024 && last.len() > 2 * informer.cache.len() {
-                last.retain(|(ns, name), _| informer.cache.get(ns.as_deref(), name).is_some());
-            }
-            last.insert(key, new.clone())
-        };
+) -> impl Fn(Arc<InputChange>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
+    move |change: Arc<InputChange>| {
+        let meta = &change.metadata;
         index.selecting(
-            ns.as_deref(),
-            new.as_ref(),
-            old.as_ref().map(Option::as_ref),
+            meta.namespace.as_deref(),
+            meta.labels.as_ref(),
+            change.labels_before.as_ref().map(Option::as_ref),
         )
     }
 }
