@@ -9,9 +9,11 @@
 //! a watch each; those with the same projection (or none) share one.
 //! Ten operators reading Deployments cost one list+watch and one copy of each Deployment, as with
 //! controller-runtime's shared informers; the cache is indexed by namespace, so a reconcile
-//! reads its namespace's objects only. Each operator's controller subscribes to the changes;
-//! one that falls more than [`EVENT_BUFFER`] changes behind is handed the whole cache once
-//! (its queue de-duplicates) instead of missing a change.
+//! reads its namespace's objects only. Each operator's controller subscribes to the changes,
+//! each handed over with the version it replaced (a selector that matched the labels before a
+//! change requeues its resource, with no per-operator copy of every object's labels); one that
+//! falls more than [`EVENT_BUFFER`] changes behind is handed the whole cache once (its queue
+//! de-duplicates) instead of missing a change, then without the versions replaced.
 //!
 //! The host reads its own writes: an object it applies (or prunes) enters the caches of its
 //! kind as the API server answered, ahead of the watch event, which then brings nothing new
