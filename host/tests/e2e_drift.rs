@@ -82,24 +82,26 @@ fn deployment(name: &str, port: i32) -> String {
     .to_string()
 }
 
-/// A JSON patch by another field manager, as `kubectl patch --type=json` makes it.
+/// A JSON patch by another field manager, as `kubectl patch --type=json` makes it; returns the
+/// object as the API server stored it (the host may put it back any moment after).
 async fn hand_patch(
     client: &Client,
     (api_version, kind): (&str, &str),
     ns: &str,
     name: &str,
     ops: Value,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Value> {
     let api = dynamic_api(client, api_version, kind, Some(ns)).await?;
     let patch: json_patch::Patch = serde_json::from_value(ops)?;
     let params = PatchParams {
         field_manager: Some(EDITOR.into()),
         ..Default::default()
     };
-    api.patch(name, &params, &Patch::<()>::Json(patch))
+    let stored = api
+        .patch(name, &params, &Patch::<()>::Json(patch))
         .await
         .with_context(|| format!("hand-editing {kind} {name}"))?;
-    Ok(())
+    Ok(serde_json::to_value(stored)?)
 }
 
 async fn merge_patch(
@@ -135,7 +137,7 @@ async fn autoroute(client: &Client, ns: &str) -> anyhow::Result<()> {
     wait_route_ready(client, ns, &["web"]).await?;
 
     // Three hand edits at once; the route must put each back within one resync.
-    hand_patch(
+    let edited = hand_patch(
         client,
         ("v1", "Service"),
         ns,
@@ -159,11 +161,8 @@ async fn autoroute(client: &Client, ns: &str) -> anyhow::Result<()> {
         json!([{"op": "replace", "path": "/spec/servers/0/port/number", "value": 8081}]),
     )
     .await?;
-    // Premise: the edits landed.
-    let edited = must(
-        get(client, "v1", "Service", Some(ns), "web").await?,
-        "Service web",
-    )?;
+    // Premise: the edit landed, as the API server answered it (a read after it may already show
+    // the host's convergence: the Service's watch event requeues the route at once).
     ensure!(
         edited["spec"]["ports"][0]["port"] == 9999,
         "the edit did not land: {}",
@@ -320,7 +319,7 @@ async fn myownshell(client: &Client, ns: &str) -> anyhow::Result<()> {
         .await
     };
     ready().await?;
-    hand_patch(
+    let edited = hand_patch(
         client,
         ("apps/v1", "Deployment"),
         ns,
@@ -331,10 +330,6 @@ async fn myownshell(client: &Client, ns: &str) -> anyhow::Result<()> {
         ]),
     )
     .await?;
-    let edited = must(
-        get(client, "apps/v1", "Deployment", Some(ns), "shell").await?,
-        "Deployment",
-    )?;
     ensure!(
         edited["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] == 9999,
         "the edit did not land"
