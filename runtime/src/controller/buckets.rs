@@ -7,7 +7,9 @@
 //! so a replica's caches need only its buckets' namespaces), acquires what it is assigned and is free,
 //! and releases what it holds but is no longer assigned — after closing the bucket to new
 //! reconciles and waiting for the ones in flight. Writes are conditional on the Lease's
-//! resourceVersion, so two replicas never both acquire one bucket.
+//! resourceVersion, so two replicas never both acquire one bucket. Rounds come every renewal,
+//! or sooner: when resources arriving would move a bucket (a burst is shared while it is worked
+//! through) and while a bucket assigned here is still being handed over.
 
 use crate::controller::leader::LeaseTiming;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -369,6 +371,15 @@ impl OperatorShard {
         self.lock().handed_over.clear();
     }
 
+    /// How many resources the controller's store holds (`None` without a store).
+    fn store_len(&self) -> Option<usize> {
+        self.store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(Store::len)
+    }
+
     /// Resources per bucket, from the controller's store; `None` until its first listing is
     /// in (the assignment would be made on wrong weights, then moved).
     fn weights(&self) -> Option<Vec<u64>> {
@@ -433,6 +444,44 @@ impl OperatorShard {
 /// them, the members then, and when.
 type Reported = (Vec<u32>, u64, BTreeSet<String>, Instant);
 
+/// An operator's assignment as the last round computed it, to tell between rounds whether new
+/// resources would move a bucket (then the next round comes at once, not a renewal later).
+struct Plan {
+    members: Vec<String>,
+    views: Vec<BucketView>,
+    /// Per bucket, the weight its Lease recorded (a floor under the store's count).
+    recorded: Vec<u64>,
+    target: Vec<String>,
+    /// The store's size when last looked at: unchanged, the weights are taken as unchanged.
+    store_len: usize,
+}
+
+impl Plan {
+    /// Whether `weights` (resources per bucket, from the store) assign some bucket elsewhere
+    /// than this plan did, with the same members and holders.
+    fn moved_by(&self, weights: &[u64]) -> bool {
+        let views: Vec<BucketView> = self
+            .views
+            .iter()
+            .map(|v| BucketView {
+                weight: weights
+                    .get(v.bucket as usize)
+                    .copied()
+                    .unwrap_or(0)
+                    .max(self.recorded.get(v.bucket as usize).copied().unwrap_or(0)),
+                ..v.clone()
+            })
+            .collect();
+        assign(&self.members, &views) != self.target
+    }
+}
+
+/// How often, between rounds, the stores are looked at for weights that move a bucket.
+const WEIGHT_POLL: Duration = Duration::from_millis(500);
+/// Between rounds while a bucket assigned here is still held elsewhere (its holder is draining
+/// it): how soon to look again, rather than a whole renewal later.
+const HANDOVER_POLL: Duration = Duration::from_secs(1);
+
 /// This replica's side of the scheme: its identity, the operators it runs, the Leases it holds.
 pub struct Sharding {
     api: Api<Lease>,
@@ -451,6 +500,8 @@ pub struct Sharding {
     operators: Mutex<BTreeMap<String, Weak<OperatorShard>>>,
     /// Bucket Leases held, per operator: bucket → when last renewed.
     held: tokio::sync::Mutex<BTreeMap<String, BTreeMap<u32, Instant>>>,
+    /// Per operator, the last round's assignment.
+    plans: Mutex<HashMap<String, Plan>>,
 }
 
 impl Sharding {
@@ -472,6 +523,7 @@ impl Sharding {
             timing,
             operators: Mutex::default(),
             held: tokio::sync::Mutex::default(),
+            plans: Mutex::default(),
         }
     }
 
@@ -541,13 +593,56 @@ impl Sharding {
     pub async fn run(self: Arc<Self>) {
         loop {
             let started = Instant::now();
-            if let Err(e) = self.tick().await {
-                tracing::warn!(error = %e, "could not list or write bucket Leases; retrying");
-            }
+            let pending = match self.tick().await {
+                Ok(pending) => pending,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not list or write bucket Leases; retrying");
+                    0
+                }
+            };
             // Rounds start every `renew_every`, however long the last one took: a Lease's
-            // renewals stay that far apart, well inside its duration.
-            tokio::time::sleep(self.timing.renew_every.saturating_sub(started.elapsed())).await;
+            // renewals stay that far apart, well inside its duration. Sooner when resources
+            // arriving would move a bucket (a burst of new resources is shared while it is
+            // worked through, not a renewal later), or while a bucket assigned here is being
+            // handed over.
+            loop {
+                let elapsed = started.elapsed();
+                if elapsed >= self.timing.renew_every
+                    || (pending > 0 && elapsed >= HANDOVER_POLL)
+                    || (elapsed >= WEIGHT_POLL && self.assignment_moved())
+                {
+                    break;
+                }
+                tokio::time::sleep(WEIGHT_POLL.min(self.timing.renew_every - elapsed)).await;
+            }
         }
+    }
+
+    /// Whether the resources now in the stores would assign some operator's bucket elsewhere
+    /// than the last round did (its Leases as then listed). Only stores whose size changed are
+    /// counted again.
+    fn assignment_moved(&self) -> bool {
+        let (live, _) = self.live_operators();
+        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        for shard in live {
+            let Some(plan) = plans.get_mut(&shard.operator) else {
+                continue;
+            };
+            let Some(len) = shard.store_len() else {
+                continue;
+            };
+            if len == plan.store_len {
+                continue;
+            }
+            plan.store_len = len;
+            let Some(weights) = shard.weights() else {
+                continue;
+            };
+            if plan.moved_by(&weights) {
+                return true;
+            }
+        }
+        false
     }
 
     fn lease_expired(&self, spec: &LeaseSpec, now: jiff::Timestamp) -> bool {
@@ -569,7 +664,8 @@ impl Sharding {
     }
 
     /// One round: member Lease renewed, then per operator the assignment computed and followed.
-    pub async fn tick(&self) -> Result<(), kube::Error> {
+    /// Returns how many buckets are assigned here but not yet held.
+    pub async fn tick(&self) -> Result<usize, kube::Error> {
         let now = jiff::Timestamp::now();
         let leases = self
             .api
@@ -628,6 +724,7 @@ impl Sharding {
         for name in gone {
             self.release_operator(&name, None).await;
         }
+        let mut pending = 0;
         for shard in live {
             let serving: Vec<String> = members
                 .iter()
@@ -639,10 +736,11 @@ impl Sharding {
                 })
                 .cloned()
                 .collect();
-            self.follow(&shard, &by_name, &serving, mismatched.is_empty(), now)
+            pending += self
+                .follow(&shard, &by_name, &serving, mismatched.is_empty(), now)
                 .await;
         }
-        Ok(())
+        Ok(pending)
     }
 
     async fn renew_member(
@@ -698,12 +796,13 @@ impl Sharding {
         members: &[String],
         may_acquire: bool,
         now: jiff::Timestamp,
-    ) {
+    ) -> usize {
+        let store_len = shard.store_len().unwrap_or(0);
         let Some(weights) = shard.weights() else {
             // Its controller has not listed the resources yet: decide next round. Renew what
             // is held meanwhile.
             self.renew_only(shard, leases, now).await;
-            return;
+            return 0;
         };
         let views: Vec<BucketView> = (0..self.buckets)
             .map(|b| {
@@ -725,6 +824,18 @@ impl Sharding {
             })
             .collect();
         let target = assign(members, &views);
+        self.plans.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            shard.operator.clone(),
+            Plan {
+                members: members.to_vec(),
+                views: views.clone(),
+                recorded: (0..self.buckets)
+                    .map(|b| recorded_weight(leases.get(&bucket_lease_name(&shard.operator, b))))
+                    .collect(),
+                target: target.clone(),
+                store_len,
+            },
+        );
         let mut held = self.held.lock().await;
         let mine = held.entry(shard.operator.clone()).or_default();
         for view in &views {
@@ -741,6 +852,12 @@ impl Sharding {
                 continue;
             }
             match (assigned, holding) {
+                // Renewed less than half a renewal ago (a round brought forward): not again.
+                (true, true)
+                    if shard.is_open(b)
+                        && mine
+                            .get(&b)
+                            .is_some_and(|t| t.elapsed() < self.timing.renew_every / 2) => {}
                 (true, true) => match self
                     .write(leases.get(&name), &shard.operator, b, weight, now)
                     .await
@@ -826,6 +943,7 @@ impl Sharding {
             .sum();
         self.report(&shard.operator, mine, resources, members).await;
         crate::metrics::READINESS.buckets_pending(&shard.operator, pending);
+        pending
     }
 
     /// Keeps this replica's entry of the operator's `status.sharding` current: written when the
@@ -1350,6 +1468,42 @@ mod tests {
             Some(None),
             lease
         ));
+    }
+
+    #[test]
+    fn new_resources_bring_the_next_round_forward_only_when_they_move_a_bucket() {
+        let m = members(&["a", "b", "c"]);
+        // Twelve empty buckets, assigned by count and held so.
+        let empty = views(&[0; 12], &[None; 12]);
+        let target = assign(&m, &empty);
+        let held: Vec<Option<&str>> = target.iter().map(|h| Some(h.as_str())).collect();
+        let plan = Plan {
+            members: m.clone(),
+            views: views(&[0; 12], &held),
+            recorded: vec![0; 12],
+            target: target.clone(),
+            store_len: 0,
+        };
+        // A few resources everywhere: every holder within its share, nothing moves.
+        assert!(!plan.moved_by(&[2; 12]));
+        // A burst landing in one member's buckets only: it holds far past its share.
+        let mut burst = [0u64; 12];
+        for (b, h) in target.iter().enumerate() {
+            if h == "a" {
+                burst[b] = 50;
+            }
+        }
+        burst[target.iter().position(|h| h == "b").unwrap()] = 5;
+        assert!(plan.moved_by(&burst));
+        // A plan made with the burst recorded in the Leases: a store that has not caught up
+        // with those counts moves nothing (the recorded weight is a floor).
+        let recorded = Plan {
+            views: views(&burst, &held),
+            recorded: burst.to_vec(),
+            target: assign(&m, &views(&burst, &held)),
+            ..plan
+        };
+        assert!(!recorded.moved_by(&[0; 12]));
     }
 
     #[test]
