@@ -75,6 +75,19 @@ async fn install_in_cluster() {
         .await
         .expect("namespace");
     let result = scenario(&client, &ns).await;
+    if result.is_err() {
+        // Who held what and when, for the failure's reader.
+        for pod in ready_hosts(&client).await.unwrap_or_default() {
+            if let Ok(log) = kubectl(&["logs", "-n", SYSTEM, &pod]) {
+                let moves: Vec<&str> = log.lines().filter(|l| l.contains("a bucket")).collect();
+                eprintln!(
+                    "{pod}: {} bucket moves, the last 40:\n{}",
+                    moves.len(),
+                    moves[moves.len().saturating_sub(40)..].join("\n")
+                );
+            }
+        }
+    }
     // The in-cluster hosts must not outlive this test: the other tests run their own host (and
     // a next run of this one must not find the last run's leader). Foreground: kubectl returns
     // once the pods are gone, the leader having released the Lease.
@@ -87,8 +100,17 @@ async fn install_in_cluster() {
         "--wait=true",
         "--timeout=120s",
     ]);
+    // The test's namespace and those it made beside it (`<ns>-…`), also after a failure: left
+    // behind, their garbage slows the tests after this one.
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    if let Ok(list) = namespaces.list(&ListParams::default()).await {
+        for n in list.items {
+            let name = n.metadata.name.unwrap_or_default();
+            if name == ns || name.starts_with(&format!("{ns}-")) {
+                let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+            }
+        }
+    }
     if let Err(e) = result {
         match node_pressure(&client).await {
             Some(pressure) => panic!("{e:#}\n{pressure}"),

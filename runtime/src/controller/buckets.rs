@@ -193,7 +193,8 @@ fn ranked<'a>(members: &[&'a String], bucket: u32) -> Vec<&'a String> {
 /// their buckets — those whose home they are first, then the heaviest — while they stay
 /// within 115 % of the share; every other bucket, heaviest first, goes to its home
 /// ([`home_of`]) while that stays within the share, else to the least loaded member (ties:
-/// first by name).
+/// first by name); then a member left under 85 % of the share takes buckets from the most
+/// loaded one.
 pub fn assign(members: &[String], buckets: &[BucketView]) -> Vec<String> {
     if members.is_empty() {
         return Vec::new();
@@ -267,9 +268,59 @@ pub fn assign(members: &[String], buckets: &[BucketView]) -> Vec<String> {
         }
         to[i] = Some(least);
     }
+    lift_the_underloaded(&members, buckets, &mut to, &mut load, share);
     to.into_iter()
         .map(|m| m.cloned().unwrap_or_default())
         .collect()
+}
+
+/// Holders keeping up to 115 % can leave a member at 70 % of the share (two at 115 %, one
+/// with the rest): while a member is under 85 %, it takes from the most loaded member the
+/// heaviest bucket that narrows the gap between them and keeps it within 115 % (where holders
+/// keep theirs, so the result is stable).
+/// Deterministic: members by name, buckets by weight then number.
+fn lift_the_underloaded<'a>(
+    members: &[&'a String],
+    buckets: &[BucketView],
+    to: &mut [Option<&'a String>],
+    load: &mut BTreeMap<&'a String, u64>,
+    share: f64,
+) {
+    let weight = |i: usize| buckets[i].weight.saturating_add(1);
+    for _ in 0..buckets.len() {
+        let Some(low) = members
+            .iter()
+            .copied()
+            .filter(|m| (load[*m] as f64) < share * 0.85)
+            .min_by_key(|m| (load[*m], *m))
+        else {
+            return;
+        };
+        let Some(high) = members
+            .iter()
+            .copied()
+            .max_by_key(|m| (load[*m], std::cmp::Reverse(*m)))
+        else {
+            return;
+        };
+        let gap = load[high].saturating_sub(load[low]);
+        let Some(i) = (0..buckets.len())
+            .filter(|&i| to[i] == Some(high))
+            // Moving w narrows the gap only if w < gap.
+            .filter(|&i| weight(i) < gap && (load[low] + weight(i)) as f64 <= share * 1.15)
+            .max_by_key(|&i| (weight(i), std::cmp::Reverse(buckets[i].bucket)))
+        else {
+            return;
+        };
+        let w = weight(i);
+        if let Some(l) = load.get_mut(high) {
+            *l -= w;
+        }
+        if let Some(l) = load.get_mut(low) {
+            *l += w;
+        }
+        to[i] = Some(low);
+    }
 }
 
 /// One operator's buckets on this replica: which are open to reconciles, the reconciles in
@@ -1468,6 +1519,41 @@ mod tests {
             Some(None),
             lease
         ));
+    }
+
+    #[test]
+    fn no_member_is_left_far_under_its_share_by_holders_keeping_theirs() {
+        // Two holders at 115 % keep everything; the third must not stay at 70 %.
+        let weights = [
+            20u64, 20, 20, 20, 20, 15, 20, 20, 20, 20, 20, 15, 10, 10, 10, 10,
+        ];
+        let holders: Vec<Option<&str>> = (0..16)
+            .map(|i| match i {
+                0..=5 => Some("a"),
+                6..=11 => Some("b"),
+                _ => Some("c"),
+            })
+            .collect();
+        let buckets = views(&weights, &holders);
+        let target = assign(&members(&["a", "b", "c"]), &buckets);
+        let load = loads(&target, &buckets);
+        let total: u64 = load.values().sum();
+        for (m, l) in &load {
+            assert!(
+                *l as f64 >= total as f64 / 3.0 * 0.85,
+                "{m} has {l} of {total}: {load:?}"
+            );
+        }
+        // Stable: the lifted assignment, held, moves nothing more.
+        let held: Vec<BucketView> = buckets
+            .iter()
+            .zip(&target)
+            .map(|(b, m)| BucketView {
+                holder: Some(m.clone()),
+                ..b.clone()
+            })
+            .collect();
+        assert_eq!(assign(&members(&["a", "b", "c"]), &held), target);
     }
 
     #[test]
