@@ -274,7 +274,8 @@ impl Metrics {
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
 /// What `/readyz` reports. A single host (or the leader) is ready once WasmOperators were listed,
-/// every listed operator's modules loaded and every started controller's caches synced. A standby
+/// every listed operator's modules loaded and every started controller's caches synced; a
+/// sharded replica, also once it holds its share and its caches hold those buckets' namespaces. A standby
 /// of `--leader-elect` is ready as a standby (it must not block a rollout) until it wins the
 /// Lease; from then on it reports like a single host, from scratch.
 #[derive(Default)]
@@ -284,7 +285,12 @@ pub struct Readiness {
     syncing: Mutex<BTreeSet<String>>,
     /// With `--shard`: per operator, the buckets assigned to this replica it does not hold yet.
     buckets_pending: Mutex<BTreeMap<String, usize>>,
+    /// With `--shard`: the kinds whose caches are still listing a bucket gained.
+    listing: Mutex<Option<ListingCaches>>,
 }
+
+/// The kinds whose caches do not yet hold every bucket this replica holds.
+pub type ListingCaches = Box<dyn Fn() -> Vec<String> + Send + Sync>;
 
 /// Why `/readyz` answers 503: what the host still waits for.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -295,6 +301,8 @@ pub enum NotReady {
     CachesNotSynced { operators: Vec<String> },
     #[error("buckets assigned to this replica not held yet: {}", .pending.join(", "))]
     BucketsNotHeld { pending: Vec<String> },
+    #[error("caches still listing the buckets gained: {}", .kinds.join(", "))]
+    BucketsNotListed { kinds: Vec<String> },
 }
 
 /// `/readyz` body of a ready leader or single host.
@@ -359,16 +367,31 @@ impl Readiness {
             .buckets_pending
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if pending.is_empty() {
-            Ok(READY)
-        } else {
-            Err(NotReady::BucketsNotHeld {
+        if !pending.is_empty() {
+            return Err(NotReady::BucketsNotHeld {
                 pending: pending
                     .iter()
                     .map(|(op, n)| format!("{op} ({n})"))
                     .collect(),
-            })
+            });
         }
+        let kinds = self
+            .listing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|listing| listing())
+            .unwrap_or_default();
+        if kinds.is_empty() {
+            Ok(READY)
+        } else {
+            Err(NotReady::BucketsNotListed { kinds })
+        }
+    }
+
+    /// With `--shard`: how to tell which caches still list buckets gained.
+    pub fn watch_listing(&self, listing: ListingCaches) {
+        *self.listing.lock().unwrap_or_else(|p| p.into_inner()) = Some(listing);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
@@ -559,6 +582,29 @@ mod tests {
             "caches not synced for: a"
         );
         r.synced("a");
+        assert_eq!(r.check(), Ok(READY));
+    }
+
+    #[test]
+    fn a_sharded_replica_waits_for_its_buckets_and_their_listing() {
+        let r = Readiness::default();
+        r.mark_listed();
+        r.buckets_pending("autoroute", 2);
+        assert_eq!(
+            r.check().unwrap_err().to_string(),
+            "buckets assigned to this replica not held yet: autoroute (2)"
+        );
+        r.buckets_pending("autoroute", 0);
+        let listing = std::sync::Arc::new(Mutex::new(vec!["v1/Service".to_string()]));
+        let seen = listing.clone();
+        r.watch_listing(Box::new(move || {
+            seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        }));
+        assert_eq!(
+            r.check().unwrap_err().to_string(),
+            "caches still listing the buckets gained: v1/Service"
+        );
+        listing.lock().unwrap_or_else(|p| p.into_inner()).clear();
         assert_eq!(r.check(), Ok(READY));
     }
 

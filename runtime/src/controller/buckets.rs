@@ -72,6 +72,11 @@ impl CacheScope {
         }
     }
 
+    /// The buckets kept now.
+    pub fn current(&self) -> Arc<BTreeSet<u32>> {
+        self.kept.borrow().clone()
+    }
+
     /// The buckets kept now, and each change from here on.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Arc<BTreeSet<u32>>> {
         self.kept.subscribe()

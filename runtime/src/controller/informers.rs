@@ -374,6 +374,19 @@ impl<T: Cached> Informer<T> {
         synced
     }
 
+    /// Whether the cache, once listed, holds every namespace the scope keeps now: false while
+    /// a bucket just gained is being listed. (Before its first list the operator's own sync
+    /// is what is waited for: a list that keeps failing must not hold the replica unready.)
+    pub fn covers_scope(&self) -> bool {
+        let coverage = self.coverage.borrow();
+        !coverage.listed
+            || match (self.scope.as_deref(), coverage.kept.as_deref()) {
+                (Some(scope), Some(kept)) => scope.current().is_subset(kept),
+                (Some(_), None) => false,
+                (None, _) => true,
+            }
+    }
+
     /// Waits until the cache is listed and holds `namespace` (on a sharded replica, a bucket
     /// just gained is listed again first); `false` if the watch stopped before.
     pub async fn wait_until_covers(&self, namespace: Option<&str>) -> bool {
@@ -702,6 +715,25 @@ impl Informers {
                 self.scope.clone(),
             )
         })
+    }
+
+    /// The kinds whose caches do not hold every namespace the scope keeps yet (listing again
+    /// for a bucket gained), by name.
+    pub fn listing(&self) -> Vec<String> {
+        fn of<K, T: Cached>(map: &Mutex<HashMap<K, Weak<Informer<T>>>>) -> Vec<String> {
+            map.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .filter_map(Weak::upgrade)
+                .filter(|i| !i.covers_scope())
+                .map(|i| i.kind.to_string())
+                .collect()
+        }
+        let mut kinds = of(&self.objects);
+        kinds.extend(of(&self.metadata));
+        kinds.sort();
+        kinds.dedup();
+        kinds
     }
 
     /// How many input and output kinds are watched right now.

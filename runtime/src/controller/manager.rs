@@ -416,6 +416,14 @@ impl Manager {
             sharding.attach_operators(operators.clone());
         }
         let ctx = self.context(operators.clone(), std::env::var("POD_NAME").ok(), recheck);
+        if ctx.sharding.is_some() {
+            let weak = Arc::downgrade(&ctx);
+            crate::metrics::READINESS.watch_listing(Box::new(move || {
+                weak.upgrade()
+                    .map(|ctx| ctx.informers.listing())
+                    .unwrap_or_default()
+            }));
+        }
         // Deletions (and objects gone while the watch was down) stop their controllers; every
         // other change that reaches the reconcile is a new generation: status writes, the
         // manager's own included, do not.
