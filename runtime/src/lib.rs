@@ -27,6 +27,7 @@ pub mod diff;
 pub mod egress;
 pub mod error_report;
 pub mod evidence;
+pub mod heap;
 pub mod host;
 pub mod kinds;
 pub mod metrics;

@@ -298,6 +298,9 @@ impl<T: Cached> Informer<T> {
                             if let Some(listed) = relist.take() {
                                 writer.replace(listed);
                             }
+                            // The listed pages were parsed whole and are dropped: their memory
+                            // goes back rather than staying between the objects kept.
+                            crate::heap::release_free_pages();
                             before = Coverage {
                                 listed: true,
                                 kept: kept.clone(),
