@@ -1179,6 +1179,11 @@ impl Sharding {
             }
         }
         self.publish_scope(&*self.held.lock().await);
+        // The last assignment goes too: a returning operator starts from a new round.
+        self.plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(operator);
         // This replica's entry of the operator's status goes with its buckets.
         if self.reported.lock().await.remove(operator).is_some() {
             let patch = serde_json::json!({"status": {"sharding": {"replicas": {self.identity.clone(): null}}}});
