@@ -988,13 +988,109 @@ fn languages(
             );
         }
     }
+    interpreter_fixed_cost(bench, rt, env, &dirs, &loaded, &initializing);
+}
+
+/// Where an interpreted call's fixed cost goes: the host's call against a bare instantiation
+/// (the same pool settings, no call) and a call into a warm instance (no fresh instance: the
+/// interpreter's own work), with the page faults per call. For a profile:
+/// `WASMPILOT_BENCH_PROFILE_LOOP=<seconds>` runs only fresh-instance calls per language (attach
+/// `perf record -p <pid>` when it prints its pid), `WASMPILOT_BENCH_PERFMAP=1` names the guests'
+/// functions in `/tmp/perf-<pid>.map`.
+fn interpreter_fixed_cost(
+    bench: &Bench,
+    rt: &tokio::runtime::Runtime,
+    env: &Env,
+    dirs: &[(&str, PathBuf)],
+    loaded: &[(&str, Vec<PhaseModule>)],
+    request: &SyncRequest,
+) {
+    let title = "languages: where the fixed cost goes (Initializing)";
+    if !bench.selected(title) && !bench.selected("languages") {
+        return;
+    }
+    for ((lang, dir), (_, modules)) in dirs.iter().zip(loaded).skip(1) {
+        let bytes = std::fs::read(dir.join(INITIALIZING)).expect("component");
+        let raw = RawWorker::new(&bytes, Alloc::PoolingPagemap);
+        if let Some(seconds) = std::env::var("WASMPILOT_BENCH_PROFILE_LOOP")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+        {
+            // Fresh-instance calls and nothing else, for a profiler attached meanwhile.
+            println!("profiling loop: {lang}, pid {}", std::process::id());
+            let until = Instant::now() + Duration::from_secs_f64(seconds);
+            let mut calls = 0u64;
+            while Instant::now() < until {
+                black_box(raw.call(request));
+                calls += 1;
+            }
+            println!("profiling loop done: {calls} calls");
+            continue;
+        }
+        let resident = RawWorker::new(&bytes, Alloc::PoolingPagemapAllResident);
+        let mut warm = raw.warm();
+        let module = &modules[0];
+        let faults = |call: &mut dyn FnMut()| {
+            let calls = 20;
+            let before = minor_faults();
+            for _ in 0..calls {
+                call();
+            }
+            (minor_faults() - before) / calls
+        };
+        let note = format!(
+            "minor page faults per call: {} the host's, {} raw, {} raw with all resident",
+            faults(&mut || {
+                black_box(env.run(rt, module, request.clone()));
+            }),
+            faults(&mut || {
+                black_box(raw.call(request));
+            }),
+            faults(&mut || {
+                black_box(resident.call(request));
+            }),
+        );
+        bench.group(
+            &format!("languages: where the fixed cost goes, {lang} (Initializing)"),
+            &note,
+            5,
+            vec![
+                Case::new("the host's call", || {
+                    black_box(env.run(rt, module, request.clone()));
+                }),
+                Case::new("raw: fresh instance and call (pooling, pagemap)", || {
+                    black_box(raw.call(request));
+                }),
+                Case::new("raw: the same, memory, tables, stack resident", || {
+                    black_box(resident.call(request));
+                }),
+                Case::new("raw: instantiate and drop (pooling, pagemap)", || {
+                    raw.instantiate_only();
+                }),
+                Case::new("raw: call a warm instance (no fresh instance)", || {
+                    black_box(warm.call(request));
+                }),
+            ],
+        );
+    }
+}
+
+/// The process's minor page faults so far (`/proc/self/stat`, field 10).
+fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1.to_string();
+            after.split_whitespace().nth(7)?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Raw wasmtime: the sandbox's work without the host around it, to split the fixed cost.
 
 /// How a raw engine allocates instances.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Alloc {
     /// wasmtime's default (what the sandbox uses today): fresh mmap per instance.
     OnDemand,
@@ -1004,6 +1100,9 @@ enum Alloc {
     PoolingResident,
     /// Keep resident, resetting only the pages a call dirtied (PAGEMAP_SCAN): the host's default.
     PoolingPagemap,
+    /// As `PoolingPagemap`, keeping all of each memory (512 MiB) resident rather than 8 MiB, 4 MiB
+    /// of each table rather than 64 KiB, and 1 MiB of each fiber stack (zeroed, not decommitted).
+    PoolingPagemapAllResident,
 }
 
 /// An engine configured like `Sandbox::new` (epoch interruption, component model), with the
@@ -1012,20 +1111,33 @@ fn sandbox_engine(alloc: Alloc) -> Engine {
     let mut config = Config::new();
     config.epoch_interruption(true);
     config.wasm_component_model(true);
-    if let Alloc::Pooling | Alloc::PoolingResident | Alloc::PoolingPagemap = alloc {
+    if std::env::var_os("WASMPILOT_BENCH_PERFMAP").is_some() {
+        // Names the guests' functions for `perf report` (/tmp/perf-<pid>.map).
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+    if alloc != Alloc::OnDemand {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(16)
             .total_core_instances(128)
             .total_memories(64)
             .total_tables(128)
             .max_memory_size(512 << 20);
-        if let Alloc::PoolingResident | Alloc::PoolingPagemap = alloc {
-            pool.linear_memory_keep_resident(DEFAULT_KEEP_RESIDENT)
-                .table_keep_resident(64 << 10);
+        if alloc != Alloc::Pooling {
+            let all = alloc == Alloc::PoolingPagemapAllResident;
+            pool.linear_memory_keep_resident(if all {
+                512 << 20
+            } else {
+                DEFAULT_KEEP_RESIDENT
+            })
+            .table_keep_resident(if all { 4 << 20 } else { 64 << 10 });
+            if all {
+                pool.async_stack_keep_resident(1 << 20);
+            }
         }
-        if let Alloc::PoolingPagemap = alloc {
+        if !matches!(alloc, Alloc::Pooling | Alloc::PoolingResident) {
             pool.pagemap_scan(Enabled::Auto);
         }
+
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&config).expect("engine")
