@@ -364,6 +364,16 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
             }
         }
         eprintln!("routes written per pod: {share:?}");
+        // The premise: the audit log holds every route's status write (else a share would be
+        // of the part the log kept).
+        let written = seen
+            .keys()
+            .filter(|(_, resource, _)| resource == "autoroutes/status")
+            .count();
+        ensure!(
+            written == total,
+            "the audit log holds status writes for {written} of the {total} routes"
+        );
         for h in &hosts {
             let n = share.get(h).copied().unwrap_or(0);
             let pct = n as f64 * 100.0 / total as f64;

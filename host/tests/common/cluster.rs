@@ -571,15 +571,54 @@ pub async fn with_scripted_host_args<F, Fut>(
     }
 }
 
+/// The whole audit log (`WASMPILOT_AUDIT_LOG`): the API server rotates it at 64 MB into one
+/// backup beside it (`audit-<time>.log`), and a long test run crosses that, so the backup is read
+/// first, then the current file. `None` when the cluster writes no audit log this test can read.
+fn audit_log_text() -> anyhow::Result<Option<String>> {
+    let Some(path) = std::env::var_os("WASMPILOT_AUDIT_LOG") else {
+        return Ok(None);
+    };
+    let path = std::path::PathBuf::from(path);
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut backups: Vec<(std::time::SystemTime, std::path::PathBuf)> = Vec::new();
+    if let Some(dir) = path.parent() {
+        for entry in std::fs::read_dir(dir)
+            .with_context(|| format!("listing {}", dir.display()))?
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("{stem}-")) && name.ends_with(".log") {
+                let modified = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                backups.push((modified, entry.path()));
+            }
+        }
+    }
+    backups.sort();
+    let mut text = String::new();
+    for file in backups.into_iter().map(|(_, p)| p).chain([path]) {
+        match std::fs::read_to_string(&file) {
+            Ok(t) => text.push_str(&t),
+            // A backup removed by the next rotation between listing and reading.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
+        }
+    }
+    Ok(Some(text))
+}
+
 /// The API server's audit entries (writes, `deploy/local/cluster.sh`'s policy) for objects in
 /// namespace `ns`; `None` when the cluster writes no audit log this test can read
 /// (`WASMPILOT_AUDIT_LOG`, set by `cluster.sh env`).
 pub fn audit_entries(ns: &str) -> anyhow::Result<Option<Vec<Value>>> {
-    let Some(path) = std::env::var_os("WASMPILOT_AUDIT_LOG") else {
+    let Some(text) = audit_log_text()? else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading {}", path.to_string_lossy()))?;
     Ok(Some(
         text.lines()
             .filter(|l| l.contains(ns))
@@ -593,10 +632,9 @@ pub fn audit_entries(ns: &str) -> anyhow::Result<Option<Vec<Value>>> {
 /// (namespace, resource[/subresource], name) → the identities in the writers' User-Agent
 /// (`wasmpilot-host/<version> (<identity>)`); `None` without an audit log.
 pub fn audit_writers(prefix: &str) -> anyhow::Result<Option<AuditWriters>> {
-    let Some(path) = std::env::var_os("WASMPILOT_AUDIT_LOG") else {
+    let Some(text) = audit_log_text()? else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(&path).context("reading the audit log")?;
     let mut out = AuditWriters::new();
     for line in text.lines().filter(|l| l.contains(prefix)) {
         let Ok(e) = serde_json::from_str::<Value>(line) else {
