@@ -5,7 +5,8 @@
 //! says: `wasmpilot deploy` + `wasmpilot rbac | kubectl apply -f -` → an AutoRoute Ready,
 //! reconciled in the pod holding its bucket; 600 routes in 30 namespaces shared by the three pods
 //! (each writes 20–47 % of them, by the audit log); a pod deleted with `--grace-period=0 --force`
-//! → its buckets taken within the Lease duration, routes created meanwhile Ready; scaled to five
+//! → its buckets taken within the Lease duration, routes created meanwhile Ready, a route whose
+//! input changed meanwhile decided again; scaled to five
 //! and back to two → nothing lost; no object written by two pods; a rolling update to a new
 //! image tag loses no change; a pod reads /metrics through the metrics Service; the host's
 //! ServiceAccount cannot write what its RBAC forbids.
@@ -34,6 +35,8 @@ const BUCKETS: u32 = 16;
 const NAMESPACES: usize = 30;
 const ROUTES_PER_NAMESPACE: usize = 20;
 const AR: (&str, &str) = ("examples.io/v1", "AutoRoute");
+/// The Deployment made during the gap, selected by a route already Ready (`r0`).
+const GAP_INPUT: &str = "gap-input";
 /// A second tag of the same image, loaded by deploy/local/test.sh, for the rolling update.
 const ROLLOUT_IMAGE: &str = "ghcr.io/wasmpilot/wasmpilot:0.1.0-rollout";
 
@@ -418,6 +421,20 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     ensure!(!gap.is_empty(), "{victim} held no namespace's bucket");
     futures::future::try_join_all(gap.iter().map(|(n, names)| create_routes(client, n, names)))
         .await?;
+    // An input of a route already Ready there changes during the gap too: a Deployment its
+    // selector picks (`group: r0`). Its watch event reaches the survivors while neither holds
+    // the bucket; the new holder must decide r0 again rather than take it as settled.
+    let gap_input = common::autoroute::deployment(GAP_INPUT, "r0", 8080);
+    futures::future::try_join_all(gap.keys().map(|n| apply_yaml(client, &gap_input, Some(n))))
+        .await?;
+    // The premise: the buckets were not all taken yet when the Deployments were written.
+    let h = common::sharding::holders(client, SYSTEM).await?;
+    ensure!(
+        !lost
+            .iter()
+            .all(|b| h.get(b).cloned().flatten().is_some_and(|x| x != victim)),
+        "the lost buckets were all taken before the gap's changes were made: no gap tested"
+    );
     let survivors: Vec<&str> = hosts_now.iter().copied().filter(|h| *h != victim).collect();
     wait_for(
         "the deleted pod's buckets taken by the others",
@@ -438,10 +455,24 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         "takeover took {takeover:?}"
     );
     all_ready(client, &gap, T).await?;
+    for n in gap.keys() {
+        wait_for(
+            &format!("r0 in {n} routing {GAP_INPUT}, made during the gap"),
+            T,
+            || async {
+                let Some(o) = get(client, AR.0, AR.1, Some(n), "r0").await? else {
+                    return Ok(None);
+                };
+                let synced = o["status"]["syncedDeployments"] == json!([GAP_INPUT]);
+                Ok((synced && o["status"]["phase"] == "Ready").then_some(()))
+            },
+        )
+        .await?;
+    }
     n_ready_hosts(client, 3).await?;
     let _ = survivors;
     step(
-        "a pod force-deleted: its buckets taken, routes created meanwhile Ready, the pod recreated",
+        "a pod force-deleted: its buckets taken, routes created meanwhile Ready, a route whose input changed meanwhile decided again, the pod recreated",
     );
 
     // 5. Scaled to five, then to two: buckets move, nothing is lost.
@@ -493,7 +524,14 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     }
     all_ready(client, &everything, T).await?;
     if let Some(seen) = audit_writers(&spread)? {
-        let doubled: Vec<_> = seen.iter().filter(|(_, w)| w.len() > 1).collect();
+        // r0 in the gap's namespaces is rightly written by two pods (its status, its Gateway
+        // applied again): its input changed while no pod held it, and the new holder decided
+        // it again.
+        let doubled: Vec<_> = seen
+            .iter()
+            .filter(|(_, w)| w.len() > 1)
+            .filter(|((n, _, name), _)| !(gap.contains_key(n) && name == "r0"))
+            .collect();
         eprintln!(
             "{} objects written, {} by more than one pod",
             seen.len(),

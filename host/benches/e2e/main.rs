@@ -63,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         let client = wasmpilot::api_client::connect().await?;
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
         let hosts = host_variants()?;
+        remove_other_operators(&client).await?;
         let status = Command::new(&hosts[0].binary).args(["deploy", "--no-build", "examples/autoroute"]).current_dir(&root).status()?;
         if !status.success() {
             bail!("wasmpilot deploy --no-build examples/autoroute failed (build the components: deploy/local/bench.sh)");
@@ -83,6 +84,30 @@ fn main() -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
+}
+
+/// Deletes every WasmOperator the bench did not make (the test suite's `myownshell`, say):
+/// a host loads every WasmOperator of the cluster, so one left over would be measured with
+/// the bench's — its watches, caches (MyOwnShell caches every Deployment whole) and work.
+/// The local cluster is the bench's; what is removed is printed.
+async fn remove_other_operators(client: &Client) -> anyhow::Result<()> {
+    let operators = cluster_api(client, WASM_OPERATOR);
+    let mut removed = Vec::new();
+    for op in operators.list(&ListParams::default()).await?.items {
+        let name = op.metadata.name.unwrap_or_default();
+        if name == "autoroute" || name.starts_with("membench-") {
+            continue;
+        }
+        operators.delete(&name, &DeleteParams::default()).await?;
+        removed.push(name);
+    }
+    if !removed.is_empty() {
+        println!(
+            "removed WasmOperators left in the cluster (so the hosts load only the bench's): {}",
+            removed.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// A wasmpilot host to measure: this tree's binary with some flags, or another build.

@@ -46,10 +46,15 @@ pub async fn reconcile(
     // way, say when an output's event requeues the resource at once): decide from what was
     // written, not from the version before it.
     let obj = ctx.own_writes.newer_than(&obj).unwrap_or(obj);
-    if _bucket.as_ref().is_some_and(|b| b.first_after_handover) && settled(&obj, &ctx.definition) {
-        // Handed over settled (its spec decided, a ready phase, synced): the previous holder
-        // did the work; re-running it would apply the same outputs twice. Its periodic resync
-        // goes on here, and any change reconciles it at once.
+    if _bucket.as_ref().is_some_and(|b| b.first_after_handover)
+        && settled(&obj, &ctx.definition)
+        && !inputs_changed_since_written(&ctx, &obj)
+    {
+        // Handed over settled (its spec decided, a ready phase, synced) and none of its inputs
+        // written since: the previous holder did the work; re-running it would apply the same
+        // outputs twice. Its periodic resync goes on here, and any change reconciles it at once.
+        // An input written after the resource was (while no replica held the bucket, whose
+        // watch events only a holder acts on) is decided now.
         return Ok(Action::requeue(ctx.definition.resync));
     }
     let span = tracing::info_span!(
@@ -626,6 +631,26 @@ async fn report_error(
 
 /// A resource whose current spec has been decided and applied: its observedGeneration is its
 /// generation, it is in a final or ready phase, `Synced=True`, and it is not being deleted.
+/// Whether an input the resource's current phase reads (from the caches, synced for a bucket
+/// before it opens) was written after the resource itself: its last decision may predate it.
+fn inputs_changed_since_written(ctx: &OperatorContext, obj: &DynamicObject) -> bool {
+    let phase = obj
+        .data
+        .get("status")
+        .and_then(|s| s.get("phase"))
+        .and_then(Value::as_str)
+        .and_then(|p| ctx.definition.phases.iter().find(|d| d.name == p));
+    let Some(phase) = phase else {
+        return true;
+    };
+    crate::pipeline::inputs::selected_changed_after(
+        &phase.inputs,
+        crate::pipeline::inputs::Reader::of(obj),
+        &ctx.inputs,
+        obj.metadata.resource_version.as_deref(),
+    )
+}
+
 fn settled(obj: &DynamicObject, definition: &crate::definition::OperatorDefinition) -> bool {
     let status = obj.data.get("status");
     let observed = status

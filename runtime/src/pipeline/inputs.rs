@@ -181,16 +181,10 @@ pub fn gather(
     reader: Reader<'_>,
     source: &impl ObjectSource,
 ) -> Result<Vec<NamedObjects>, SelectorError> {
-    let namespace = reader.namespace;
     inputs
         .iter()
         .map(|input| {
-            let selector = input_selector(input, reader)?;
-            let mut selected: Vec<Arc<WorkerObject>> = source
-                .worker_objects(input, namespace)
-                .into_iter()
-                .filter(|o| visible(o.metadata(), input, reader, &selector))
-                .collect();
+            let mut selected = selected_objects(input, reader, source)?;
             selected.sort_by(|a, b| {
                 let (a, b) = (a.metadata(), b.metadata());
                 (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
@@ -201,6 +195,48 @@ pub fn gather(
             })
         })
         .collect()
+}
+
+/// The objects `input` selects for the resource `reader`, in no particular order.
+fn selected_objects(
+    input: &InputSpec,
+    reader: Reader<'_>,
+    source: &impl ObjectSource,
+) -> Result<Vec<Arc<WorkerObject>>, SelectorError> {
+    let selector = input_selector(input, reader)?;
+    Ok(source
+        .worker_objects(input, reader.namespace)
+        .into_iter()
+        .filter(|o| visible(o.metadata(), input, reader, &selector))
+        .collect())
+}
+
+/// Whether an object the declared `inputs` select for the resource `reader` was written after
+/// `resource_version` (the resource's own): its last decision may not have seen it. Kubernetes
+/// resource versions are etcd revisions, ordered across kinds of one API server; one that is not
+/// a number, or a selector that fails, counts as a change (deciding again is the safe side). An
+/// object deleted since leaves nothing to compare: that is not seen here.
+pub fn selected_changed_after(
+    inputs: &[InputSpec],
+    reader: Reader<'_>,
+    source: &impl ObjectSource,
+    resource_version: Option<&str>,
+) -> bool {
+    let Some(since) = resource_version.and_then(|v| v.parse::<u64>().ok()) else {
+        return true;
+    };
+    inputs
+        .iter()
+        .any(|input| match selected_objects(input, reader, source) {
+            Ok(objects) => objects.iter().any(|o| {
+                o.metadata()
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_none_or(|v| v > since)
+            }),
+            Err(_) => true,
+        })
 }
 
 fn visible(
@@ -310,6 +346,56 @@ mod tests {
                 .collect(),
         );
         Arc::new(o)
+    }
+
+    #[test]
+    fn only_a_selected_input_written_after_the_resource_counts_as_a_change() {
+        let input = InputSpec {
+            name: "deployments".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            match_labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
+            match_expressions: Vec::new(),
+            selector_from: None,
+            owned: false,
+            fields: Vec::new(),
+        };
+        let at = |o: Arc<DynamicObject>, rv: &str| {
+            let mut o = (*o).clone();
+            o.metadata.resource_version = Some(rv.into());
+            Arc::new(o)
+        };
+        let source = Fixed(vec![
+            at(deployment("b", "web", &[("tier", "web")]), "100"),
+            // Newer, but neither selected nor in the resource's namespace.
+            at(deployment("b", "db", &[("tier", "db")]), "900"),
+            at(deployment("a", "web", &[("tier", "web")]), "900"),
+        ]);
+        let data = serde_json::Value::Null;
+        let reader = Reader {
+            namespace: Some("b"),
+            uid: "u-1",
+            data: &data,
+        };
+        let inputs = std::slice::from_ref(&input);
+        assert!(!selected_changed_after(
+            inputs,
+            reader,
+            &source,
+            Some("100")
+        ));
+        assert!(!selected_changed_after(
+            inputs,
+            reader,
+            &source,
+            Some("150")
+        ));
+        assert!(selected_changed_after(inputs, reader, &source, Some("99")));
+        // Not comparable: decide again.
+        assert!(selected_changed_after(inputs, reader, &source, Some("x")));
+        assert!(selected_changed_after(inputs, reader, &source, None));
+        let odd = Fixed(vec![at(deployment("b", "web", &[("tier", "web")]), "v2")]);
+        assert!(selected_changed_after(inputs, reader, &odd, Some("150")));
     }
 
     #[test]
