@@ -71,8 +71,13 @@ pub async fn run(
     let namespaces: Vec<String> = (0..spread)
         .map(|i| format!("bench-memory-{stamp}-{i}"))
         .collect();
+    let template = cluster_api(client, WASM_OPERATOR)
+        .get("autoroute")
+        .await
+        .context("the autoroute WasmOperator")?;
     let result = measure_all(client, hosts, objects, operators, &namespaces).await;
     cleanup(client, operators).await;
+    restore_template(client, &template).await?;
     delete_namespaces(client, &namespaces).await?;
     let samples = result?;
     // Per label (in first-seen order): the median of the rounds, with min–max.
@@ -120,9 +125,8 @@ async fn measure_all(
     create_operators(client, operators).await?;
     let mut idle = Vec::new();
     for (i, host) in hosts.iter().enumerate() {
-        idle.extend(
-            measure_host(host, i, &format!("{operators} operators, no Deployments")).await?,
-        );
+        let what = format!("{operators} operators, no Deployments");
+        idle.extend(measure_host(host, i, &what, operators, 0).await?);
     }
 
     let created = Instant::now();
@@ -162,7 +166,8 @@ async fn measure_all(
             samples.append(&mut idle);
         }
         for (i, host) in hosts.iter().enumerate() {
-            samples.extend(measure_host(host, i, &format!("{operators} operators")).await?);
+            let what = format!("{operators} operators");
+            samples.extend(measure_host(host, i, &what, operators, objects).await?);
         }
     }
     Ok(samples)
@@ -171,8 +176,16 @@ async fn measure_all(
 /// Starts a host (or its `+replicas=N` sharded replicas together), waits for each `/readyz`
 /// 200 (operators' modules loaded, watches synced; sharded: its share of buckets held and
 /// listed) and steady RSS; the hosts are stopped when this returns. Sharded: one sample per
-/// replica, all under one label.
-async fn measure_host(host: &HostVariant, i: usize, what: &str) -> anyhow::Result<Vec<Sample>> {
+/// replica, all under one label. The premise is checked from the hosts' metrics: each runs
+/// all `operators`, and together they cache all `objects` Deployments (else what is measured
+/// is a host whose operators failed to load).
+async fn measure_host(
+    host: &HostVariant,
+    i: usize,
+    what: &str,
+    operators: usize,
+    objects: usize,
+) -> anyhow::Result<Vec<Sample>> {
     let label = if host.replicas > 1 {
         format!("{} ({what}), each of {}", host.label, host.replicas)
     } else {
@@ -211,6 +224,35 @@ async fn measure_host(host: &HostVariant, i: usize, what: &str) -> anyhow::Resul
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         samples.push((pid, ready, log.clone()));
+    }
+    let mut cached = 0.0;
+    for (addr, log, _) in &running {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let running_here = loop {
+            let n = metric_sum(addr, "wasmpilot_operators_running").unwrap_or(0.0);
+            if n >= operators as f64 || Instant::now() > deadline {
+                break n;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        if running_here < operators as f64 {
+            bail!(
+                "{}: {running_here} of {operators} operators running (log: {})",
+                host.label,
+                log.display()
+            );
+        }
+        cached += metric_sum(
+            addr,
+            "wasmpilot_cached_objects{kind=\"apps/v1 Deployment\",cache=\"inputs\"}",
+        )
+        .unwrap_or(0.0);
+    }
+    if cached < objects as f64 {
+        bail!(
+            "{}: {cached} of {objects} Deployments cached by its operators' inputs",
+            host.label
+        );
     }
     let mut measured = Vec::new();
     for (pid, ready, log) in samples {
@@ -291,6 +333,29 @@ fn rss_mib(pid: u32) -> f64 {
         / 1024.0
 }
 
+/// The sum of the samples of a metric (`name` or `name{labels}` as the exposition prints it)
+/// a host serves at `/metrics`.
+fn metric_sum(addr: &str, name: &str) -> Option<f64> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    Some(
+        buf.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
 fn http_status(addr: &str, path: &str) -> Option<u16> {
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
@@ -317,9 +382,16 @@ async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<(
         .get("autoroute")
         .await
         .context("the autoroute WasmOperator")?;
-    // Exactly `operators` operators loaded: the template itself goes.
+    // Exactly `operators` operators loaded: the template itself goes, orphaning its module
+    // ConfigMaps (owned by it) rather than letting them be collected: the copies read them.
     wasm_ops
-        .delete("autoroute", &DeleteParams::default())
+        .delete(
+            "autoroute",
+            &DeleteParams {
+                propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+                ..DeleteParams::default()
+            },
+        )
         .await?;
     // Leftovers of an interrupted run go first.
     cleanup(client, operators).await;
@@ -377,6 +449,23 @@ async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<(
         wasmpilot::deploy::apply_grants(client, &name, &typed, &target).await?;
         let body = json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
                           "metadata": {"name": name}, "spec": spec});
+        wasm_ops
+            .create(&PostParams::default(), &serde_json::from_value(body)?)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The `autoroute` WasmOperator again, as it was before the bench (the parts after this one
+/// use it).
+async fn restore_template(
+    client: &Client,
+    template: &kube::api::DynamicObject,
+) -> anyhow::Result<()> {
+    let body = json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
+                      "metadata": {"name": "autoroute"}, "spec": template.data["spec"]});
+    let wasm_ops = cluster_api(client, WASM_OPERATOR);
+    if wasm_ops.get_opt("autoroute").await?.is_none() {
         wasm_ops
             .create(&PostParams::default(), &serde_json::from_value(body)?)
             .await?;
