@@ -230,8 +230,10 @@ impl<T: Cached> Informer<T> {
                             };
                             let now = rx.borrow_and_update().clone();
                             if kept.as_ref().is_some_and(|k| now.is_subset(k)) {
-                                // Buckets let go: drop their namespaces.
+                                // Buckets let go: drop their namespaces, and hand the
+                                // pages they held back (they lie between the objects kept).
                                 writer.retain(|ns| keeps(scope, Some(&now), ns));
+                                crate::heap::release_free_pages();
                                 kept = Some(now);
                                 coverage_tx.send_replace(Coverage { listed: true, kept: kept.clone() });
                                 continue;
