@@ -246,11 +246,14 @@ impl<T: Cached> Informer<T> {
                         keeps(scope, kept.as_deref(), meta.namespace.as_deref())
                     };
                     let obj = match event {
+                        // Out of scope is decided on the object as parsed, before it is cut
+                        // to what the cache keeps: a sharded replica receives every object of
+                        // the kind and keeps its share, so the others cost no copy.
                         Ok(watcher::Event::Apply(obj)) => {
-                            let obj = Arc::new(keep(obj));
                             if !in_scope(obj.meta()) {
                                 continue;
                             }
+                            let obj = Arc::new(keep(obj));
                             match writer.insert_unless_older(obj.clone()) {
                                 // This host's own write got there first (Informer::wrote).
                                 Inserted::NotNewer => continue,
@@ -260,10 +263,10 @@ impl<T: Cached> Informer<T> {
                             }
                         }
                         Ok(watcher::Event::Delete(obj)) => {
-                            let obj = Arc::new(keep(obj));
                             if !in_scope(obj.meta()) {
                                 continue;
                             }
+                            let obj = Arc::new(keep(obj));
                             writer.remove(obj.meta());
                             Change::new(obj, None)
                         }
@@ -272,11 +275,11 @@ impl<T: Cached> Informer<T> {
                             continue;
                         }
                         Ok(watcher::Event::InitApply(obj)) => {
-                            let obj = Arc::new(keep(obj));
-                            let meta = obj.meta();
-                            if !in_scope(meta) {
+                            if !in_scope(obj.meta()) {
                                 continue;
                             }
+                            let obj = Arc::new(keep(obj));
+                            let meta = obj.meta();
                             if let Some(listed) = relist.as_mut() {
                                 insert_into(listed, obj.clone());
                             }
