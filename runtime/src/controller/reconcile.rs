@@ -629,8 +629,6 @@ async fn report_error(
     }
 }
 
-/// A resource whose current spec has been decided and applied: its observedGeneration is its
-/// generation, it is in a final or ready phase, `Synced=True`, and it is not being deleted.
 /// Whether an input the resource's current phase reads (from the caches, synced for a bucket
 /// before it opens) was written after the resource itself: its last decision may predate it.
 fn inputs_changed_since_written(ctx: &OperatorContext, obj: &DynamicObject) -> bool {
@@ -651,6 +649,8 @@ fn inputs_changed_since_written(ctx: &OperatorContext, obj: &DynamicObject) -> b
     )
 }
 
+/// A resource whose current spec has been decided and applied: its observedGeneration is its
+/// generation, it is in a final or ready phase, `Synced=True`, and it is not being deleted.
 fn settled(obj: &DynamicObject, definition: &crate::definition::OperatorDefinition) -> bool {
     let status = obj.data.get("status");
     let observed = status
