@@ -336,17 +336,10 @@ fn rss_mib(pid: u32) -> f64 {
 /// The sum of the samples of a metric (`name` or `name{labels}` as the exposition prints it)
 /// a host serves at `/metrics`.
 fn metric_sum(addr: &str, name: &str) -> Option<f64> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
+    let response = http_get(addr, "/metrics")?;
     Some(
-        buf.lines()
+        response
+            .lines()
             .filter(|l| {
                 l.strip_prefix(name)
                     .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
@@ -357,6 +350,15 @@ fn metric_sum(addr: &str, name: &str) -> Option<f64> {
 }
 
 fn http_status(addr: &str, path: &str) -> Option<u16> {
+    http_get(addr, path)?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The whole response (status line, headers, body) to `GET path` at `addr`.
+fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(
@@ -366,7 +368,7 @@ fn http_status(addr: &str, path: &str) -> Option<u16> {
     .ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
-    buf.split_whitespace().nth(1)?.parse().ok()
+    Some(buf)
 }
 
 /// `operators` copies of the AutoRoute CRD (kinds MemRoute0…) and of the deployed `autoroute`

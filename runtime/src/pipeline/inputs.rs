@@ -332,6 +332,20 @@ mod tests {
         }
     }
 
+    /// An input of the Deployments labelled `tier: web`.
+    fn web_deployments() -> InputSpec {
+        InputSpec {
+            name: "deployments".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            match_labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
+            match_expressions: Vec::new(),
+            selector_from: None,
+            owned: false,
+            fields: Vec::new(),
+        }
+    }
+
     fn deployment(ns: &str, name: &str, labels: &[(&str, &str)]) -> Arc<DynamicObject> {
         let mut o: DynamicObject = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": ns, "managedFields": [{"manager": "kubectl"}],
@@ -350,16 +364,7 @@ mod tests {
 
     #[test]
     fn only_a_selected_input_written_after_the_resource_counts_as_a_change() {
-        let input = InputSpec {
-            name: "deployments".into(),
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            match_labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
-            match_expressions: Vec::new(),
-            selector_from: None,
-            owned: false,
-            fields: Vec::new(),
-        };
+        let input = web_deployments();
         let at = |o: Arc<DynamicObject>, rv: &str| {
             let mut o = (*o).clone();
             o.metadata.resource_version = Some(rv.into());
@@ -405,16 +410,7 @@ mod tests {
             ready: false,
             is_final: false,
             module: None,
-            inputs: vec![InputSpec {
-                name: "deployments".into(),
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                match_labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
-                match_expressions: Vec::new(),
-                selector_from: None,
-                owned: false,
-                fields: Vec::new(),
-            }],
+            inputs: vec![web_deployments()],
             outputs: vec![],
             next: vec![],
             limits: Default::default(),
@@ -460,14 +456,8 @@ mod tests {
     #[test]
     fn declared_fields_cut_objects_and_hide_changes_to_other_fields() {
         let input = InputSpec {
-            name: "deployments".into(),
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            match_labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
-            match_expressions: Vec::new(),
-            selector_from: None,
-            owned: false,
             fields: vec!["spec.replicas".into()],
+            ..web_deployments()
         };
         let mut o = (*deployment("b", "web", &[("tier", "web")])).clone();
         o.data["status"] = serde_json::json!({"readyReplicas": 1});
