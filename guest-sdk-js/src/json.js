@@ -3,8 +3,25 @@
 
 import { WorkerError } from './errors.js';
 
-/** Orders strings by Unicode code point (as Rust and Python compare strings). */
+/** Orders strings by Unicode code point (as Rust and Python compare strings). Compares UTF-16
+ * code units in place, no copy: where the first pair that differs holds no surrogate, the code
+ * points there are those two units (the prefix is the same in both). */
 export function compareText(a, b) {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x !== y) return isSurrogate(x) || isSurrogate(y) ? compareCodePoints(a, b) : x - y;
+  }
+  return a.length - b.length;
+}
+
+function isSurrogate(unit) {
+  return unit >= 0xd800 && unit <= 0xdfff;
+}
+
+/** `compareText` by code point arrays (pairs and lone surrogates as `for…of` splits them). */
+function compareCodePoints(a, b) {
   const left = [...a];
   const right = [...b];
   for (let i = 0; i < Math.min(left.length, right.length); i++) {

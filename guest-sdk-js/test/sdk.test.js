@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import {
+  compareText,
   describeThrown,
   exportFinalizer,
   exportPhase,
@@ -226,6 +227,24 @@ test('host status is readable', () => {
 test('JSON is written as serde_json writes it: compact, keys sorted by code point', () => {
   assert.equal(toJson({ b: 1, a: [{ d: null, c: 'é' }], '\u{1F600}': 0, '\uFFFF': 1 }), '{"a":[{"c":"é","d":null}],"b":1,"\uFFFF":1,"\u{1F600}":0}');
   assert.throws(() => toJson({ n: NaN }), TypeError);
+});
+
+test('compareText orders by code point, as comparing code point arrays does', () => {
+  const byCodePoints = (a, b) => {
+    const [l, r] = [[...a], [...b]];
+    for (let i = 0; i < Math.min(l.length, r.length); i++) {
+      const d = l[i].codePointAt(0) - r[i].codePointAt(0);
+      if (d !== 0) return d;
+    }
+    return l.length - r.length;
+  };
+  const texts = ['', 'a', 'ab', 'b', 'é', '\uD7FF', '\uE000', '\uFFFF', '\u{10000}', '\u{1F600}', '\u{1F600}a',
+    'a\u{1F600}', 'a\uFFFF', '\uD800', '\uDC00', '\uD800a', 'x\uDBFF\uDFFF', 'x\uFFFE', 'spec', 'spec.a'];
+  for (const a of texts) {
+    for (const b of texts) {
+      assert.equal(Math.sign(compareText(a, b)), Math.sign(byCodePoints(a, b)), `${escape(a)} vs ${escape(b)}`);
+    }
+  }
 });
 
 test('bad YAML names the document', () => {

@@ -11,19 +11,6 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn toolchains() -> PathBuf {
-    std::env::var_os("WASMPILOT_TOOLCHAINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("WASMPILOT_CACHE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/wasmpilot")
-                });
-            cache.join("toolchains")
-        })
-}
-
 fn run(what: &str, cmd: &mut Command) -> String {
     let out = cmd
         .output()
@@ -142,7 +129,7 @@ fn init_writes_the_typed_api_generate_writes_and_workers_against_it() {
 /// tsconfig.json, against the generated API), and fail it, naming the method, once Running
 /// moves to a phase operator.yaml does not allow it (`next: [Done]`).
 fn typecheck_passes_and_refuses_an_undeclared_move(lang: &str, dir: &Path) {
-    let tools = toolchains();
+    let tools = common::guest_toolchains();
     let check = |phase: &str| -> std::process::Output {
         let mut cmd = if lang == "python" {
             let mut cmd = Command::new(tools.join("python/bin/python"));
@@ -314,7 +301,7 @@ export const finalizerWorker = exportFinalizer(Cleanup);
 #[test]
 #[ignore = "needs the Python and JavaScript toolchains: deploy/local/test.sh installs them"]
 fn a_python_project_from_init_builds_and_simulates() {
-    let python = toolchains().join("python/bin/python");
+    let python = common::guest_toolchains().join("python/bin/python");
     assert!(
         python.is_file(),
         "no Python toolchain at {}: deploy/local/guest-toolchains.sh install",

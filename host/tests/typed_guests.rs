@@ -9,19 +9,6 @@ use std::process::{Command, Output};
 
 const NEEDS_TOOLCHAINS: &str = "deploy/local/guest-toolchains.sh install";
 
-fn toolchains() -> PathBuf {
-    std::env::var_os("WASMPILOT_TOOLCHAINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("WASMPILOT_CACHE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/wasmpilot")
-                });
-            cache.join("toolchains")
-        })
-}
-
 fn text(out: &Output) -> String {
     format!(
         "{}{}",
@@ -122,7 +109,7 @@ fn generate_check_reports_a_stale_python_api() {
 
 /// `mypy --strict` (the example's settings in its pyproject.toml) on one worker.
 fn mypy(dir: &Path, worker: &str, cache: &Path) -> Output {
-    let python = toolchains().join("python/bin/python");
+    let python = common::guest_toolchains().join("python/bin/python");
     assert!(
         python.is_file(),
         "no Python toolchain at {}: {NEEDS_TOOLCHAINS}",
@@ -199,7 +186,7 @@ fn python_workers_pass_mypy_strict_and_undeclared_outputs_and_moves_fail_it() {
 
 /// `tsc --noEmit` with the example's tsconfig.json (checkJs).
 fn tsc(dir: &Path) -> Output {
-    let tsc = toolchains().join("js/node_modules/.bin/tsc");
+    let tsc = common::guest_toolchains().join("js/node_modules/.bin/tsc");
     assert!(
         tsc.is_file(),
         "no TypeScript at {}: {NEEDS_TOOLCHAINS}",

@@ -1,4 +1,5 @@
-//! End to end on the local real cluster: N AutoRoutes (2 Deployments each, 20 per namespace)
+//! End to end on the local real cluster: N AutoRoutes (2 Deployments each, 20 per namespace
+//! unless `WASMPILOT_BENCH_E2E_ROUTES_PER_NAMESPACE` says otherwise)
 //! from creation to all Ready — wasmpilot (`wasmpilot run`, the example's Wasm workers) vs a
 //! native kube-rs controller with the same logic (`native_autoroute.rs`), in the same run on the
 //! same cluster. Prints time ratio, API requests per AutoRoute, controller peak RSS and CPU.
@@ -7,7 +8,8 @@
 //! `cargo bench -p wasmpilot --bench e2e --profile e2e-bench`). Sizes: `WASMPILOT_BENCH_E2E_SIZES=200,1000`;
 //! host flag sets to compare: `WASMPILOT_BENCH_E2E_HOST_ARGS="--no-instance-pool;"` (`+shadow` in a
 //! set gives Syncing a shadow: its own module; `+replicas=3` runs that many hosts with `--shard`,
-//! sharing the routes). Parts (`WASMPILOT_BENCH_E2E_PARTS`): throughput,
+//! sharing the routes; `+binary=PATH` runs another build of the host, say with another
+//! allocator). Parts (`WASMPILOT_BENCH_E2E_PARTS`): throughput,
 //! startup, memory, requeue (`requeue.rs`; `WASMPILOT_BENCH_REQUEUE_ROUTES`, default 1000).
 
 mod memory;
@@ -27,7 +29,15 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PER_NAMESPACE: usize = 20;
+/// AutoRoutes per namespace in the throughput part (`WASMPILOT_BENCH_E2E_ROUTES_PER_NAMESPACE`,
+/// default 20; 100 puts 10,000 routes in 100 namespaces, 10000 in one).
+fn routes_per_namespace() -> usize {
+    std::env::var("WASMPILOT_BENCH_E2E_ROUTES_PER_NAMESPACE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(20)
+}
 
 struct Run {
     label: String,
@@ -76,7 +86,7 @@ fn main() -> anyhow::Result<()> {
         }
         if parts.contains("memory") {
             let objects = std::env::var("WASMPILOT_BENCH_MEMORY_OBJECTS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
-            memory::run(&client, &hosts, objects, 10).await?;
+            memory::run(&client, &hosts, objects).await?;
         }
         if parts.contains("requeue") {
             let routes = std::env::var("WASMPILOT_BENCH_REQUEUE_ROUTES").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
@@ -172,6 +182,11 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
                 .find_map(|w| w.strip_prefix("+replicas="))
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(1);
+            // Another build of the host (say, with another allocator) in the same run.
+            let binary = args
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("+binary="))
+                .map_or_else(|| binary.clone(), PathBuf::from);
             let (env, flags): (Vec<&str>, Vec<&str>) = args
                 .split_whitespace()
                 .filter(|w| !w.starts_with('+'))
@@ -182,7 +197,7 @@ fn host_variants() -> anyhow::Result<Vec<HostVariant>> {
                 } else {
                     format!("wasmpilot {args}")
                 },
-                binary: binary.clone(),
+                binary,
                 args: flags.into_iter().map(str::to_string).collect(),
                 env: env
                     .into_iter()
@@ -407,12 +422,13 @@ async fn measure(
         .take(24)
         .collect::<String>()
         .to_lowercase();
-    let namespaces: Vec<String> = (0..n.div_ceil(PER_NAMESPACE))
+    let per_namespace = routes_per_namespace();
+    let namespaces: Vec<String> = (0..n.div_ceil(per_namespace))
         .map(|i| format!("bench-{slug}-{stamp}-{i}"))
         .collect();
     create_namespaces(client, &namespaces).await?;
     let routes: Vec<(String, String)> = (0..n)
-        .map(|i| (namespaces[i / PER_NAMESPACE].clone(), format!("r{i}")))
+        .map(|i| (namespaces[i / per_namespace].clone(), format!("r{i}")))
         .collect();
     // Inputs exist before the controller starts: their creation is not measured.
     let deployments = routes.iter().flat_map(|(ns, r)| {

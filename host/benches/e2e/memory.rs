@@ -6,6 +6,9 @@
 //! and the controller manager a status. Each WasmOperator is the AutoRoute operator on its own
 //! kind (`MemRoute0`…`MemRoute9`, copies of the AutoRoute CRD) with the same three modules, so
 //! all ten read Deployments and write Services, Gateways and VirtualServices.
+//!
+//! `WASMPILOT_BENCH_MEMORY_HOLD=<seconds>`: each host (variant, operator count) is kept running
+//! that long after its first measurement, its PIDs printed, to be looked into (gdb, /proc).
 
 #[path = "../fixtures/mod.rs"]
 #[allow(dead_code)]
@@ -32,6 +35,24 @@ fn namespace_count() -> usize {
         .unwrap_or(50)
 }
 
+/// Operator counts measured (`WASMPILOT_BENCH_MEMORY_OPERATORS`, comma-separated, default
+/// `10`): with several (`10,20`), operators are added between them and the growth per added
+/// operator reading the same kind is printed.
+fn operator_counts() -> Vec<usize> {
+    let mut counts: Vec<usize> = std::env::var("WASMPILOT_BENCH_MEMORY_OPERATORS")
+        .unwrap_or_else(|_| "10".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .filter(|n| *n > 0)
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    if counts.is_empty() {
+        counts.push(10);
+    }
+    counts
+}
+
 /// Rounds of measurements on the same Deployments (`WASMPILOT_BENCH_MEMORY_ROUNDS`, default 3):
 /// each figure is their median with min–max.
 fn rounds() -> usize {
@@ -41,6 +62,9 @@ fn rounds() -> usize {
         .unwrap_or(3)
         .max(1)
 }
+
+/// Operators an interrupted run may have left, removed before a run however many it makes.
+const CLEANUP_AT_LEAST: usize = 40;
 
 const GROUP: &str = "bench.wasmpilot.io";
 const CRD: Gvk = ("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
@@ -53,13 +77,14 @@ struct Sample {
     ready_seconds: f64,
 }
 
-pub async fn run(
-    client: &Client,
-    hosts: &[HostVariant],
-    objects: usize,
-    operators: usize,
-) -> anyhow::Result<()> {
+pub async fn run(client: &Client, hosts: &[HostVariant], objects: usize) -> anyhow::Result<()> {
     let spread = namespace_count().max(1);
+    let counts = operator_counts();
+    let operators = counts
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(", then ");
     println!(
         "\nMemory: {operators} WasmOperators (each reading Deployments, writing Services, Gateways, VirtualServices), {objects} Deployments cached in {spread} namespaces, {} rounds\n",
         rounds()
@@ -75,8 +100,8 @@ pub async fn run(
         .get("autoroute")
         .await
         .context("the autoroute WasmOperator")?;
-    let result = measure_all(client, hosts, objects, operators, &namespaces).await;
-    cleanup(client, operators).await;
+    let result = measure_all(client, hosts, objects, &counts, &namespaces).await;
+    cleanup(client, counts.last().copied().unwrap_or(0)).await;
     restore_template(client, &template).await?;
     delete_namespaces(client, &namespaces).await?;
     let samples = result?;
@@ -110,6 +135,31 @@ pub async fn run(
             summary(label, |s| s.ready_seconds).0
         );
     }
+    // Goal 31.3's second half: what each operator added to the same kind costs.
+    for host in hosts {
+        for pair in counts.windows(2) {
+            let at = |n: usize| {
+                let label = sample_label(host, &format!("{n} operators"));
+                labels
+                    .contains(&label.as_str())
+                    .then(|| summary(&label, |s| s.rss_mib))
+            };
+            if let (Some(from), Some(to)) = (at(pair[0]), at(pair[1])) {
+                let added = (pair[1] - pair[0]) as f64;
+                println!(
+                    "{}: {} → {} operators: {:+.2} MiB per added operator (medians {:.1} → {:.1} MiB; from the extremes {:+.2} to {:+.2})",
+                    host.label,
+                    pair[0],
+                    pair[1],
+                    (to.0 - from.0) / added,
+                    from.0,
+                    to.0,
+                    (to.1 - from.2) / added,
+                    (to.2 - from.1) / added,
+                );
+            }
+        }
+    }
     Ok(())
 }
 
@@ -117,12 +167,13 @@ async fn measure_all(
     client: &Client,
     hosts: &[HostVariant],
     objects: usize,
-    operators: usize,
+    counts: &[usize],
     namespaces: &[String],
 ) -> anyhow::Result<Vec<Sample>> {
     create_namespaces(client, namespaces).await?;
     // The hosts with their operators and no Deployments yet: what the objects add.
-    create_operators(client, operators).await?;
+    let operators = counts.first().copied().unwrap_or(10);
+    create_operators(client, 0, operators).await?;
     let mut idle = Vec::new();
     for (i, host) in hosts.iter().enumerate() {
         let what = format!("{operators} operators, no Deployments");
@@ -170,7 +221,28 @@ async fn measure_all(
             samples.extend(measure_host(host, i, &what, operators, objects).await?);
         }
     }
+    // More operators on the same Deployments: the growth per operator.
+    let mut loaded = operators;
+    for &more in &counts[1..] {
+        create_operators(client, loaded, more).await?;
+        loaded = more;
+        for _ in 0..rounds() {
+            for (i, host) in hosts.iter().enumerate() {
+                let what = format!("{more} operators");
+                samples.extend(measure_host(host, i, &what, more, objects).await?);
+            }
+        }
+    }
     Ok(samples)
+}
+
+/// The label of a host's samples: its variant, what was measured, and its replicas.
+fn sample_label(host: &HostVariant, what: &str) -> String {
+    if host.replicas > 1 {
+        format!("{} ({what}), each of {}", host.label, host.replicas)
+    } else {
+        format!("{} ({what})", host.label)
+    }
 }
 
 /// Starts a host (or its `+replicas=N` sharded replicas together), waits for each `/readyz`
@@ -186,11 +258,7 @@ async fn measure_host(
     operators: usize,
     objects: usize,
 ) -> anyhow::Result<Vec<Sample>> {
-    let label = if host.replicas > 1 {
-        format!("{} ({what}), each of {}", host.label, host.replicas)
-    } else {
-        format!("{} ({what})", host.label)
-    };
+    let label = sample_label(host, what);
     let mut running = Vec::new();
     for (k, mut command) in host.replica_commands().into_iter().enumerate() {
         let addr = format!("127.0.0.1:{}", 18490 + i * 10 + k);
@@ -275,6 +343,24 @@ async fn measure_host(
             peak_mib: peak,
             ready_seconds: ready.as_secs_f64(),
         });
+    }
+    // To look inside the hosts while they run (gdb, heaptrack's attach, /proc/PID/smaps): the
+    // first time each is measured.
+    static HELD: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let first_time = {
+        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        let first = !held.contains(&label);
+        held.push(label.clone());
+        first
+    };
+    if let Some(hold) = std::env::var("WASMPILOT_BENCH_MEMORY_HOLD")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|_| first_time)
+    {
+        let pids: Vec<u32> = running.iter().map(|(_, _, c)| c.0.id()).collect();
+        eprintln!("{label}: holding PIDs {pids:?} for {hold} s (WASMPILOT_BENCH_MEMORY_HOLD)");
+        tokio::time::sleep(Duration::from_secs(hold)).await;
     }
     Ok(measured)
 }
@@ -371,9 +457,9 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     Some(buf)
 }
 
-/// `operators` copies of the AutoRoute CRD (kinds MemRoute0…) and of the deployed `autoroute`
+/// Operators `from..to`: copies of the AutoRoute CRD (kinds MemRoute0…) and of the deployed `autoroute`
 /// WasmOperator, each on its own kind, sharing its modules.
-async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<()> {
+async fn create_operators(client: &Client, from: usize, to: usize) -> anyhow::Result<()> {
     let crds = cluster_api(client, CRD);
     let wasm_ops = cluster_api(client, WASM_OPERATOR);
     let crd = crds
@@ -384,21 +470,23 @@ async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<(
         .get("autoroute")
         .await
         .context("the autoroute WasmOperator")?;
-    // Exactly `operators` operators loaded: the template itself goes, orphaning its module
-    // ConfigMaps (owned by it) rather than letting them be collected: the copies read them.
-    wasm_ops
-        .delete(
-            "autoroute",
-            &DeleteParams {
-                propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
-                ..DeleteParams::default()
-            },
-        )
-        .await?;
-    // Leftovers of an interrupted run go first.
-    cleanup(client, operators).await;
+    if from == 0 {
+        // Exactly the operators counted loaded: the template itself goes, orphaning its module
+        // ConfigMaps (owned by it) rather than letting them be collected: the copies read them.
+        wasm_ops
+            .delete(
+                "autoroute",
+                &DeleteParams {
+                    propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+                    ..DeleteParams::default()
+                },
+            )
+            .await?;
+        // Leftovers of an interrupted run go first.
+        cleanup(client, to.max(CLEANUP_AT_LEAST)).await;
+    }
     let started = Instant::now();
-    for i in 0..operators {
+    for i in from..to {
         while crds
             .get_opt(&format!("memroute{i}s.{GROUP}"))
             .await?
@@ -408,7 +496,7 @@ async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<(
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
-    for i in 0..operators {
+    for i in from..to {
         let kind = format!("MemRoute{i}");
         let plural = format!("memroute{i}s");
         let mut spec = crd.data["spec"].clone();
@@ -420,7 +508,7 @@ async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<(
             .await?;
     }
     // Established before the operators load (else they wait for their retry).
-    for i in 0..operators {
+    for i in from..to {
         let name = format!("memroute{i}s.{GROUP}");
         let started = Instant::now();
         loop {
@@ -435,7 +523,7 @@ async fn create_operators(client: &Client, operators: usize) -> anyhow::Result<(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    for i in 0..operators {
+    for i in from..to {
         let mut spec = op.data["spec"].clone();
         spec["resource"] =
             json!({"apiVersion": format!("{GROUP}/v1"), "kind": format!("MemRoute{i}")});

@@ -30,6 +30,22 @@ pub fn component(file: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Where `deploy/local/guest-toolchains.sh install` put the pinned Python and JavaScript
+/// toolchains: `WASMPILOT_TOOLCHAINS`, else `toolchains/` under `WASMPILOT_CACHE` (default
+/// `~/.cache/wasmpilot`).
+pub fn guest_toolchains() -> PathBuf {
+    std::env::var_os("WASMPILOT_TOOLCHAINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("WASMPILOT_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/wasmpilot")
+                });
+            cache.join("toolchains")
+        })
+}
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -35,6 +35,12 @@ pub const OPERATOR_ANNOTATION: &str = "wasmpilot.io/operator";
 /// Annotation on a member Lease: the operators this replica runs with their resources listed
 /// (comma-separated); only those count it as a member (one whose load failed there does not).
 pub const SERVES_ANNOTATION: &str = "wasmpilot.io/serves";
+/// Annotation on a member Lease: the operators this replica has loaded and is listing the
+/// resources of, each with when it began (`name@unix-seconds`, comma-separated). For one
+/// Lease duration from then the others count it as a member of those operators (they leave
+/// its share to it rather than take every bucket while it lists); past that, not until it
+/// serves them.
+pub const LOADING_ANNOTATION: &str = "wasmpilot.io/loading";
 
 /// The bucket of a resource: the 64-bit FNV-1a hash of its namespace (so a resource, its
 /// inputs and its outputs stay together; of its name when cluster-scoped) modulo `buckets`.
@@ -328,6 +334,38 @@ fn lift_the_underloaded<'a>(
     }
 }
 
+/// The operators a member Lease's annotations say its replica serves: those it lists the
+/// resources of, and those it began listing less than `grace` ago (it is joining: its share is
+/// left to it). `None` for a Lease without them (an older replica's: every operator).
+fn served_by(
+    annotations: &BTreeMap<String, String>,
+    now: jiff::Timestamp,
+    grace: Duration,
+) -> Option<BTreeSet<String>> {
+    let serves = annotations.get(SERVES_ANNOTATION)?;
+    let mut served: BTreeSet<String> = serves
+        .split(',')
+        .filter(|o| !o.is_empty())
+        .map(str::to_string)
+        .collect();
+    let grace = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
+    let loading = annotations.get(LOADING_ANNOTATION).map(String::as_str);
+    for entry in loading.unwrap_or_default().split(',') {
+        let Some((operator, since)) = entry.rsplit_once('@') else {
+            continue;
+        };
+        let Ok(since) = since.parse::<i64>() else {
+            continue;
+        };
+        // (A clock far ahead of ours counts as expired too.)
+        let age = now.as_second().saturating_sub(since);
+        if !operator.is_empty() && age < grace && age > -grace {
+            served.insert(operator.to_string());
+        }
+    }
+    Some(served)
+}
+
 /// One operator's buckets on this replica: which are open to reconciles, the reconciles in
 /// flight per bucket, and whom to tell when one is gained.
 pub struct OperatorShard {
@@ -336,6 +374,8 @@ pub struct OperatorShard {
     state: Mutex<ShardState>,
     /// The operator's resources as its controller watches them (the weights).
     store: Mutex<Option<Store<DynamicObject>>>,
+    /// When its controller began listing the resources (created, or a store attached).
+    listing_since: Mutex<jiff::Timestamp>,
     gained: Mutex<Vec<futures::channel::mpsc::UnboundedSender<()>>>,
 }
 
@@ -373,6 +413,7 @@ impl OperatorShard {
             buckets: buckets.max(1),
             state: Mutex::default(),
             store: Mutex::default(),
+            listing_since: Mutex::new(jiff::Timestamp::now()),
             gained: Mutex::default(),
         }
     }
@@ -424,7 +465,16 @@ impl OperatorShard {
     /// controller (re)starting reconciles every resource it holds: nothing counts as handed over.
     pub fn attach_store(&self, store: Store<DynamicObject>) {
         *self.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(store);
+        *self.listing_since.lock().unwrap_or_else(|p| p.into_inner()) = jiff::Timestamp::now();
         self.lock().handed_over.clear();
+    }
+
+    /// While its controller lists the resources (no weights yet): since when.
+    fn loading_since(&self) -> Option<jiff::Timestamp> {
+        if self.weights().is_some() {
+            return None;
+        }
+        Some(*self.listing_since.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// How many resources the controller's store holds (`None` without a store).
@@ -733,14 +783,18 @@ impl Sharding {
             .map(|l| (l.name_any(), l))
             .collect();
         let (live, gone) = self.live_operators();
-        let serving: Vec<&str> = live
-            .iter()
-            .filter(|s| s.weights().is_some())
-            .map(|s| s.operator.as_str())
-            .collect();
+        let mut serving: Vec<&str> = Vec::new();
+        let mut loading: Vec<String> = Vec::new();
+        for shard in &live {
+            match shard.loading_since() {
+                None => serving.push(&shard.operator),
+                Some(since) => loading.push(format!("{}@{}", shard.operator, since.as_second())),
+            }
+        }
         self.renew_member(
             by_name.get(&member_lease_name(&self.identity)),
             &serving.join(","),
+            &loading.join(","),
             now,
         )
         .await?;
@@ -764,12 +818,7 @@ impl Sharding {
             }
             serves.insert(
                 holder.clone(),
-                lease.annotations().get(SERVES_ANNOTATION).map(|s| {
-                    s.split(',')
-                        .filter(|o| !o.is_empty())
-                        .map(str::to_string)
-                        .collect()
-                }),
+                served_by(lease.annotations(), now, self.timing.lease_duration),
             );
             members.push(holder);
         }
@@ -803,6 +852,7 @@ impl Sharding {
         &self,
         current: Option<&Lease>,
         serving: &str,
+        loading: &str,
         now: jiff::Timestamp,
     ) -> Result<(), kube::Error> {
         let name = member_lease_name(&self.identity);
@@ -816,11 +866,12 @@ impl Sharding {
         let labels = lease.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(LEASE_ROLE_LABEL.into(), "member".into());
         labels.insert(BUCKETS_LABEL.into(), self.buckets.to_string());
-        lease
+        let annotations = lease
             .metadata
             .annotations
-            .get_or_insert_with(Default::default)
-            .insert(SERVES_ANNOTATION.into(), serving.to_string());
+            .get_or_insert_with(Default::default);
+        annotations.insert(SERVES_ANNOTATION.into(), serving.to_string());
+        annotations.insert(LOADING_ANNOTATION.into(), loading.to_string());
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         if spec.holder_identity.as_deref() != Some(&self.identity) {
             spec.holder_identity = Some(self.identity.clone());
@@ -1306,6 +1357,42 @@ mod tests {
             *load.entry(m.clone()).or_insert(0) += b.weight + 1;
         }
         load
+    }
+
+    #[test]
+    fn a_member_listing_an_operator_counts_for_one_lease_duration() {
+        let now = jiff::Timestamp::from_second(1_800_000_000).expect("a valid time");
+        let grace = Duration::from_secs(15);
+        let annotations = |serves: &str, loading: &str| {
+            BTreeMap::from([
+                (SERVES_ANNOTATION.to_string(), serves.to_string()),
+                (LOADING_ANNOTATION.to_string(), loading.to_string()),
+            ])
+        };
+        let set = |names: &[&str]| -> Option<BTreeSet<String>> {
+            Some(names.iter().map(|n| n.to_string()).collect())
+        };
+        let t = now.as_second();
+        // Joining: began listing `b` 3 s ago, `c` 20 s ago (stuck: not waited for).
+        assert_eq!(
+            served_by(
+                &annotations("a", &format!("b@{},c@{}", t - 3, t - 20)),
+                now,
+                grace
+            ),
+            set(&["a", "b"])
+        );
+        // A clock far ahead, or an entry that does not parse, counts for nothing.
+        assert_eq!(
+            served_by(
+                &annotations("", &format!("d@{},e@soon,@{t},f", t + 60)),
+                now,
+                grace
+            ),
+            set(&[])
+        );
+        // An older replica's Lease, without the annotations: every operator.
+        assert_eq!(served_by(&BTreeMap::new(), now, grace), None);
     }
 
     #[test]
