@@ -73,6 +73,10 @@ const CRD: Gvk = ("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
 struct Sample {
     label: String,
     rss_mib: f64,
+    /// Anonymous memory only (`RssAnon`): the heap, stacks and workers' memories, without the
+    /// binary's code and data pages (file-backed, ~22 MiB here, shared by processes of one
+    /// binary: sharded replicas on one node share them).
+    anon_mib: f64,
     peak_mib: f64,
     ready_seconds: f64,
 }
@@ -119,21 +123,50 @@ pub async fn run(client: &Client, hosts: &[HostVariant], objects: usize) -> anyh
     };
     let native = summary(labels[0], |s| s.rss_mib).0;
     println!(
-        "{:<58} {:>24} {:>10} {:>8} {:>14}",
-        "controller", "RSS (steady), min–max", "peak RSS", "ratio", "synced after"
+        "{:<58} {:>24} {:>24} {:>10} {:>8} {:>14}",
+        "controller",
+        "RSS (steady), min–max",
+        "anonymous, min–max",
+        "peak RSS",
+        "ratio",
+        "synced after"
     );
     for label in &labels {
         let (rss, lo, hi) = summary(label, |s| s.rss_mib);
+        let (anon, anon_lo, anon_hi) = summary(label, |s| s.anon_mib);
         println!(
-            "{:<58} {:>6.0} MiB ({:>4.0}–{:<4.0}) {:>6.0} MiB {:>7.2}× {:>12.1} s",
+            "{:<58} {:>6.0} MiB ({:>4.0}–{:<4.0}) {:>6.1} MiB ({:>4.1}–{:<4.1}) {:>6.0} MiB {:>7.2}× {:>12.1} s",
             label,
             rss,
             lo,
             hi,
+            anon,
+            anon_lo,
+            anon_hi,
             summary(label, |s| s.peak_mib).0,
             rss / native,
             summary(label, |s| s.ready_seconds).0
         );
+    }
+    // Issue 32: each sharded replica against one host of the same build and flags.
+    for host in hosts.iter().filter(|h| h.replicas > 1) {
+        let Some(single) = hosts.iter().find(|h| {
+            h.replicas == 1 && h.binary == host.binary && h.args == host.args && h.env == host.env
+        }) else {
+            continue;
+        };
+        for &n in &counts {
+            let what = format!("{n} operators");
+            let (sharded, one) = (sample_label(host, &what), sample_label(single, &what));
+            if !(labels.contains(&sharded.as_str()) && labels.contains(&one.as_str())) {
+                continue;
+            }
+            println!(
+                "{sharded}: each replica / one host = {:.2}× RSS, {:.2}× anonymous",
+                summary(&sharded, |s| s.rss_mib).0 / summary(&one, |s| s.rss_mib).0,
+                summary(&sharded, |s| s.anon_mib).0 / summary(&one, |s| s.anon_mib).0,
+            );
+        }
     }
     // Goal 31.3's second half: what each operator added to the same kind costs.
     for host in hosts {
@@ -209,6 +242,7 @@ async fn measure_all(
         samples.push(Sample {
             label: "native (1 controller)".into(),
             rss_mib: rss_mib(pid),
+            anon_mib: anon_mib(pid),
             peak_mib: peak,
             ready_seconds: ready.unwrap_or(started.elapsed()).as_secs_f64(),
         });
@@ -340,6 +374,7 @@ async fn measure_host(
         measured.push(Sample {
             label: label.clone(),
             rss_mib: rss_mib(pid),
+            anon_mib: anon_mib(pid),
             peak_mib: peak,
             ready_seconds: ready.as_secs_f64(),
         });
@@ -407,16 +442,25 @@ async fn steady_rss(pid: u32) -> Option<Duration> {
     None
 }
 
+/// `RssAnon` of `pid` in MiB (0 if unreadable).
+fn anon_mib(pid: u32) -> f64 {
+    status_kib(pid, "RssAnon:") / 1024.0
+}
+
 fn rss_mib(pid: u32) -> f64 {
+    status_kib(pid, "VmRSS:") / 1024.0
+}
+
+/// A `/proc/PID/status` field in KiB (0 if unreadable).
+fn status_kib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .unwrap_or(0.0)
-        / 1024.0
 }
 
 /// The sum of the samples of a metric (`name` or `name{labels}` as the exposition prints it)
