@@ -104,7 +104,7 @@ pub async fn run(client: &Client, hosts: &[HostVariant], objects: usize) -> anyh
         .get("autoroute")
         .await
         .context("the autoroute WasmOperator")?;
-    let result = measure_all(client, hosts, objects, &counts, &namespaces).await;
+    let result = measure_all(client, hosts, objects, &counts, &namespaces, &template).await;
     cleanup(client, counts.last().copied().unwrap_or(0)).await;
     restore_template(client, &template).await?;
     delete_namespaces(client, &namespaces).await?;
@@ -202,11 +202,12 @@ async fn measure_all(
     objects: usize,
     counts: &[usize],
     namespaces: &[String],
+    template: &kube::api::DynamicObject,
 ) -> anyhow::Result<Vec<Sample>> {
     create_namespaces(client, namespaces).await?;
     // The hosts with their operators and no Deployments yet: what the objects add.
     let operators = counts.first().copied().unwrap_or(10);
-    create_operators(client, 0, operators).await?;
+    create_operators(client, template, 0, operators).await?;
     let mut idle = Vec::new();
     for (i, host) in hosts.iter().enumerate() {
         let what = format!("{operators} operators, no Deployments");
@@ -258,7 +259,7 @@ async fn measure_all(
     // More operators on the same Deployments: the growth per operator.
     let mut loaded = operators;
     for &more in &counts[1..] {
-        create_operators(client, loaded, more).await?;
+        create_operators(client, template, loaded, more).await?;
         loaded = more;
         for _ in 0..rounds() {
             for (i, host) in hosts.iter().enumerate() {
@@ -501,19 +502,20 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     Some(buf)
 }
 
-/// Operators `from..to`: copies of the AutoRoute CRD (kinds MemRoute0…) and of the deployed `autoroute`
+/// Operators `from..to`: copies of the AutoRoute CRD (kinds MemRoute0…) and of `op`, the deployed `autoroute`
 /// WasmOperator, each on its own kind, sharing its modules.
-async fn create_operators(client: &Client, from: usize, to: usize) -> anyhow::Result<()> {
+async fn create_operators(
+    client: &Client,
+    op: &kube::api::DynamicObject,
+    from: usize,
+    to: usize,
+) -> anyhow::Result<()> {
     let crds = cluster_api(client, CRD);
     let wasm_ops = cluster_api(client, WASM_OPERATOR);
     let crd = crds
         .get("autoroutes.examples.io")
         .await
         .context("the AutoRoute CRD (wasmpilot deploy examples/autoroute)")?;
-    let op = wasm_ops
-        .get("autoroute")
-        .await
-        .context("the autoroute WasmOperator")?;
     if from == 0 {
         // Exactly the operators counted loaded: the template itself goes, orphaning its module
         // ConfigMaps (owned by it) rather than letting them be collected: the copies read them.
