@@ -5,8 +5,8 @@
 //! says: `wasmpilot deploy` + `wasmpilot rbac | kubectl apply -f -` → an AutoRoute Ready,
 //! reconciled in the pod holding its bucket; 600 routes in 30 namespaces shared by the three pods
 //! (each writes 20–47 % of them, by the audit log); a pod deleted with `--grace-period=0 --force`
-//! → its buckets taken within the Lease duration, routes created meanwhile Ready, a route whose
-//! input changed meanwhile decided again; scaled to five
+//! → its buckets taken within the Lease duration, routes created meanwhile Ready, routes whose
+//! input was written or deleted meanwhile decided again; scaled to five
 //! and back to two → nothing lost; no object written by two pods; a rolling update to a new
 //! image tag loses no change; a pod reads /metrics through the metrics Service; the host's
 //! ServiceAccount cannot write what its RBAC forbids.
@@ -37,6 +37,8 @@ const ROUTES_PER_NAMESPACE: usize = 20;
 const AR: (&str, &str) = ("examples.io/v1", "AutoRoute");
 /// The Deployment made during the gap, selected by a route already Ready (`r0`).
 const GAP_INPUT: &str = "gap-input";
+/// The Deployment deleted during the gap, selected by a route Ready with it (`r1`).
+const GAP_GONE: &str = "gap-gone";
 /// A second tag of the same image, loaded by deploy/local/test.sh, for the rolling update.
 const ROLLOUT_IMAGE: &str = "ghcr.io/wasmpilot/wasmpilot:0.1.0-rollout";
 
@@ -397,16 +399,6 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         .filter(|(_, h)| **h == victim)
         .map(|(b, _)| *b)
         .collect();
-    let deleted = Instant::now();
-    kubectl(&[
-        "delete",
-        "pod",
-        "-n",
-        SYSTEM,
-        &victim,
-        "--grace-period=0",
-        "--force",
-    ])?;
     let gap: BTreeMap<String, Vec<String>> = routes
         .keys()
         .filter(|n| {
@@ -419,8 +411,34 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         .map(|n| (n.clone(), vec!["gap".to_string()]))
         .collect();
     ensure!(!gap.is_empty(), "{victim} held no namespace's bucket");
+    // A Deployment that r1 routes in each of the victim's namespaces, deleted during the gap:
+    // it leaves nothing newer behind, and the new holder must still not take r1 as settled.
+    let gone_input = common::autoroute::deployment(GAP_GONE, "r1", 8081);
+    futures::future::try_join_all(gap.keys().map(|n| apply_yaml(client, &gone_input, Some(n))))
+        .await?;
+    for n in gap.keys() {
+        wait_for(&format!("r1 in {n} routing {GAP_GONE}"), T, || {
+            r1_routes(client, n, json!([GAP_GONE]))
+        })
+        .await?;
+    }
+    let deleted = Instant::now();
+    kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        SYSTEM,
+        &victim,
+        "--grace-period=0",
+        "--force",
+    ])?;
     futures::future::try_join_all(gap.iter().map(|(n, names)| create_routes(client, n, names)))
         .await?;
+    futures::future::try_join_all(
+        gap.keys()
+            .map(|n| delete(client, "apps/v1", "Deployment", Some(n), GAP_GONE)),
+    )
+    .await?;
     // An input of a route already Ready there changes during the gap too: a Deployment its
     // selector picks (`group: r0`). Its watch event reaches the survivors while neither holds
     // the bucket; the new holder must decide r0 again rather than take it as settled.
@@ -434,6 +452,15 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
             .iter()
             .all(|b| h.get(b).cloned().flatten().is_some_and(|x| x != victim)),
         "the lost buckets were all taken before the gap's changes were made: no gap tested"
+    );
+    let gone_meanwhile = futures::future::try_join_all(
+        gap.keys()
+            .map(|n| get(client, "apps/v1", "Deployment", Some(n), GAP_GONE)),
+    )
+    .await?;
+    ensure!(
+        gone_meanwhile.iter().all(Option::is_none),
+        "{GAP_GONE} still there after the gap: its deletion was not tested"
     );
     let survivors: Vec<&str> = hosts_now.iter().copied().filter(|h| *h != victim).collect();
     wait_for(
@@ -469,10 +496,18 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
         )
         .await?;
     }
+    for n in gap.keys() {
+        wait_for(
+            &format!("r1 in {n} no longer routing {GAP_GONE}, deleted during the gap"),
+            T,
+            || r1_routes(client, n, json!([])),
+        )
+        .await?;
+    }
     n_ready_hosts(client, 3).await?;
     let _ = survivors;
     step(
-        "a pod force-deleted: its buckets taken, routes created meanwhile Ready, a route whose input changed meanwhile decided again, the pod recreated",
+        "a pod force-deleted: its buckets taken, routes created meanwhile Ready, routes whose input was written or deleted meanwhile decided again, the pod recreated",
     );
 
     // 5. Scaled to five, then to two: buckets move, nothing is lost.
@@ -524,13 +559,13 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     }
     all_ready(client, &everything, T).await?;
     if let Some(seen) = audit_writers(&spread)? {
-        // r0 in the gap's namespaces is rightly written by two pods (its status, its Gateway
-        // applied again): its input changed while no pod held it, and the new holder decided
-        // it again.
+        // r0 and r1 in the gap's namespaces are rightly written by two pods (their status,
+        // their Gateway applied again): an input of each was written or deleted while no pod
+        // held them, and the new holder decided them again.
         let doubled: Vec<_> = seen
             .iter()
             .filter(|(_, w)| w.len() > 1)
-            .filter(|((n, _, name), _)| !(gap.contains_key(n) && name == "r0"))
+            .filter(|((n, _, name), _)| !(gap.contains_key(n) && (name == "r0" || name == "r1")))
             .collect();
         eprintln!(
             "{} objects written, {} by more than one pod",
@@ -722,4 +757,17 @@ async fn pod_output(
     let logs = pods.logs(name, &Default::default()).await?;
     let _ = pods.delete(name, &DeleteParams::default()).await;
     Ok(logs)
+}
+
+/// Some(()) once route r1 in `namespace` is Ready and routes exactly `deployments`.
+async fn r1_routes(
+    client: &Client,
+    namespace: &str,
+    deployments: Value,
+) -> anyhow::Result<Option<()>> {
+    let Some(o) = get(client, AR.0, AR.1, Some(namespace), "r1").await? else {
+        return Ok(None);
+    };
+    let synced = o["status"]["syncedDeployments"] == deployments;
+    Ok((synced && o["status"]["phase"] == "Ready").then_some(()))
 }

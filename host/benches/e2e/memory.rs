@@ -67,6 +67,10 @@ fn rounds() -> usize {
 const CLEANUP_AT_LEAST: usize = 40;
 
 const GROUP: &str = "bench.wasmpilot.io";
+
+/// The metric counting the Deployments a host's operators' input caches hold.
+const DEPLOYMENTS_CACHED: &str =
+    "wasmpilot_cached_objects{kind=\"apps/v1 Deployment\",cache=\"inputs\"}";
 const CRD: Gvk = ("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
 
 /// One controller (or one replica of several) measured once.
@@ -79,6 +83,9 @@ struct Sample {
     anon_mib: f64,
     peak_mib: f64,
     ready_seconds: f64,
+    /// Deployments its operators' input caches hold once RSS is steady (a sharded replica
+    /// keeps only the namespaces of the buckets it holds).
+    cached: f64,
 }
 
 pub async fn run(client: &Client, hosts: &[HostVariant], objects: usize) -> anyhow::Result<()> {
@@ -123,19 +130,21 @@ pub async fn run(client: &Client, hosts: &[HostVariant], objects: usize) -> anyh
     };
     let native = summary(labels[0], |s| s.rss_mib).0;
     println!(
-        "{:<58} {:>24} {:>24} {:>10} {:>8} {:>14}",
+        "{:<58} {:>24} {:>24} {:>10} {:>8} {:>14} {:>22}",
         "controller",
         "RSS (steady), min–max",
         "anonymous, min–max",
         "peak RSS",
         "ratio",
-        "synced after"
+        "synced after",
+        "Deployments cached"
     );
     for label in &labels {
         let (rss, lo, hi) = summary(label, |s| s.rss_mib);
         let (anon, anon_lo, anon_hi) = summary(label, |s| s.anon_mib);
+        let (cached, cached_lo, cached_hi) = summary(label, |s| s.cached);
         println!(
-            "{:<58} {:>6.0} MiB ({:>4.0}–{:<4.0}) {:>6.1} MiB ({:>4.1}–{:<4.1}) {:>6.0} MiB {:>7.2}× {:>12.1} s",
+            "{:<58} {:>6.0} MiB ({:>4.0}–{:<4.0}) {:>6.1} MiB ({:>4.1}–{:<4.1}) {:>6.0} MiB {:>7.2}× {:>12.1} s {:>7.0} ({:>5.0}–{:<5.0})",
             label,
             rss,
             lo,
@@ -145,7 +154,10 @@ pub async fn run(client: &Client, hosts: &[HostVariant], objects: usize) -> anyh
             anon_hi,
             summary(label, |s| s.peak_mib).0,
             rss / native,
-            summary(label, |s| s.ready_seconds).0
+            summary(label, |s| s.ready_seconds).0,
+            cached,
+            cached_lo,
+            cached_hi
         );
     }
     // Issue 32: each sharded replica against one host of the same build and flags.
@@ -246,6 +258,8 @@ async fn measure_all(
             anon_mib: anon_mib(pid),
             peak_mib: peak,
             ready_seconds: ready.unwrap_or(started.elapsed()).as_secs_f64(),
+            // (Its reflector holds every Deployment; it has no metric for it.)
+            cached: objects as f64,
         });
         drop(_child);
         if round == 0 {
@@ -326,7 +340,7 @@ async fn measure_host(
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        samples.push((pid, ready, log.clone()));
+        samples.push((pid, ready, log.clone(), addr.clone()));
     }
     let mut cached = 0.0;
     for (addr, log, _) in &running {
@@ -345,11 +359,7 @@ async fn measure_host(
                 log.display()
             );
         }
-        cached += metric_sum(
-            addr,
-            "wasmpilot_cached_objects{kind=\"apps/v1 Deployment\",cache=\"inputs\"}",
-        )
-        .unwrap_or(0.0);
+        cached += metric_sum(addr, DEPLOYMENTS_CACHED).unwrap_or(0.0);
     }
     if cached < objects as f64 {
         bail!(
@@ -358,8 +368,9 @@ async fn measure_host(
         );
     }
     let mut measured = Vec::new();
-    for (pid, ready, log) in samples {
+    for (pid, ready, log, addr) in samples {
         let steady = steady_rss(pid).await;
+        let cached = metric_sum(&addr, DEPLOYMENTS_CACHED).unwrap_or(0.0);
         let ready = match ready {
             Some(r) => r,
             None => {
@@ -378,6 +389,7 @@ async fn measure_host(
             anon_mib: anon_mib(pid),
             peak_mib: peak,
             ready_seconds: ready.as_secs_f64(),
+            cached,
         });
     }
     // To look inside the hosts while they run (gdb, heaptrack's attach, /proc/PID/smaps): the

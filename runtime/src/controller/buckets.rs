@@ -788,6 +788,29 @@ impl Sharding {
         false
     }
 
+    /// Per bucket number, its [`usual_holder`] among `members` over the operators in `live`
+    /// (`None`: no member holds it for any).
+    fn usual_holders(
+        &self,
+        leases: &HashMap<String, Lease>,
+        live: &[Arc<OperatorShard>],
+        members: &[String],
+        now: jiff::Timestamp,
+    ) -> Vec<Option<String>> {
+        (0..self.buckets)
+            .map(|b| {
+                usual_holder(live.iter().filter_map(|shard| {
+                    leases
+                        .get(&bucket_lease_name(&shard.operator, b))
+                        .and_then(|l| l.spec.as_ref())
+                        .filter(|s| !self.lease_expired(s, now))
+                        .and_then(|s| s.holder_identity.as_deref())
+                        .filter(|h| members.iter().any(|m| m == h))
+                }))
+            })
+            .collect()
+    }
+
     fn lease_expired(&self, spec: &LeaseSpec, now: jiff::Timestamp) -> bool {
         let Some(MicroTime(renewed)) = spec.renew_time else {
             return true;
@@ -829,9 +852,12 @@ impl Sharding {
             .and_then(|l| served_by(l.annotations(), now, Duration::MAX))
             .unwrap_or_default();
         let announcement = self.announcement();
-        self.renew_member(own, &announcement.0, &announcement.1, now)
-            .await?;
-        *self.announced.lock().unwrap_or_else(|p| p.into_inner()) = announcement;
+        if self
+            .renew_member(own, &announcement.0, &announcement.1, now)
+            .await?
+        {
+            *self.announced.lock().unwrap_or_else(|p| p.into_inner()) = announcement;
+        }
         let mut members = vec![self.identity.clone()];
         // Per member, the operators it serves (`None`: an older replica's Lease, all of them).
         let mut serves: HashMap<String, Option<BTreeSet<String>>> = HashMap::new();
@@ -863,6 +889,7 @@ impl Sharding {
         for name in gone {
             self.release_operator(&name, None).await;
         }
+        let usual = self.usual_holders(&by_name, &live, &members, now);
         let mut pending = 0;
         for shard in live {
             let serving: Vec<String> = members
@@ -877,19 +904,21 @@ impl Sharding {
                 .collect();
             let may_acquire = mismatched.is_empty() && announced_before.contains(&shard.operator);
             pending += self
-                .follow(&shard, &by_name, &serving, may_acquire, now)
+                .follow(&shard, &by_name, &serving, &usual, may_acquire, now)
                 .await;
         }
         Ok(pending)
     }
 
+    /// Writes this replica's member Lease: renewed, with the operators it serves and loads.
+    /// False when the Lease changed since it was listed (409), so nothing was written.
     async fn renew_member(
         &self,
         current: Option<&Lease>,
         serving: &str,
         loading: &str,
         now: jiff::Timestamp,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<bool, kube::Error> {
         let name = member_lease_name(&self.identity);
         let mut lease = current.cloned().unwrap_or_else(|| Lease {
             metadata: ObjectMeta {
@@ -923,9 +952,10 @@ impl Sharding {
             None => self.api.create(&PostParams::default(), &lease).await,
         };
         match result {
-            Ok(_) => Ok(()),
-            // Written by our own previous round a moment ago: the next round renews it.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Ok(_) => Ok(true),
+            // Changed since it was listed (our own previous round's write, a moment ago): the
+            // next round renews it. Its announcement is not written, so that round comes early.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -936,6 +966,7 @@ impl Sharding {
         shard: &Arc<OperatorShard>,
         leases: &HashMap<String, Lease>,
         members: &[String],
+        usual: &[Option<String>],
         may_acquire: bool,
         now: jiff::Timestamp,
     ) -> usize {
@@ -965,12 +996,26 @@ impl Sharding {
                 }
             })
             .collect();
-        let target = assign(members, &views);
+        // Assigned as if each bucket were held where that bucket number usually is: the
+        // same number goes to the same replica for every operator (within its share).
+        let assigning: Vec<BucketView> = views
+            .iter()
+            .map(|v| BucketView {
+                holder: usual
+                    .get(v.bucket as usize)
+                    .cloned()
+                    .flatten()
+                    .filter(|h| members.contains(h))
+                    .or_else(|| v.holder.clone()),
+                ..v.clone()
+            })
+            .collect();
+        let target = assign(members, &assigning);
         self.plans.lock().unwrap_or_else(|p| p.into_inner()).insert(
             shard.operator.clone(),
             Plan {
                 members: members.to_vec(),
-                views: views.clone(),
+                views: assigning,
                 recorded: (0..self.buckets)
                     .map(|b| recorded_weight(leases.get(&bucket_lease_name(&shard.operator, b))))
                     .collect(),
@@ -1361,6 +1406,21 @@ fn recorded_weight(lease: Option<&Lease>) -> u64 {
         .unwrap_or(0)
 }
 
+/// The member holding one bucket number for the most operators (ties: first by name), from
+/// each operator's holder of it. Each operator's assignment treats it as that bucket's holder,
+/// so a replica holds the same buckets — the same namespaces — of every operator, and its
+/// caches keep a share of them rather than the union of differently placed shares.
+fn usual_holder<'a>(holders: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for h in holders {
+        *counts.entry(h).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by_key(|(h, n)| (*n, std::cmp::Reverse(*h)))
+        .map(|(h, _)| h.to_string())
+}
+
 fn conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
@@ -1568,6 +1628,78 @@ mod tests {
             to_d.iter().filter(|b| homes_of_d.contains(b)).count() * 2 >= to_d.len(),
             "the new member got {to_d:?}, its homes are {homes_of_d:?}"
         );
+    }
+
+    #[test]
+    fn operators_placed_apart_by_their_history_follow_the_usual_holder() {
+        // Seven operators hold their buckets as a fresh assignment places them; three were
+        // placed otherwise (one replica listed them first, then shed its excess): each bucket
+        // number rotated to another member.
+        let three = members(&["host-7c9f-a", "host-7c9f-b", "host-7c9f-c"]);
+        let placed = assign(&three, &views(&[0; 16], &[None; 16]));
+        let rotated: Vec<String> = placed
+            .iter()
+            .map(|m| {
+                let i = three.iter().position(|x| x == m).unwrap_or(0);
+                three[(i + 1) % 3].clone()
+            })
+            .collect();
+        let holders: Vec<&Vec<String>> = (0..10)
+            .map(|op| if op < 7 { &placed } else { &rotated })
+            .collect();
+        let usual: Vec<Option<String>> = (0..16)
+            .map(|b| usual_holder(holders.iter().map(|h| h[b].as_str())))
+            .collect();
+        assert_eq!(usual, placed.iter().cloned().map(Some).collect::<Vec<_>>());
+        assert_eq!(
+            usual_holder(["b", "a", "b", "a"]),
+            Some("a".into()),
+            "ties: first by name"
+        );
+        assert_eq!(usual_holder([]), None);
+        // Every operator, equally weighted or not, assigns as if the usual holder held each
+        // bucket: the rotated ones come back together with the others.
+        let as_usual = |weights: &[u64]| -> Vec<BucketView> {
+            weights
+                .iter()
+                .enumerate()
+                .map(|(b, w)| BucketView {
+                    bucket: b as u32,
+                    weight: *w,
+                    holder: usual[b].clone(),
+                })
+                .collect()
+        };
+        assert_eq!(assign(&three, &as_usual(&[0; 16])), placed);
+        // One operator's resources piled into a few buckets: it stays balanced (within the
+        // 85-115 % band the assignment keeps), moving only what its share requires.
+        let heavy: Vec<u64> = (0..16u64)
+            .map(|b| if b % 4 == 0 { 30 } else { 5 })
+            .collect();
+        let buckets = as_usual(&heavy);
+        let target = assign(&three, &buckets);
+        let load = loads(&target, &buckets);
+        let share = load.values().sum::<u64>() as f64 / 3.0;
+        assert!(
+            load.values()
+                .all(|l| (*l as f64) <= share * 1.15 && (*l as f64) >= share * 0.85),
+            "{load:?}"
+        );
+        let moved = (0..16).filter(|&b| target[b] != placed[b]).count();
+        assert!(
+            moved <= 8,
+            "{moved} of 16 buckets left their usual holder: {target:?}"
+        );
+        // Once there, stable: the same again.
+        let settled: Vec<BucketView> = buckets
+            .iter()
+            .zip(&target)
+            .map(|(b, m)| BucketView {
+                holder: Some(m.clone()),
+                ..b.clone()
+            })
+            .collect();
+        assert_eq!(assign(&three, &settled), target);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! (an event of an older version than the cached one is not cached).
 
 use crate::controller::buckets::CacheScope;
+use crate::controller::deletion_log::DeletionLog;
 use crate::crd::KindRef;
 use crate::kinds::ResolvedKind;
 use crate::pipeline::inputs::WorkerObject;
@@ -131,6 +132,8 @@ pub struct Informer<T: Cached> {
     /// On a sharded replica: the namespaces to keep (those of the buckets it holds).
     scope: Option<Arc<CacheScope>>,
     coverage: tokio::sync::watch::Receiver<Coverage>,
+    /// Every deletion the watch saw lately, in the scope or not (see [`DeletionLog`]).
+    deletions: Arc<DeletionLog>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -198,6 +201,8 @@ impl<T: Cached> Informer<T> {
         let (sender, writer, label) = (changes.clone(), cache.clone(), kind.kind.to_string());
         let (coverage_tx, coverage) = tokio::sync::watch::channel(Coverage::default());
         let watched_scope = scope.clone();
+        let deletions = Arc::new(DeletionLog::default());
+        let deleted = deletions.clone();
         let task = tokio::spawn(async move {
             let scope = watched_scope.as_deref();
             let mut scope_rx = scope.map(CacheScope::subscribe);
@@ -263,6 +268,11 @@ impl<T: Cached> Informer<T> {
                             }
                         }
                         Ok(watcher::Event::Delete(obj)) => {
+                            let meta = obj.meta();
+                            deleted.record(
+                                meta.namespace.as_deref(),
+                                meta.resource_version.as_deref(),
+                            );
                             if !in_scope(obj.meta()) {
                                 continue;
                             }
@@ -280,6 +290,23 @@ impl<T: Cached> Informer<T> {
                             }
                             let obj = Arc::new(keep(obj));
                             let meta = obj.meta();
+                            let cached = writer.get(
+                                meta.namespace.as_deref(),
+                                meta.name.as_deref().unwrap_or_default(),
+                            );
+                            // A relist (a watch restarted, a bucket gained) re-delivers every
+                            // object: one at the version cached is kept as cached, where it
+                            // lies, and the copy just parsed is dropped (the kept objects stay
+                            // packed rather than move between each list's short-lived pages).
+                            if let Some(cached) = cached.as_ref().filter(|c| {
+                                c.meta().resource_version.is_some()
+                                    && c.meta().resource_version == meta.resource_version
+                            }) {
+                                if let Some(listed) = relist.as_mut() {
+                                    insert_into(listed, cached.clone());
+                                }
+                                continue;
+                            }
                             if let Some(listed) = relist.as_mut() {
                                 insert_into(listed, obj.clone());
                             }
@@ -288,12 +315,7 @@ impl<T: Cached> Informer<T> {
                             {
                                 continue;
                             }
-                            // A relist after a watch restart re-delivers every object: only
-                            // those that changed meanwhile are news.
-                            let cached = writer.get(
-                                meta.namespace.as_deref(),
-                                meta.name.as_deref().unwrap_or_default(),
-                            );
+                            // Of the others, only those that changed for a subscriber are news.
                             if cached.as_ref().is_some_and(|c| obj.unchanged_from(c)) {
                                 continue;
                             }
@@ -332,8 +354,15 @@ impl<T: Cached> Informer<T> {
             keep_written,
             scope,
             coverage,
+            deletions,
             task,
         }
+    }
+
+    /// Whether an object of `namespace` (or a cluster-scoped one) may have been deleted after
+    /// `version`, in this cache's scope or not (see [`DeletionLog::deleted_after`]).
+    pub fn deleted_after(&self, namespace: Option<&str>, version: u64) -> bool {
+        self.deletions.deleted_after(namespace, version)
     }
 
     /// Whether this cache keeps the objects of `namespace` (always, unsharded).
@@ -454,6 +483,7 @@ impl<T: Cached> Informer<T> {
             keep_written,
             scope: None,
             coverage,
+            deletions: Arc::default(),
             task: tokio::spawn(async {}),
         }
     }
@@ -473,6 +503,7 @@ impl<T: Cached> Informer<T> {
             keep_written,
             scope: None,
             coverage,
+            deletions: Arc::default(),
             task: tokio::spawn(async move {
                 let _synced = synced;
                 futures::future::pending::<()>().await

@@ -3,11 +3,12 @@
 //! `schedule` paces retries, `reconcile` runs one [`crate::pipeline`] step on the cluster
 //! (`cluster_effects`, its `own_writes` waking nothing), `live_evidence` hands its worker call to
 //! the record sink and the `shadow` lane, `leader` elects the active host, `buckets` shares
-//! the resources among active replicas.
+//! the resources among active replicas (each watch's `deletion_log` covering handover gaps).
 
 pub mod buckets;
 pub mod cluster_effects;
 pub mod context;
+pub mod deletion_log;
 pub mod finalizer;
 pub mod grants;
 pub mod informers;

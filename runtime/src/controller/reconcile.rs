@@ -630,7 +630,8 @@ async fn report_error(
 }
 
 /// Whether an input the resource's current phase reads (from the caches, synced for a bucket
-/// before it opens) was written after the resource itself: its last decision may predate it.
+/// before it opens) was written — or one of its kind in the resource's namespace deleted —
+/// after the resource itself: its last decision may predate it.
 fn inputs_changed_since_written(ctx: &OperatorContext, obj: &DynamicObject) -> bool {
     let phase = obj
         .data
@@ -641,12 +642,25 @@ fn inputs_changed_since_written(ctx: &OperatorContext, obj: &DynamicObject) -> b
     let Some(phase) = phase else {
         return true;
     };
-    crate::pipeline::inputs::selected_changed_after(
+    let written = obj.metadata.resource_version.as_deref();
+    if crate::pipeline::inputs::selected_changed_after(
         &phase.inputs,
         crate::pipeline::inputs::Reader::of(obj),
         &ctx.inputs,
-        obj.metadata.resource_version.as_deref(),
-    )
+        written,
+    ) {
+        return true;
+    }
+    // One deleted meanwhile leaves nothing newer to compare: the watches' deletion logs.
+    let Some(written) = written.and_then(|v| v.parse::<u64>().ok()) else {
+        return true;
+    };
+    let namespace = obj.metadata.namespace.as_deref();
+    phase.inputs.iter().any(|input| {
+        ctx.inputs
+            .informer(input)
+            .is_none_or(|informer| informer.deleted_after(namespace, written))
+    })
 }
 
 /// A resource whose current spec has been decided and applied: its observedGeneration is its
