@@ -6,8 +6,19 @@ mod cli;
 use clap::Parser;
 use std::process::ExitCode;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Before the runtime's threads: they take their malloc arena at their first allocation.
+    wasmpilot::heap::use_one_arena();
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let cli = cli::Cli::parse();
     wasmpilot::host::init_tracing(&cli.log, cli.log_format);
     match cli.run().await {

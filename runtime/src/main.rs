@@ -39,8 +39,19 @@ enum Command {
     Crd,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Before the runtime's threads: they take their malloc arena at their first allocation.
+    wasmpilot_runtime::heap::use_one_arena();
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     wasmpilot_runtime::host::init_tracing(&cli.log, cli.log_format);
     let result = match cli.command {
