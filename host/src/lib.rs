@@ -14,8 +14,8 @@
 
 pub use wasmpilot_runtime::{
     api_client, controller, crd, definition, diff, egress, error_report, field_manager,
-    finalizer_name, heap, host, kinds, metrics, modules, pipeline, promql, rbac, redaction,
-    sandbox, worker_text, OPERATOR_LABEL, PHASE_LABEL,
+    finalizer_name, host, kinds, metrics, modules, pipeline, promql, rbac, redaction, sandbox,
+    worker_text, OPERATOR_LABEL, PHASE_LABEL,
 };
 
 pub mod authoring;

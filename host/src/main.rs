@@ -7,15 +7,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    // Before the runtime's threads: they take their malloc arena at their first allocation.
-    wasmpilot::heap::use_one_arena();
-    match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime.block_on(run()),
-        Err(e) => {
-            eprintln!("cannot start the async runtime: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    wasmpilot::host::run_main(run)
 }
 
 async fn run() -> ExitCode {

@@ -393,6 +393,22 @@ fn worker_memory_budget(flag: Option<usize>) -> Option<usize> {
     Some(budget)
 }
 
+/// Runs a binary's `main` body on a new tokio runtime, with the process's malloc set up first
+/// ([`crate::heap::use_one_arena`]: before the runtime's threads, which take their arena at
+/// their first allocation).
+pub fn run_main<F: std::future::Future<Output = std::process::ExitCode>>(
+    body: impl FnOnce() -> F,
+) -> std::process::ExitCode {
+    crate::heap::use_one_arena();
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(body()),
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

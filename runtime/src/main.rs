@@ -40,15 +40,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // Before the runtime's threads: they take their malloc arena at their first allocation.
-    wasmpilot_runtime::heap::use_one_arena();
-    match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime.block_on(run()),
-        Err(e) => {
-            eprintln!("cannot start the async runtime: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    wasmpilot_runtime::host::run_main(run)
 }
 
 async fn run() -> ExitCode {

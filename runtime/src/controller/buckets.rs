@@ -1442,6 +1442,18 @@ mod tests {
             .collect()
     }
 
+    /// `buckets` as held where `target` assigned them.
+    fn held_as(buckets: &[BucketView], target: &[String]) -> Vec<BucketView> {
+        buckets
+            .iter()
+            .zip(target)
+            .map(|(b, m)| BucketView {
+                holder: Some(m.clone()),
+                ..b.clone()
+            })
+            .collect()
+    }
+
     fn members(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| n.to_string()).collect()
     }
@@ -1612,14 +1624,7 @@ mod tests {
             .collect();
         let buckets = views(&[10; 16], &[None; 16]);
         let before = assign(&three, &buckets);
-        let held: Vec<BucketView> = buckets
-            .iter()
-            .zip(&before)
-            .map(|(b, m)| BucketView {
-                holder: Some(m.clone()),
-                ..b.clone()
-            })
-            .collect();
+        let held = held_as(&buckets, &before);
         let after = assign(&four, &held);
         let to_d: BTreeSet<u32> = (0..16u32)
             .filter(|b| after[*b as usize] == "host-7c9f-d")
@@ -1691,14 +1696,7 @@ mod tests {
             "{moved} of 16 buckets left their usual holder: {target:?}"
         );
         // Once there, stable: the same again.
-        let settled: Vec<BucketView> = buckets
-            .iter()
-            .zip(&target)
-            .map(|(b, m)| BucketView {
-                holder: Some(m.clone()),
-                ..b.clone()
-            })
-            .collect();
+        let settled = held_as(&buckets, &target);
         assert_eq!(assign(&three, &settled), target);
     }
 
@@ -1809,14 +1807,7 @@ mod tests {
             );
         }
         // Stable: the lifted assignment, held, moves nothing more.
-        let held: Vec<BucketView> = buckets
-            .iter()
-            .zip(&target)
-            .map(|(b, m)| BucketView {
-                holder: Some(m.clone()),
-                ..b.clone()
-            })
-            .collect();
+        let held = held_as(&buckets, &target);
         assert_eq!(assign(&members(&["a", "b", "c"]), &held), target);
     }
 
