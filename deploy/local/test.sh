@@ -58,6 +58,31 @@ fi
 cleanup() { if [ "$started_cluster" = 1 ]; then deploy/local/cluster.sh down || true; fi; }
 trap cleanup EXIT
 
+if [ "${WASMPILOT_USE_KUBECONFIG:-0}" != 1 ]; then
+  # The local cluster keeps its state between runs. A host left working on it (the in-cluster
+  # install of `KEEP=1 IN_CLUSTER=1 deploy/local/demo.sh` or of a hand test, or a `wasmpilot run`
+  # of KEEP=1) would reconcile the tests' operators beside the tests' own hosts; the tests refuse
+  # to start beside one (host/tests/common/cluster.rs), so stop it here. Namespaces of earlier
+  # runs' tests and benches go too: their objects would load the API server during this run.
+  step "leftovers of earlier runs on the local cluster: other hosts, test and bench namespaces"
+  for pid in $(pgrep -x wasmpilot || true); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "KUBECONFIG=$KUBECONFIG" &&
+      tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q ' run'; then
+      echo "stopping a wasmpilot host left running on this cluster (pid $pid)"
+      kill "$pid" || true
+    fi
+  done
+  if [ "$(kubectl -n wasmpilot-system get deployment wasmpilot -o 'jsonpath={.spec.replicas}' 2>/dev/null || echo 0)" != 0 ]; then
+    echo "deleting the in-cluster install's host Deployment left running (the install test makes its own)"
+    kubectl -n wasmpilot-system delete deployment wasmpilot --cascade=foreground --wait=true --timeout=120s || true
+  fi
+  leftover=$(kubectl get namespaces -o name | grep -E '^namespace/(e2e-|bench-)' || true)
+  if [ -n "$leftover" ]; then
+    echo "deleting $(echo "$leftover" | wc -l) namespace(s) of earlier tests and benches"
+    echo "$leftover" | xargs kubectl delete --wait=false >/dev/null
+  fi
+fi
+
 if [ "${WASMPILOT_USE_KUBECONFIG:-0}" != 1 ] && [ "${WASMPILOT_NODE:-1}" = 1 ]; then
   step "host image from deploy/Containerfile, loaded into the node (and a second tag for the rolling update)"
   deploy/local/image.sh 0.1.0 0.1.0-rollout

@@ -17,9 +17,85 @@ pub async fn client() -> Client {
     if std::env::var_os("KUBECONFIG").is_none() {
         panic!("KUBECONFIG is not set: end-to-end tests need a cluster. Run deploy/local/test.sh (it starts deploy/local/cluster.sh), or export KUBECONFIG for any conformant cluster.");
     }
-    wasmpilot::api_client::connect()
+    let client = wasmpilot::api_client::connect()
         .await
-        .expect("a client from KUBECONFIG")
+        .expect("a client from KUBECONFIG");
+    static NO_OTHER_HOST: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    NO_OTHER_HOST
+        .get_or_init(|| async {
+            if let Err(e) = no_other_host(&client).await {
+                panic!("{e:#}");
+            }
+        })
+        .await;
+    client
+}
+
+/// The namespace of the in-cluster install (`kubectl apply -k deploy/`).
+const INSTALL_NAMESPACE: &str = "wasmpilot-system";
+
+/// Fails when a host this test did not start works on the cluster: its pods from `kubectl apply
+/// -k deploy/`, or a process renewing a Lease in `wasmpilot-system` (the leader or a sharded
+/// member). It would reconcile the tests' operators beside the tests' own hosts. A Lease a
+/// stopped host left is waited out (once), not taken for a live host.
+async fn no_other_host(client: &Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Pod;
+    let stop =
+        "stop it first (kubectl -n wasmpilot-system scale deployment/wasmpilot --replicas=0; a \
+                `wasmpilot run` left by `KEEP=1 deploy/local/demo.sh`: kill it); \
+                deploy/local/test.sh does this itself on the local cluster";
+    let pods: Api<Pod> = Api::namespaced(client.clone(), INSTALL_NAMESPACE);
+    let running: Vec<String> = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=wasmpilot"))
+        .await
+        .context("listing the in-cluster host's pods")?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    if !running.is_empty() {
+        bail!(
+            "an in-cluster wasmpilot host is running ({}): it would reconcile the tests' operators beside the tests' hosts; {stop}",
+            running.join(", ")
+        );
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), INSTALL_NAMESPACE);
+    let live = |list: Vec<Lease>| -> Vec<(String, String, String, Duration)> {
+        let now = jiff::Timestamp::now();
+        list.into_iter()
+            .filter_map(|l| {
+                let spec = l.spec?;
+                let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
+                let renewed = spec.renew_time?.0;
+                let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+                let expires = renewed
+                    .checked_add(jiff::SignedDuration::from_secs(duration))
+                    .ok()?;
+                let left = Duration::try_from(expires.duration_since(now)).ok()?;
+                Some((l.metadata.name?, holder, renewed.to_string(), left))
+            })
+            .collect()
+    };
+    let first = live(leases.list(&ListParams::default()).await?.items);
+    let Some(wait) = first.iter().map(|l| l.3).max() else {
+        return Ok(());
+    };
+    tokio::time::sleep(wait.min(Duration::from_secs(60)) + Duration::from_secs(1)).await;
+    let renewed: Vec<String> = live(leases.list(&ListParams::default()).await?.items)
+        .into_iter()
+        .filter(|(name, _, renew, _)| first.iter().all(|f| &f.0 != name || &f.2 != renew))
+        .map(|(name, holder, _, _)| format!("{name} (held by {holder})"))
+        .collect();
+    if !renewed.is_empty() {
+        bail!(
+            "a wasmpilot host outside this test renews Leases in {INSTALL_NAMESPACE}: {}; it would reconcile the tests' operators beside the tests' hosts; {stop}",
+            renewed.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// The `wasmpilot run` process, killed when dropped; its log goes to a file.
