@@ -242,6 +242,7 @@ async fn throughput(
     );
     let operators = cluster_api(client, WASM_OPERATOR);
     for &n in sizes {
+        let inputs = SharedInputs::create(client, n).await?;
         // Native first, with the autoroute WasmOperator removed: no wasmpilot host anywhere
         // (another test's, say) may touch AutoRoutes meanwhile.
         let _ = operators
@@ -250,7 +251,8 @@ async fn throughput(
         tokio::time::sleep(Duration::from_secs(2)).await;
         let mut native_command = Command::new(std::env::current_exe()?);
         native_command.arg("--native-controller");
-        let native = measure(client, n, "native".into(), vec![native_command]).await?;
+        let native = measure(client, &inputs, "native".into(), vec![native_command]).await?;
+        print_run_as_done(n, &native);
         let mut runs = vec![native];
         for host in hosts {
             let status = Command::new(&hosts[0].binary)
@@ -263,8 +265,11 @@ async fn throughput(
             if host.shadow {
                 shadow_syncing_with_itself(&operators).await?;
             }
-            runs.push(measure(client, n, host.label.clone(), host.replica_commands()).await?);
+            let run = measure(client, &inputs, host.label.clone(), host.replica_commands()).await?;
+            print_run_as_done(n, &run);
+            runs.push(run);
         }
+        delete_namespaces(client, &inputs.namespaces).await?;
         for r in &runs {
             println!(
                 "{n:>6}  {:<30} {:>9.2} {:>11.2}× {:>14.1} {:>7.0} MiB {:>8.2} {:>14.2}",
@@ -287,6 +292,14 @@ async fn throughput(
         }
     }
     Ok(())
+}
+
+/// One controller's figures as soon as it is measured (a long run stopped early keeps them).
+fn print_run_as_done(n: usize, r: &Run) {
+    println!(
+        "        done: {n} routes, {}: {:.2} s, {:.1} requests per route, CPU {:.2} s, apiserver CPU {:.2} s",
+        r.label, r.seconds, r.requests_per_route, r.cpu_seconds, r.apiserver_cpu_seconds
+    );
 }
 
 /// Gives the deployed autoroute operator's Syncing phase a shadow: its own module.
@@ -406,38 +419,92 @@ fn apiserver_cpu() -> f64 {
         .sum()
 }
 
+/// The inputs of one throughput size, made once and shared by every controller measured at it:
+/// the namespaces and 2 Deployments per route (at 10,000 routes, creating the 20,000 took ~12
+/// min, and deleting them in the background loaded the next controller's measurement).
+struct SharedInputs {
+    namespaces: Vec<String>,
+    /// Each route's namespace and the value of its Deployments' `route` label.
+    routes: Vec<(String, String)>,
+}
+
+impl SharedInputs {
+    async fn create(client: &Client, n: usize) -> anyhow::Result<SharedInputs> {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis()
+            % 100_000;
+        let per_namespace = routes_per_namespace();
+        let namespaces: Vec<String> = (0..n.div_ceil(per_namespace))
+            .map(|i| format!("bench-{n}-{stamp}-{i}"))
+            .collect();
+        create_namespaces(client, &namespaces).await?;
+        let routes: Vec<(String, String)> = (0..n)
+            .map(|i| (namespaces[i / per_namespace].clone(), format!("r{i}")))
+            .collect();
+        // Inputs exist before the controller starts: their creation is not measured.
+        let deployments = routes.iter().flat_map(|(ns, r)| {
+            (0..2).map(move |j| (ns.clone(), deployment(&format!("{r}-d{j}"), r, 8000 + j)))
+        });
+        create_all(client, ("apps", "v1", "Deployment"), deployments, 16).await?;
+        settle_deployments(client, &namespaces).await?;
+        Ok(SharedInputs { namespaces, routes })
+    }
+
+    /// Deletes the AutoRoutes a controller made Ready and waits until they and their outputs
+    /// (Services, VirtualServices, Gateways, named after the Deployments and routes) are gone:
+    /// the next controller starts from the same inputs, on a quiet cluster.
+    async fn remove_routes(&self, client: &Client) -> anyhow::Result<()> {
+        let routes = gvk_resource(AUTOROUTE);
+        for ns in &self.namespaces {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &routes);
+            api.delete_collection(&DeleteParams::background(), &ListParams::default())
+                .await?;
+        }
+        let kinds = [
+            AUTOROUTE,
+            ("", "v1", "Service"),
+            ("networking.istio.io", "v1alpha3", "VirtualService"),
+            ("networking.istio.io", "v1alpha3", "Gateway"),
+        ];
+        let removing = Instant::now();
+        'wait: loop {
+            for kind in kinds {
+                let resource = gvk_resource(kind);
+                for ns in &self.namespaces {
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(client.clone(), ns, &resource);
+                    if !api
+                        .list(&ListParams::default().limit(1))
+                        .await?
+                        .items
+                        .is_empty()
+                    {
+                        if removing.elapsed() > Duration::from_secs(1800) {
+                            bail!("{} left in {ns} after 30 min of garbage collection", kind.2);
+                        }
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                        continue 'wait;
+                    }
+                }
+            }
+            break;
+        }
+        println!(
+            "        (routes and their outputs removed in {:.0} s)",
+            removing.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+}
+
 async fn measure(
     client: &Client,
-    n: usize,
+    inputs: &SharedInputs,
     label: String,
     controllers: Vec<Command>,
 ) -> anyhow::Result<Run> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis()
-        % 100_000;
-    let slug: String = label
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .take(24)
-        .collect::<String>()
-        .to_lowercase();
-    let per_namespace = routes_per_namespace();
-    let namespaces: Vec<String> = (0..n.div_ceil(per_namespace))
-        .map(|i| format!("bench-{slug}-{stamp}-{i}"))
-        .collect();
-    create_namespaces(client, &namespaces).await?;
-    let routes: Vec<(String, String)> = (0..n)
-        .map(|i| (namespaces[i / per_namespace].clone(), format!("r{i}")))
-        .collect();
-    // Inputs exist before the controller starts: their creation is not measured.
-    let deployments = routes.iter().flat_map(|(ns, r)| {
-        (0..2).map(move |j| (ns.clone(), deployment(&format!("{r}-d{j}"), r, 8000 + j)))
-    });
-    create_all(client, ("apps", "v1", "Deployment"), deployments, 16).await?;
-
-    settle_deployments(client, &namespaces).await?;
-
+    let (namespaces, routes, n) = (&inputs.namespaces, &inputs.routes, inputs.routes.len());
     let sharded = controllers.len() > 1;
     let mut children = Vec::new();
     for mut controller in controllers {
@@ -472,7 +539,7 @@ async fn measure(
     let give_up = Duration::from_secs(900).max(Duration::from_secs(n as u64 / 5));
     loop {
         let mut ready = 0;
-        for ns in &namespaces {
+        for ns in namespaces {
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
             ready += api
                 .list(&ListParams::default())
@@ -508,7 +575,7 @@ async fn measure(
     let apiserver_cpu_seconds = apiserver_cpu() - apiserver_before;
     let after = api_requests(client).await?;
     drop(children);
-    delete_namespaces(client, &namespaces).await?;
+    inputs.remove_routes(client).await?;
     let mut delta: Vec<(String, f64)> = after
         .iter()
         .map(|(k, v)| {
