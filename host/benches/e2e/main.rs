@@ -255,6 +255,10 @@ async fn throughput(
         print_run_as_done(n, &native);
         let mut runs = vec![native];
         for host in hosts {
+            // The previous controller's routes and outputs go before the next one starts (their
+            // garbage collection would load the API server during its measurement); after the
+            // last controller the namespaces' deletion takes them.
+            inputs.remove_routes(client).await?;
             let status = Command::new(&hosts[0].binary)
                 .args(["deploy", "--no-build", "examples/autoroute"])
                 .current_dir(root)
@@ -269,7 +273,6 @@ async fn throughput(
             print_run_as_done(n, &run);
             runs.push(run);
         }
-        delete_namespaces(client, &inputs.namespaces).await?;
         for r in &runs {
             println!(
                 "{n:>6}  {:<30} {:>9.2} {:>11.2}× {:>14.1} {:>7.0} MiB {:>8.2} {:>14.2}",
@@ -290,6 +293,7 @@ async fn throughput(
                 .collect();
             println!("        {:<30} per route: {}", r.label, top.join(", "));
         }
+        delete_namespaces(client, &inputs.namespaces).await?;
     }
     Ok(())
 }
@@ -575,7 +579,6 @@ async fn measure(
     let apiserver_cpu_seconds = apiserver_cpu() - apiserver_before;
     let after = api_requests(client).await?;
     drop(children);
-    inputs.remove_routes(client).await?;
     let mut delta: Vec<(String, f64)> = after
         .iter()
         .map(|(k, v)| {
