@@ -251,7 +251,8 @@ async fn throughput(
         tokio::time::sleep(Duration::from_secs(2)).await;
         let mut native_command = Command::new(std::env::current_exe()?);
         native_command.arg("--native-controller");
-        let native = measure(client, &inputs, "native".into(), vec![native_command]).await?;
+        let native = measure(client, &inputs, "native".into(), vec![native_command]).await;
+        let native = inputs.removed_on_error(client, native).await?;
         print_run_as_done(n, &native);
         let mut runs = vec![native];
         for host in hosts {
@@ -269,7 +270,8 @@ async fn throughput(
             if host.shadow {
                 shadow_syncing_with_itself(&operators).await?;
             }
-            let run = measure(client, &inputs, host.label.clone(), host.replica_commands()).await?;
+            let run = measure(client, &inputs, host.label.clone(), host.replica_commands()).await;
+            let run = inputs.removed_on_error(client, run).await?;
             print_run_as_done(n, &run);
             runs.push(run);
         }
@@ -458,6 +460,19 @@ impl SharedInputs {
     /// Deletes the AutoRoutes a controller made Ready and waits until they and their outputs
     /// (Services, VirtualServices, Gateways, named after the Deployments and routes) are gone:
     /// the next controller starts from the same inputs, on a quiet cluster.
+    /// A failed measurement (routes not Ready in time, say) still deletes the size's namespaces:
+    /// 20,000 Deployments left behind would load the next run's cluster.
+    async fn removed_on_error<T>(
+        &self,
+        client: &Client,
+        result: anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        if result.is_err() {
+            let _ = delete_namespaces(client, &self.namespaces).await;
+        }
+        result
+    }
+
     async fn remove_routes(&self, client: &Client) -> anyhow::Result<()> {
         let routes = gvk_resource(AUTOROUTE);
         for ns in &self.namespaces {
