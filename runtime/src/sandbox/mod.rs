@@ -1017,6 +1017,80 @@ mod tests {
         );
     }
 
+    /// The vendored wasmtime builds a function reference from a per-module table of entry
+    /// points and a per-instance text start (`third_party/README.md`). Two dynamically linked
+    /// "libraries" fill a shared table from element segments at imported offsets, as
+    /// componentize-py's CPython does; every slot must call its own function, in every fresh
+    /// instance, with imported functions shifting the function indices.
+    #[test]
+    fn table_slots_filled_at_instantiation_call_their_own_functions() {
+        let mut config = Config::new();
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(instance_pool(
+            &SandboxLimits::default(),
+            DEFAULT_KEEP_RESIDENT,
+        )));
+        let engine = Engine::new(&config).expect("engine");
+        let table_module = wasmtime::Module::new(
+            &engine,
+            wat::parse_str(r#"(module (table (export "table") 200 funcref))"#).expect("wat"),
+        )
+        .expect("table module");
+        // `count` functions returning `seed + i`, placed in the table at the imported base; an
+        // imported function first, and one more function that never escapes.
+        let library = |seed: i32, count: i32| {
+            let funcs: String = (0..count)
+                .map(|i| format!("(func $f{i} (result i32) i32.const {})\n", seed + i))
+                .collect();
+            let names: String = (0..count).map(|i| format!(" $f{i}")).collect();
+            let wat = format!(
+                r#"(module
+                    (import "host" "ignored" (func $ignored))
+                    (import "env" "table" (table 200 funcref))
+                    (import "env" "base" (global $base i32))
+                    (type $ret (func (result i32)))
+                    (func $private (result i32) i32.const -1)
+                    {funcs}
+                    (elem (global.get $base) func{names})
+                    (func (export "slot") (param $i i32) (result i32)
+                      (call_indirect (type $ret) (i32.add (local.get $i) (global.get $base)))))"#
+            );
+            wasmtime::Module::new(&engine, wat::parse_str(&wat).expect("wat")).expect("library")
+        };
+        let (first, second) = (library(1000, 60), library(5000, 40));
+        for round in 0..3 {
+            let mut store = Store::new(&engine, ());
+            let table = wasmtime::Instance::new(&mut store, &table_module, &[])
+                .expect("table instance")
+                .get_table(&mut store, "table")
+                .expect("table");
+            let ignored = wasmtime::Func::wrap(&mut store, || {});
+            for (module, base, seed, count) in [(&first, 3, 1000, 60), (&second, 100, 5000, 40)] {
+                let base = wasmtime::Global::new(
+                    &mut store,
+                    wasmtime::GlobalType::new(wasmtime::ValType::I32, wasmtime::Mutability::Const),
+                    wasmtime::Val::I32(base),
+                )
+                .expect("global");
+                let instance = wasmtime::Instance::new(
+                    &mut store,
+                    module,
+                    &[ignored.into(), table.into(), base.into()],
+                )
+                .expect("library instance");
+                let slot = instance
+                    .get_typed_func::<i32, i32>(&mut store, "slot")
+                    .expect("slot");
+                for i in 0..count {
+                    assert_eq!(
+                        slot.call(&mut store, i).expect("calls"),
+                        seed + i,
+                        "round {round}, slot {i} of the library seeded {seed}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn limits_that_cannot_fit_the_worker_memory_budget_are_refused() {
         let limits = SandboxLimits {

@@ -8,6 +8,7 @@ use crate::{code_memory::CodeMemory, type_registry::TypeCollection};
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::ops::{Add, Range, Sub};
+use core::ptr::NonNull;
 use wasmtime_core::error::OutOfMemory;
 #[cfg(feature = "component-model")]
 use wasmtime_environ::component::ComponentTypes;
@@ -426,6 +427,13 @@ impl<'a> ModuleWithCode<'a> {
     /// Provide the Module wrapped in this tuple.
     pub fn module(&self) -> &'a Module {
         self.module
+    }
+
+    /// wasmpilot patch: the start of the text section that `function`'s ranges index, for a
+    /// caller that keeps the ranges itself (`Instance::initialize_defined_funcref`).
+    pub(crate) fn function_text_start(&self) -> Option<crate::vm::SendSyncPtr<u8>> {
+        let text = self.store_code.text();
+        Some(crate::vm::SendSyncPtr::new(NonNull::new(text.as_ptr().cast_mut())?))
     }
 
     /// Returns the slice in the text section of the function that

@@ -19,7 +19,8 @@ use core::ptr::NonNull;
 use std::{fs::File, path::Path};
 use wasmparser::{Parser, ValidPayload, Validator};
 use wasmtime_environ::{
-    CompiledFunctionsTable, CompiledModuleInfo, EntityIndex, FuncKey, HostPtr, ModuleTypes,
+    CompiledFunctionsTable, CompiledModuleInfo, DefinedFuncIndex, EntityIndex, FuncKey, HostPtr,
+    ModuleTypes,
     ObjectKind, StaticModuleIndex, TypeTrace, VMOffsets, VMSharedTypeIndex, WasmChecksum,
 };
 mod registry;
@@ -151,6 +152,13 @@ struct ModuleInner {
     /// instantiated.
     memory_images: OnceLock<Option<ModuleMemoryImages>>,
 
+    /// wasmpilot patch: where each defined function's two entry points (array-call trampoline,
+    /// wasm-call body) start in this module's text section, indexed by `DefinedFuncIndex`,
+    /// looked up once per module rather than once per `VMFuncRef` of every instance. A
+    /// dynamically linked component (componentize-py's CPython) fills thousands of table
+    /// slots in its start-up code, each through `Instance::get_func_ref`.
+    func_ref_code: OnceLock<Vec<FuncRefCode>>,
+
     /// Flag indicating whether this module can be serialized or not.
     #[cfg(any(feature = "cranelift", feature = "winch"))]
     serializable: bool,
@@ -160,6 +168,21 @@ struct ModuleInner {
 
     /// The checksum of the source binary from which this module was compiled.
     checksum: WasmChecksum,
+}
+
+/// wasmpilot patch: a defined function's entry points as offsets into its module's text section
+/// (see `Module::func_ref_code`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct FuncRefCode {
+    pub(crate) array_call: u32,
+    pub(crate) wasm_call: u32,
+}
+
+impl FuncRefCode {
+    const ABSENT: FuncRefCode = FuncRefCode {
+        array_call: u32::MAX,
+        wasm_call: u32::MAX,
+    };
 }
 
 impl fmt::Debug for Module {
@@ -553,6 +576,7 @@ impl Module {
                 engine: engine.clone(),
                 code,
                 memory_images: OnceLock::new(),
+                func_ref_code: OnceLock::new(),
                 module,
                 #[cfg(any(feature = "cranelift", feature = "winch"))]
                 serializable,
@@ -643,6 +667,39 @@ impl Module {
 
     pub(crate) fn compiled_module(&self) -> &CompiledModule {
         &self.inner.module
+    }
+
+    /// wasmpilot patch: the text-section offsets of a defined function's array-call trampoline
+    /// and wasm-call body, from a table built at the first call for this module. `None` when
+    /// the function has no array-call trampoline (it never escapes, so no `VMFuncRef` is made).
+    pub(crate) fn func_ref_code(&self, index: DefinedFuncIndex) -> Option<FuncRefCode> {
+        let table = self.inner.func_ref_code.get_or_init(|| {
+            let compiled = self.compiled_module();
+            let module_index = compiled.module().module_index;
+            let num_defined = compiled.module().num_defined_funcs();
+            let mut table = Vec::with_capacity(num_defined);
+            for i in 0..num_defined {
+                let def_index = DefinedFuncIndex::from_u32(u32::try_from(i).unwrap());
+                let array = compiled
+                    .index()
+                    .func_loc(FuncKey::ArrayToWasmTrampoline(module_index, def_index));
+                let wasm = compiled
+                    .index()
+                    .func_loc(FuncKey::DefinedWasmFunction(module_index, def_index));
+                table.push(match (array, wasm) {
+                    (Some(array), Some(wasm)) => FuncRefCode {
+                        array_call: array.start,
+                        wasm_call: wasm.start,
+                    },
+                    _ => FuncRefCode::ABSENT,
+                });
+            }
+            table
+        });
+        table
+            .get(index.as_u32() as usize)
+            .copied()
+            .filter(|code| *code != FuncRefCode::ABSENT)
     }
 
     pub(crate) fn engine_code(&self) -> &Arc<EngineCode> {
