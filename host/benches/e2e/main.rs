@@ -457,9 +457,6 @@ impl SharedInputs {
         Ok(SharedInputs { namespaces, routes })
     }
 
-    /// Deletes the AutoRoutes a controller made Ready and waits until they and their outputs
-    /// (Services, VirtualServices, Gateways, named after the Deployments and routes) are gone:
-    /// the next controller starts from the same inputs, on a quiet cluster.
     /// A failed measurement (routes not Ready in time, say) still deletes the size's namespaces:
     /// 20,000 Deployments left behind would load the next run's cluster.
     async fn removed_on_error<T>(
@@ -473,6 +470,9 @@ impl SharedInputs {
         result
     }
 
+    /// Deletes the AutoRoutes a controller made Ready and waits until they and their outputs
+    /// (Services, VirtualServices, Gateways, named after the Deployments and routes) are gone:
+    /// the next controller starts from the same inputs, on a quiet cluster.
     async fn remove_routes(&self, client: &Client) -> anyhow::Result<()> {
         let routes = gvk_resource(AUTOROUTE);
         for ns in &self.namespaces {
