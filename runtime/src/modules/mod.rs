@@ -482,7 +482,7 @@ impl ModuleCache {
             let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
             tracing::info!(%digest, source = %source.display, elapsed_ms, "loaded compiled module from the compile cache (ConfigMap unchanged since verified)");
         }
-        self.lock().insert(digest.clone(), component.clone());
+        let component = self.keep_first(&digest, component);
         Some((source.display, digest, component))
     }
 
@@ -593,8 +593,18 @@ impl ModuleCache {
                 c
             }
         };
-        self.lock().insert(digest.clone(), compiled.clone());
+        let compiled = self.keep_first(&digest, compiled);
         Ok((source_name, digest, compiled))
+    }
+
+    /// The component kept for `digest`: the one already there if another load of the same digest
+    /// finished first (operators starting together each read the disk cache), else `component`.
+    /// One copy per digest stays mapped and parsed, however many operators or phases use it.
+    fn keep_first(&self, digest: &str, component: Component) -> Component {
+        self.lock()
+            .entry(digest.to_string())
+            .or_insert(component)
+            .clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Component>> {
@@ -941,6 +951,43 @@ mod tests {
             b"raw"
         );
         assert!(maybe_gunzip("t", "m.wasm.gz", b"not gzip".to_vec()).is_err());
+    }
+
+    /// Operators starting together load the same digest from the disk cache at once, each load
+    /// mapping and parsing its own copy: only one may stay, and every later load gets it.
+    #[tokio::test]
+    async fn loads_of_one_digest_racing_keep_one_copy() {
+        // The smallest valid component: magic, component version 0x0d, layer 1, no sections.
+        const EMPTY_COMPONENT: &[u8] = &[0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::write(dir.path().join("m.wasm"), EMPTY_COMPONENT).expect("the module written");
+        let r = ModuleRef {
+            file: Some(FileModule {
+                path: "m.wasm".into(),
+                sha256: None,
+            }),
+            ..Default::default()
+        };
+        let sandbox = Sandbox::new(Default::default()).expect("a sandbox");
+        let modules = ModuleCache::new(sandbox.clone(), None, Some(dir.path().to_path_buf()))
+            .with_compile_cache(Some(dir.path().join("compiled")));
+        let digest = digest_of(EMPTY_COMPONENT);
+        // Two loads that both missed the map: two copies from the disk cache, both alive.
+        let disk =
+            CompileCache::open(&dir.path().join("compiled"), sandbox.engine()).expect("cache");
+        disk.compile_and_store(sandbox.engine(), &digest, EMPTY_COMPONENT)
+            .expect("compiled");
+        let first = disk.load(sandbox.engine(), &digest).expect("first copy");
+        let second = disk.load(sandbox.engine(), &digest).expect("second copy");
+        assert_ne!(first.image_range(), second.image_range(), "two copies");
+        let kept_first = modules.keep_first(&digest, first.clone());
+        let kept_second = modules.keep_first(&digest, second);
+        assert_eq!(kept_first.image_range(), first.image_range());
+        assert_eq!(kept_second.image_range(), first.image_range());
+        // A load through the module reference finds it too.
+        let (_, loaded_digest, loaded) = modules.component(&r).await.expect("loaded");
+        assert_eq!(loaded_digest, digest);
+        assert_eq!(loaded.image_range(), first.image_range());
     }
 
     #[test]
