@@ -471,8 +471,11 @@ impl SharedInputs {
     }
 
     /// Deletes the AutoRoutes a controller made Ready and waits until they and their outputs
-    /// (Services, VirtualServices, Gateways, named after the Deployments and routes) are gone:
-    /// the next controller starts from the same inputs, on a quiet cluster.
+    /// (Services, VirtualServices, Gateways, named after the Deployments and routes) are gone,
+    /// and with them what the control plane made for those Services (Endpoints, EndpointSlices):
+    /// the next controller starts from the same inputs, on a quiet cluster. Without the last two,
+    /// the garbage collector was still deleting the previous controller's EndpointSlices (a GET
+    /// of each owner Service, then a DELETE) in the next one's measurement.
     async fn remove_routes(&self, client: &Client) -> anyhow::Result<()> {
         let routes = gvk_resource(AUTOROUTE);
         for ns in &self.namespaces {
@@ -480,19 +483,23 @@ impl SharedInputs {
             api.delete_collection(&DeleteParams::background(), &ListParams::default())
                 .await?;
         }
-        let kinds = [
+        let mut kinds: Vec<ApiResource> = [
             AUTOROUTE,
             ("", "v1", "Service"),
             ("networking.istio.io", "v1alpha3", "VirtualService"),
             ("networking.istio.io", "v1alpha3", "Gateway"),
-        ];
+            ("", "v1", "Endpoints"),
+        ]
+        .into_iter()
+        .map(gvk_resource)
+        .collect();
+        kinds.extend(endpoint_slices(client).await?);
         let removing = Instant::now();
         'wait: loop {
-            for kind in kinds {
-                let resource = gvk_resource(kind);
+            for resource in &kinds {
                 for ns in &self.namespaces {
                     let api: Api<DynamicObject> =
-                        Api::namespaced_with(client.clone(), ns, &resource);
+                        Api::namespaced_with(client.clone(), ns, resource);
                     if !api
                         .list(&ListParams::default().limit(1))
                         .await?
@@ -500,7 +507,10 @@ impl SharedInputs {
                         .is_empty()
                     {
                         if removing.elapsed() > Duration::from_secs(1800) {
-                            bail!("{} left in {ns} after 30 min of garbage collection", kind.2);
+                            bail!(
+                                "{} left in {ns} after 30 min of garbage collection",
+                                resource.kind
+                            );
                         }
                         tokio::time::sleep(Duration::from_secs(3)).await;
                         continue 'wait;
@@ -683,6 +693,21 @@ pub(crate) async fn delete_namespaces(
 pub(crate) type Gvk = (&'static str, &'static str, &'static str);
 pub(crate) const AUTOROUTE: Gvk = ("examples.io", "v1", "AutoRoute");
 pub(crate) const WASM_OPERATOR: Gvk = ("wasmpilot.io", "v1alpha1", "WasmOperator");
+
+/// EndpointSlices as this cluster serves them (`discovery.k8s.io/v1` from Kubernetes 1.21,
+/// `v1beta1` before), or none on a cluster without them.
+async fn endpoint_slices(client: &Client) -> anyhow::Result<Option<ApiResource>> {
+    let group = match kube::discovery::group(client, "discovery.k8s.io").await {
+        Ok(group) => group,
+        Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(group
+        .recommended_kind("EndpointSlice")
+        .map(|(resource, _)| resource))
+}
 
 pub(crate) fn gvk_resource((group, version, kind): Gvk) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
