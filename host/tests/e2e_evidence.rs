@@ -168,6 +168,24 @@ async fn scenario(
         counts["different"] == 0 && counts["errors"] == 0,
         "an identical shadow differed: {counts}"
     );
+    // The candidate's component, used by no worker since the swapped-out controller drained,
+    // leaves the host's memory (it was there: its shadow runs were counted above).
+    wait_for(
+        "the host to forget the candidate's component",
+        T,
+        || async {
+            let log = std::fs::read_to_string(host_log)?;
+            Ok(log
+                .lines()
+                .any(|l| l.contains("forgot a compiled module") && l.contains(&candidate_digest))
+                .then_some(()))
+        },
+    )
+    .await?;
+    ensure!(
+        http_get(addr, "/metrics")?.contains("wasmpilot_modules_in_memory "),
+        "/metrics has the gauge of components in memory"
+    );
     ensure!(
         shadow_metric(addr, "different")? == different_before,
         "differences counted after the identical shadow took over"

@@ -263,6 +263,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let sandbox = Sandbox::new(limits)?;
     let modules = Arc::new(
         ModuleCache::new(sandbox, Some(client.clone()), args.module_dir)
+            .forgetting_unused()
             .with_egress(egress.clone())
             .with_compile_cache_limited(
                 crate::modules::compile_cache_dir(args.cache_dir, args.no_cache),

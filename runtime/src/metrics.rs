@@ -89,6 +89,8 @@ pub struct Metrics {
     pub reconciles_in_flight: Gauge,
     pub worker_calls_waiting: Gauge,
     pub operators_running: Gauge,
+    /// Compiled components in memory: one per digest some worker (live, draining or shadow) uses.
+    pub modules_in_memory: Gauge,
     pub records_written: Counter,
     pub records_dropped: Family<DropLabels, Counter>,
     pub shadow_decisions: Family<ShadowLabels, Counter>,
@@ -161,6 +163,12 @@ impl Metrics {
             "operators_running",
             "WasmOperators with a running controller",
             operators_running.clone(),
+        );
+        let modules_in_memory = Gauge::default();
+        registry.register(
+            "modules_in_memory",
+            "Compiled components held in memory, one per module digest in use",
+            modules_in_memory.clone(),
         );
         let records_written = Counter::default();
         registry.register(
@@ -249,6 +257,7 @@ impl Metrics {
             reconciles_in_flight,
             worker_calls_waiting,
             operators_running,
+            modules_in_memory,
         }
     }
 

@@ -334,10 +334,8 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::modules::EMPTY_COMPONENT;
     use wasmtime::Config;
-
-    /// The smallest valid component: magic, component version 0x0d, layer 1, no sections.
-    const EMPTY_COMPONENT: &[u8] = &[0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
 
     fn engine(epoch: bool) -> Engine {
         let mut config = Config::new();

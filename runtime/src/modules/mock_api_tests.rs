@@ -6,8 +6,6 @@ use crate::mock_api_server::{scripted, Exchange};
 use http::{Method, StatusCode};
 use serde_json::json;
 
-/// The smallest component (no imports, no exports): enough to compile and cache.
-const EMPTY_COMPONENT: &[u8] = &[0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
 const PATH: &str = "/api/v1/namespaces/wasmpilot-system/configmaps/probe-module";
 
 fn reference(sha256: &str) -> ModuleRef {
@@ -78,8 +76,8 @@ async fn a_restarted_host_reads_only_the_metadata_of_an_unchanged_config_map_mod
     // First start: nothing recorded yet, so the ConfigMap is read in full and verified.
     let (client, server) = scripted(vec![metadata_only("7"), full("7", EMPTY_COMPONENT)]);
     let first = cache(client, dir.path());
-    let (_, loaded, _) = first.component(&reference(&digest)).await.expect("loaded");
-    assert_eq!(loaded, digest);
+    let loaded = first.component(&reference(&digest)).await.expect("loaded");
+    assert_eq!(loaded.digest, digest);
     assert_eq!(first.stats().compiled, 1);
     drop(first);
     server.await.expect("the scripted API server");
@@ -87,11 +85,11 @@ async fn a_restarted_host_reads_only_the_metadata_of_an_unchanged_config_map_mod
     // Restart, ConfigMap unchanged: its metadata only, the component from the compile cache.
     let (client, server) = scripted(vec![metadata_only("7")]);
     let restarted = cache(client, dir.path());
-    let (_, loaded, _) = restarted
+    let loaded = restarted
         .component(&reference(&digest))
         .await
         .expect("loaded");
-    assert_eq!(loaded, digest);
+    assert_eq!(loaded.digest, digest);
     assert_eq!(restarted.stats().loaded_from_disk, 1);
     assert_eq!(restarted.stats().compiled, 0);
     drop(restarted);
@@ -116,7 +114,7 @@ async fn an_edited_config_map_is_read_again_and_a_tampered_one_refused() {
     let error = restarted
         .component(&reference(&digest))
         .await
-        .map(|(source, digest, _)| (source, digest))
+        .map(|c| (c.source_name, c.digest))
         .expect_err("a digest mismatch");
     assert!(
         matches!(error, ModuleError::DigestMismatch { .. }),
@@ -132,7 +130,7 @@ async fn an_edited_config_map_is_read_again_and_a_tampered_one_refused() {
     let error = repinned
         .component(&reference(&other))
         .await
-        .map(|(source, digest, _)| (source, digest))
+        .map(|c| (c.source_name, c.digest))
         .expect_err("a digest mismatch");
     assert!(
         matches!(error, ModuleError::DigestMismatch { .. }),

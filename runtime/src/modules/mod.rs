@@ -20,9 +20,14 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use wasmtime::component::Component;
+
+/// The smallest valid component (magic, component version 0x0d, layer 1, no sections, no imports,
+/// no exports): enough to compile and cache, for the tests of this module and its parts.
+#[cfg(test)]
+pub(crate) const EMPTY_COMPONENT: &[u8] = &[0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
 
 /// Namespace that holds module ConfigMaps and pull Secrets when the reference names none.
 pub const DEFAULT_MODULE_NAMESPACE: &str = "wasmpilot-system";
@@ -287,12 +292,72 @@ pub struct CacheStats {
     pub loaded_from_disk: usize,
 }
 
+/// The compiled components in memory, by digest.
+type Listing = Mutex<HashMap<String, Listed>>;
+
+/// A compiled component in memory and the workers made from it.
+struct Listed {
+    component: Component,
+    /// Gone once the last worker made from the component is dropped.
+    users: Weak<ComponentInUse>,
+}
+
+/// Held by every worker made from a cached component ([`PhaseModule::holding`]). When the last
+/// one is dropped, a cache that forgets unused components ([`ModuleCache::forgetting_unused`])
+/// drops the component: its code, its memory images and its pool slots' affinity go with it.
+pub struct ComponentInUse {
+    digest: String,
+    /// The cache's listing, when it forgets unused components.
+    listing: Option<Weak<Listing>>,
+}
+
+impl Drop for ComponentInUse {
+    fn drop(&mut self) {
+        let Some(listing) = self.listing.as_ref().and_then(Weak::upgrade) else {
+            return;
+        };
+        let forgotten = {
+            let mut listed = lock_listing(&listing);
+            // Another worker may have been made from it since this one's count reached zero.
+            if listed
+                .get(&self.digest)
+                .is_some_and(|l| l.users.strong_count() == 0)
+            {
+                crate::metrics::METRICS.modules_in_memory.dec();
+                listed.remove(&self.digest)
+            } else {
+                None
+            }
+        };
+        if forgotten.is_some() {
+            tracing::info!(digest = %self.digest, "forgot a compiled module: no operator uses it any more");
+        }
+    }
+}
+
+fn lock_listing(listing: &Listing) -> std::sync::MutexGuard<'_, HashMap<String, Listed>> {
+    listing.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A compiled component as the cache hands it out.
+struct CachedComponent {
+    /// Where it was read from (for messages).
+    source_name: String,
+    digest: String,
+    component: Component,
+    /// Keeps it listed while the worker made from it lives.
+    in_use: Arc<ComponentInUse>,
+}
+
 /// Fetches, verifies and compiles modules; compiled components are shared by digest.
 pub struct ModuleCache {
     sandbox: Arc<Sandbox>,
     client: Option<Client>,
     module_dir: Option<PathBuf>,
-    compiled: Mutex<HashMap<String, Component>>,
+    compiled: Arc<Listing>,
+    /// Whether a component no worker uses any more is dropped (the host), or kept until the
+    /// cache is (the CLI's tools, which make a worker per step from the same few modules).
+    forget_unused: bool,
     /// One compile at a time: Cranelift already uses every core for one, and each compile peaks
     /// at 300–400 MiB, so modules loaded together wait here (loading a cached one does not).
     compiling: Arc<tokio::sync::Semaphore>,
@@ -315,7 +380,8 @@ impl ModuleCache {
             sandbox,
             client,
             module_dir,
-            compiled: Mutex::new(HashMap::new()),
+            compiled: Arc::new(Mutex::new(HashMap::new())),
+            forget_unused: false,
             compiling: Arc::new(tokio::sync::Semaphore::new(1)),
             fetching: tokio::sync::Semaphore::new(FETCH_BUDGET_MIB as usize),
             disk: None,
@@ -353,6 +419,21 @@ impl ModuleCache {
             },
         );
         self
+    }
+
+    /// Drops a compiled component once no worker made from it is left (see [`ComponentInUse`]):
+    /// a host whose operators change modules keeps only the ones in use. Loading one again
+    /// reads the disk cache; without a disk cache, every component is kept.
+    pub fn forgetting_unused(mut self) -> Self {
+        self.forget_unused = true;
+        self
+    }
+
+    /// The digests of the compiled components held in memory (for tests and diagnostics).
+    pub fn digests_in_memory(&self) -> Vec<String> {
+        let mut digests: Vec<String> = self.lock().keys().cloned().collect();
+        digests.sort();
+        digests
     }
 
     /// Lets `url` modules use plain `http://` (tests with an in-process server). Not reachable
@@ -397,21 +478,23 @@ impl ModuleCache {
     }
 
     pub async fn phase(&self, r: &ModuleRef) -> Result<PhaseModule, ModuleError> {
-        let (name, digest, component) = self.component(r).await?;
+        let c = self.component(r).await?;
         self.sandbox
-            .phase_module(&digest, &component)
+            .phase_module(&c.digest, &c.component)
+            .map(|m| m.holding(c.in_use))
             .map_err(|error| ModuleError::Load {
-                source_name: name,
+                source_name: c.source_name,
                 error,
             })
     }
 
     pub async fn finalizer(&self, r: &ModuleRef) -> Result<FinalizerModule, ModuleError> {
-        let (name, digest, component) = self.component(r).await?;
+        let c = self.component(r).await?;
         self.sandbox
-            .finalizer_module(&digest, &component)
+            .finalizer_module(&c.digest, &c.component)
+            .map(|m| m.holding(c.in_use))
             .map_err(|error| ModuleError::Load {
-                source_name: name,
+                source_name: c.source_name,
                 error,
             })
     }
@@ -449,7 +532,7 @@ impl ModuleCache {
     /// content was verified against the same pin (see [`config_map_versions`]): their metadata
     /// is read, not the component. `None` sends the caller to the full fetch, which also reports
     /// whatever went wrong here.
-    async fn unchanged_config_map(&self, r: &ModuleRef) -> Option<(String, String, Component)> {
+    async fn unchanged_config_map(&self, r: &ModuleRef) -> Option<CachedComponent> {
         let cm = r.config_map.as_ref()?;
         if r.sources().len() != 1 {
             return None;
@@ -465,8 +548,8 @@ impl ModuleCache {
         let digest = self
             .config_map_versions
             .verified(&source.display, &versions, &pinned)?;
-        if let Some(c) = self.lock().get(&digest) {
-            return Some((source.display, digest, c.clone()));
+        if let Some(c) = self.in_memory(source.display.clone(), &digest) {
+            return Some(c);
         }
         let started = Instant::now();
         let (disk, engine, key) = (
@@ -482,8 +565,7 @@ impl ModuleCache {
             let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
             tracing::info!(%digest, source = %source.display, elapsed_ms, "loaded compiled module from the compile cache (ConfigMap unchanged since verified)");
         }
-        let component = self.keep_first(&digest, component);
-        Some((source.display, digest, component))
+        Some(self.keep_first(source.display, &digest, component))
     }
 
     fn config_map_api(&self, source: &ConfigMapSource) -> Result<Api<ConfigMap>, ModuleError> {
@@ -493,8 +575,8 @@ impl ModuleCache {
         Ok(Api::namespaced(client, &source.namespace))
     }
 
-    /// Returns (source name, digest, compiled component).
-    async fn component(&self, r: &ModuleRef) -> Result<(String, String, Component), ModuleError> {
+    /// The compiled component `r` names: from memory, the disk cache, or fetched and compiled.
+    async fn component(&self, r: &ModuleRef) -> Result<CachedComponent, ModuleError> {
         if let Some(found) = self.unchanged_config_map(r).await {
             return Ok(found);
         }
@@ -533,8 +615,8 @@ impl ModuleCache {
                     .record(&source_name, versions, &digest);
             }
         }
-        if let Some(c) = self.lock().get(&digest) {
-            return Ok((source_name, digest, c.clone()));
+        if let Some(c) = self.in_memory(source_name.clone(), &digest) {
+            return Ok(c);
         }
         let started = Instant::now();
         let load_error = |error| ModuleError::Load {
@@ -562,8 +644,8 @@ impl ModuleCache {
                     .await
                     .map_err(|e| load_error(LoadError::Compile(e.to_string())))?;
                 // Compiled by another load while this one waited for the permit?
-                if let Some(c) = self.lock().get(&digest) {
-                    return Ok((source_name, digest, c.clone()));
+                if let Some(c) = self.in_memory(source_name.clone(), &digest) {
+                    return Ok(c);
                 }
                 self.compile(&digest, bytes, permit)
                     .await
@@ -593,22 +675,66 @@ impl ModuleCache {
                 c
             }
         };
-        let compiled = self.keep_first(&digest, compiled);
-        Ok((source_name, digest, compiled))
+        Ok(self.keep_first(source_name, &digest, compiled))
+    }
+
+    /// The component of `digest` if it is in memory, with a hold on it.
+    fn in_memory(&self, source_name: String, digest: &str) -> Option<CachedComponent> {
+        let mut listed = self.lock();
+        let entry = listed.get_mut(digest)?;
+        let in_use = self.hold(digest, entry);
+        Some(CachedComponent {
+            source_name,
+            digest: digest.to_string(),
+            component: entry.component.clone(),
+            in_use,
+        })
     }
 
     /// The component kept for `digest`: the one already there if another load of the same digest
     /// finished first (operators starting together each read the disk cache), else `component`.
     /// One copy per digest stays mapped and parsed, however many operators or phases use it.
-    fn keep_first(&self, digest: &str, component: Component) -> Component {
-        self.lock()
-            .entry(digest.to_string())
-            .or_insert(component)
-            .clone()
+    fn keep_first(
+        &self,
+        source_name: String,
+        digest: &str,
+        component: Component,
+    ) -> CachedComponent {
+        let mut listed = self.lock();
+        let entry = listed.entry(digest.to_string()).or_insert_with(|| {
+            crate::metrics::METRICS.modules_in_memory.inc();
+            Listed {
+                component,
+                users: Weak::new(),
+            }
+        });
+        let in_use = self.hold(digest, entry);
+        CachedComponent {
+            source_name,
+            digest: digest.to_string(),
+            component: entry.component.clone(),
+            in_use,
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Component>> {
-        self.compiled.lock().unwrap_or_else(|p| p.into_inner())
+    /// A hold on `entry` (the listing is locked): the current one, or a new one when its last
+    /// worker is gone (whose drop, waiting for the lock, then finds it in use again).
+    fn hold(&self, digest: &str, entry: &mut Listed) -> Arc<ComponentInUse> {
+        if let Some(in_use) = entry.users.upgrade() {
+            return in_use;
+        }
+        let in_use = Arc::new(ComponentInUse {
+            digest: digest.to_string(),
+            // Without a disk cache, loading a forgotten one again would compile it again.
+            listing: (self.forget_unused && self.disk.is_some())
+                .then(|| Arc::downgrade(&self.compiled)),
+        });
+        entry.users = Arc::downgrade(&in_use);
+        in_use
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Listed>> {
+        lock_listing(&self.compiled)
     }
 
     /// Compiles `bytes` (whose digest is `digest`) off the async threads, through the disk cache
@@ -805,6 +931,14 @@ impl ModuleCache {
     }
 }
 
+impl Drop for ModuleCache {
+    fn drop(&mut self) {
+        crate::metrics::METRICS
+            .modules_in_memory
+            .dec_by(self.lock().len() as i64);
+    }
+}
+
 /// `sha256:0123456789ab…`: enough to tell components apart in progress lines.
 fn short_digest(digest: &str) -> String {
     match digest.get(..19) {
@@ -953,12 +1087,9 @@ mod tests {
         assert!(maybe_gunzip("t", "m.wasm.gz", b"not gzip".to_vec()).is_err());
     }
 
-    /// Operators starting together load the same digest from the disk cache at once, each load
-    /// mapping and parsing its own copy: only one may stay, and every later load gets it.
-    #[tokio::test]
-    async fn loads_of_one_digest_racing_keep_one_copy() {
-        // The smallest valid component: magic, component version 0x0d, layer 1, no sections.
-        const EMPTY_COMPONENT: &[u8] = &[0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+    /// A file module of [`EMPTY_COMPONENT`] in a fresh directory, and a cache of it (the compile
+    /// cache in the same directory), forgetting unused components or not.
+    fn empty_module(forget_unused: bool) -> (tempfile::TempDir, ModuleRef, ModuleCache) {
         let dir = tempfile::tempdir().expect("a temporary directory");
         std::fs::write(dir.path().join("m.wasm"), EMPTY_COMPONENT).expect("the module written");
         let r = ModuleRef {
@@ -969,8 +1100,20 @@ mod tests {
             ..Default::default()
         };
         let sandbox = Sandbox::new(Default::default()).expect("a sandbox");
-        let modules = ModuleCache::new(sandbox.clone(), None, Some(dir.path().to_path_buf()))
+        let mut modules = ModuleCache::new(sandbox, None, Some(dir.path().to_path_buf()))
             .with_compile_cache(Some(dir.path().join("compiled")));
+        if forget_unused {
+            modules = modules.forgetting_unused();
+        }
+        (dir, r, modules)
+    }
+
+    /// Operators starting together load the same digest from the disk cache at once, each load
+    /// mapping and parsing its own copy: only one may stay, and every later load gets it.
+    #[tokio::test]
+    async fn loads_of_one_digest_racing_keep_one_copy() {
+        let (dir, r, modules) = empty_module(false);
+        let sandbox = modules.sandbox().clone();
         let digest = digest_of(EMPTY_COMPONENT);
         // Two loads that both missed the map: two copies from the disk cache, both alive.
         let disk =
@@ -980,14 +1123,70 @@ mod tests {
         let first = disk.load(sandbox.engine(), &digest).expect("first copy");
         let second = disk.load(sandbox.engine(), &digest).expect("second copy");
         assert_ne!(first.image_range(), second.image_range(), "two copies");
-        let kept_first = modules.keep_first(&digest, first.clone());
-        let kept_second = modules.keep_first(&digest, second);
-        assert_eq!(kept_first.image_range(), first.image_range());
-        assert_eq!(kept_second.image_range(), first.image_range());
+        let kept_first = modules.keep_first("a".into(), &digest, first.clone());
+        let kept_second = modules.keep_first("b".into(), &digest, second);
+        assert_eq!(kept_first.component.image_range(), first.image_range());
+        assert_eq!(kept_second.component.image_range(), first.image_range());
         // A load through the module reference finds it too.
-        let (_, loaded_digest, loaded) = modules.component(&r).await.expect("loaded");
-        assert_eq!(loaded_digest, digest);
-        assert_eq!(loaded.image_range(), first.image_range());
+        let loaded = modules.component(&r).await.expect("loaded");
+        assert_eq!(loaded.digest, digest);
+        assert_eq!(loaded.component.image_range(), first.image_range());
+    }
+
+    /// A host whose operators moved to other modules keeps only the components still in use: the
+    /// last worker of a digest dropped, it leaves memory; a worker still holding it keeps it.
+    #[tokio::test]
+    async fn a_component_no_worker_uses_leaves_memory() {
+        let (_dir, r, modules) = empty_module(true);
+        let digest = digest_of(EMPTY_COMPONENT);
+        let first = modules.component(&r).await.expect("loaded");
+        let second = modules.component(&r).await.expect("loaded again");
+        assert_eq!(modules.stats().compiled, 1);
+        assert_eq!(modules.digests_in_memory(), std::slice::from_ref(&digest));
+        assert_eq!(
+            first.component.image_range(),
+            second.component.image_range(),
+            "one copy while both are held"
+        );
+        drop(first);
+        assert_eq!(
+            modules.digests_in_memory(),
+            std::slice::from_ref(&digest),
+            "still used by the second"
+        );
+        drop(second);
+        assert!(
+            modules.digests_in_memory().is_empty(),
+            "forgotten with its last user"
+        );
+        // Needed again: read back from the disk cache, not compiled.
+        let again = modules.component(&r).await.expect("loaded once more");
+        assert_eq!(modules.digests_in_memory(), [digest]);
+        assert_eq!(
+            modules.stats(),
+            CacheStats {
+                compiled: 1,
+                loaded_from_disk: 1
+            }
+        );
+        drop(again);
+    }
+
+    /// The CLI's tools make a worker per step from the same modules: their cache keeps a
+    /// component when its workers are gone, so no step reads or compiles it again.
+    #[tokio::test]
+    async fn a_cache_that_keeps_components_keeps_an_unused_one() {
+        let (_dir, r, modules) = empty_module(false);
+        drop(modules.component(&r).await.expect("loaded"));
+        assert_eq!(modules.digests_in_memory(), [digest_of(EMPTY_COMPONENT)]);
+        drop(modules.component(&r).await.expect("loaded again"));
+        assert_eq!(
+            modules.stats(),
+            CacheStats {
+                compiled: 1,
+                loaded_from_disk: 0
+            }
+        );
     }
 
     #[test]

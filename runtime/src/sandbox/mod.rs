@@ -347,6 +347,9 @@ pub struct PhaseModule {
     pub limits: CallLimits,
     pub randomness: Randomness,
     pre: PhasePre<HostState>,
+    /// Whatever keeps the component listed in its cache while this module lives (see
+    /// `modules::ComponentInUse`).
+    held: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// A finalizer component ready to be instantiated per call, with the limits of its calls.
@@ -356,12 +359,21 @@ pub struct FinalizerModule {
     pub limits: CallLimits,
     pub randomness: Randomness,
     pre: FinalizerPre<HostState>,
+    /// Whatever keeps the component listed in its cache while this module lives (see
+    /// `modules::ComponentInUse`).
+    held: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl PhaseModule {
     /// The same component with other limits (see [`Sandbox::call_limits`]).
     pub fn with_limits(mut self, limits: CallLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Keeps `hold` (its cache's hold on the component) as long as this module or a clone lives.
+    pub fn holding(mut self, hold: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        self.held = Some(hold);
         self
     }
 
@@ -379,6 +391,12 @@ impl FinalizerModule {
 
     pub fn with_randomness(mut self, randomness: Randomness) -> Self {
         self.randomness = randomness;
+        self
+    }
+
+    /// Keeps `hold` (its cache's hold on the component) as long as this module or a clone lives.
+    pub fn holding(mut self, hold: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        self.held = Some(hold);
         self
     }
 }
@@ -541,6 +559,7 @@ impl Sandbox {
             limits: self.call_limits(&LimitOverride::default()),
             randomness: Randomness::default(),
             pre,
+            held: None,
         })
     }
 
@@ -558,6 +577,7 @@ impl Sandbox {
             limits: self.call_limits(&LimitOverride::default()),
             randomness: Randomness::default(),
             pre,
+            held: None,
         })
     }
 
