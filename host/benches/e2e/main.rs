@@ -51,6 +51,14 @@ struct Run {
     cpu_seconds: f64,
     /// The API server's CPU over the same interval (on 2 cores, often the bound).
     apiserver_cpu_seconds: f64,
+    /// When the bench had created every route (their creation is part of the time measured).
+    created_seconds: f64,
+    /// How many routes were Ready at the first count after that.
+    ready_when_created: usize,
+    /// When half of the routes were Ready.
+    half_ready_seconds: f64,
+    /// Every local cluster process's CPU over the same interval, and the bench's own.
+    cluster_cpu_seconds: BTreeMap<&'static str, f64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -295,6 +303,9 @@ async fn throughput(
                 .collect();
             println!("        {:<30} per route: {}", r.label, top.join(", "));
         }
+        for r in &runs {
+            print_where_the_time_goes(r);
+        }
         delete_namespaces(client, &inputs.namespaces).await?;
     }
     Ok(())
@@ -305,6 +316,31 @@ fn print_run_as_done(n: usize, r: &Run) {
     println!(
         "        done: {n} routes, {}: {:.2} s, {:.1} requests per route, CPU {:.2} s, apiserver CPU {:.2} s",
         r.label, r.seconds, r.requests_per_route, r.cpu_seconds, r.apiserver_cpu_seconds
+    );
+    print_where_the_time_goes(r);
+}
+
+/// When the routes were created and half Ready, and every process's CPU against the machine's
+/// (on 2 cores the whole cluster shares them: a controller cannot be faster than what is left).
+fn print_where_the_time_goes(r: &Run) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let others: f64 = r.cluster_cpu_seconds.values().sum();
+    let used = others + r.cpu_seconds;
+    let parts: Vec<String> = r
+        .cluster_cpu_seconds
+        .iter()
+        .filter(|(_, s)| **s >= 0.05)
+        .map(|(name, s)| format!("{name} {s:.1}"))
+        .collect();
+    println!(
+        "        {}: all created at {:.1} s ({} Ready then), half Ready at {:.1} s; CPU s: controller {:.1}, {}; {:.0} % of {cores} cores",
+        r.label,
+        r.created_seconds,
+        r.ready_when_created,
+        r.half_ready_seconds,
+        r.cpu_seconds,
+        parts.join(", "),
+        100.0 * used / (cores * r.seconds.max(f64::EPSILON)),
     );
 }
 
@@ -410,19 +446,45 @@ impl Drop for Killed {
     }
 }
 
-/// The CPU seconds the local kube-apiserver has used (0 when it is not a process here).
-fn apiserver_cpu() -> f64 {
-    let Ok(out) = Command::new("pgrep")
-        .args(["-x", "kube-apiserver"])
-        .output()
-    else {
-        return 0.0;
+/// The local cluster's processes whose CPU a run reports (none is there on a remote cluster).
+const CLUSTER_PROCESSES: [&str; 6] = [
+    "kube-apiserver",
+    "etcd",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+];
+
+/// The CPU seconds each local cluster process has used so far (by its name; several processes
+/// of one name add up), and the bench's own under "bench".
+fn cluster_cpu() -> BTreeMap<&'static str, f64> {
+    let mut used: BTreeMap<&'static str, f64> = BTreeMap::new();
+    used.insert("bench", proc_stats(std::process::id()).1);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return used;
     };
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter_map(|p| p.parse::<u32>().ok())
-        .map(|pid| proc_stats(pid).1)
-        .sum()
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+            continue;
+        };
+        // The kernel keeps 15 bytes of a process's name.
+        let comm = comm.trim_end();
+        if let Some(name) = CLUSTER_PROCESSES
+            .iter()
+            .find(|n| !comm.is_empty() && n.as_bytes()[..n.len().min(15)] == *comm.as_bytes())
+        {
+            *used.entry(name).or_default() += proc_stats(pid).1;
+        }
+    }
+    used
 }
 
 /// The inputs of one throughput size, made once and shared by every controller measured at it:
@@ -551,7 +613,7 @@ async fn measure(
     tokio::time::sleep(Duration::from_secs(if sharded { 15 } else { 3 })).await;
 
     let before = api_requests(client).await?;
-    let apiserver_before = apiserver_cpu();
+    let cluster_before = cluster_cpu();
     let cpu_before: f64 = pids.iter().map(|p| proc_stats(*p).1).sum();
     let start = Instant::now();
     let autoroutes = routes.iter().map(|(ns, r)| {
@@ -560,6 +622,8 @@ async fn measure(
         (ns.clone(), obj)
     });
     create_all(client, AUTOROUTE, autoroutes, 16).await?;
+    let created_seconds = start.elapsed().as_secs_f64();
+    let (mut ready_when_created, mut half_ready_seconds) = (None, None);
     let ar = gvk_resource(AUTOROUTE);
     // Counting lists every route: every 250 ms up to 1,000 routes, less often above (at
     // 10,000 the lists every 250 ms loaded the API server so that native had 6,716 Ready
@@ -583,6 +647,10 @@ async fn measure(
                 })
                 .count();
         }
+        ready_when_created.get_or_insert(ready);
+        if ready * 2 >= n {
+            half_ready_seconds.get_or_insert(start.elapsed().as_secs_f64());
+        }
         if ready == n {
             break;
         }
@@ -601,7 +669,14 @@ async fn measure(
     // controller's since its start, as before.
     let cpu_seconds =
         stats.iter().map(|s| s.1).sum::<f64>() - if sharded { cpu_before } else { 0.0 };
-    let apiserver_cpu_seconds = apiserver_cpu() - apiserver_before;
+    let cluster_cpu_seconds: BTreeMap<&'static str, f64> = cluster_cpu()
+        .into_iter()
+        .map(|(name, s)| (name, s - cluster_before.get(name).copied().unwrap_or(0.0)))
+        .collect();
+    let apiserver_cpu_seconds = cluster_cpu_seconds
+        .get("kube-apiserver")
+        .copied()
+        .unwrap_or(0.0);
     let after = api_requests(client).await?;
     drop(children);
     let mut delta: Vec<(String, f64)> = after
@@ -634,6 +709,10 @@ async fn measure(
         peak_rss_mib,
         cpu_seconds,
         apiserver_cpu_seconds,
+        created_seconds,
+        ready_when_created: ready_when_created.unwrap_or(0),
+        half_ready_seconds: half_ready_seconds.unwrap_or(seconds),
+        cluster_cpu_seconds,
     })
 }
 

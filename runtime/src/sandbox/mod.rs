@@ -340,6 +340,10 @@ pub enum Randomness {
     Host,
 }
 
+/// Whatever keeps a component listed in its cache while a module made from it lives (see
+/// `modules::ComponentInUse`); opaque here, so the sandbox does not depend on the cache.
+pub type CacheHold = Arc<dyn std::any::Any + Send + Sync>;
+
 /// A phase component ready to be instantiated per call, with the limits of its calls.
 #[derive(Clone)]
 pub struct PhaseModule {
@@ -349,7 +353,7 @@ pub struct PhaseModule {
     pre: PhasePre<HostState>,
     /// Whatever keeps the component listed in its cache while this module lives (see
     /// `modules::ComponentInUse`).
-    held: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    held: Option<CacheHold>,
 }
 
 /// A finalizer component ready to be instantiated per call, with the limits of its calls.
@@ -361,7 +365,7 @@ pub struct FinalizerModule {
     pre: FinalizerPre<HostState>,
     /// Whatever keeps the component listed in its cache while this module lives (see
     /// `modules::ComponentInUse`).
-    held: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    held: Option<CacheHold>,
 }
 
 impl PhaseModule {
@@ -372,7 +376,7 @@ impl PhaseModule {
     }
 
     /// Keeps `hold` (its cache's hold on the component) as long as this module or a clone lives.
-    pub fn holding(mut self, hold: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+    pub fn holding(mut self, hold: CacheHold) -> Self {
         self.held = Some(hold);
         self
     }
@@ -395,7 +399,7 @@ impl FinalizerModule {
     }
 
     /// Keeps `hold` (its cache's hold on the component) as long as this module or a clone lives.
-    pub fn holding(mut self, hold: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+    pub fn holding(mut self, hold: CacheHold) -> Self {
         self.held = Some(hold);
         self
     }
