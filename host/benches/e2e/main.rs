@@ -303,9 +303,6 @@ async fn throughput(
                 .collect();
             println!("        {:<30} per route: {}", r.label, top.join(", "));
         }
-        for r in &runs {
-            print_where_the_time_goes(r);
-        }
         delete_namespaces(client, &inputs.namespaces).await?;
     }
     Ok(())
