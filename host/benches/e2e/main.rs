@@ -49,8 +49,6 @@ struct Run {
     peak_rss_mib: f64,
     /// CPU of all its processes.
     cpu_seconds: f64,
-    /// The API server's CPU over the same interval (on 2 cores, often the bound).
-    apiserver_cpu_seconds: f64,
     /// When the bench had created every route (their creation is part of the time measured).
     created_seconds: f64,
     /// How many routes were Ready at the first count after that.
@@ -59,6 +57,16 @@ struct Run {
     half_ready_seconds: f64,
     /// Every local cluster process's CPU over the same interval, and the bench's own.
     cluster_cpu_seconds: BTreeMap<&'static str, f64>,
+}
+
+impl Run {
+    /// The API server's CPU over the same interval (on 2 cores, often the bound).
+    fn apiserver_cpu_seconds(&self) -> f64 {
+        self.cluster_cpu_seconds
+            .get("kube-apiserver")
+            .copied()
+            .unwrap_or(0.0)
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -292,7 +300,7 @@ async fn throughput(
                 r.requests_per_route,
                 r.peak_rss_mib,
                 r.cpu_seconds,
-                r.apiserver_cpu_seconds
+                r.apiserver_cpu_seconds()
             );
         }
         for r in &runs {
@@ -312,7 +320,7 @@ async fn throughput(
 fn print_run_as_done(n: usize, r: &Run) {
     println!(
         "        done: {n} routes, {}: {:.2} s, {:.1} requests per route, CPU {:.2} s, apiserver CPU {:.2} s",
-        r.label, r.seconds, r.requests_per_route, r.cpu_seconds, r.apiserver_cpu_seconds
+        r.label, r.seconds, r.requests_per_route, r.cpu_seconds, r.apiserver_cpu_seconds()
     );
     print_where_the_time_goes(r);
 }
@@ -670,10 +678,6 @@ async fn measure(
         .into_iter()
         .map(|(name, s)| (name, s - cluster_before.get(name).copied().unwrap_or(0.0)))
         .collect();
-    let apiserver_cpu_seconds = cluster_cpu_seconds
-        .get("kube-apiserver")
-        .copied()
-        .unwrap_or(0.0);
     let after = api_requests(client).await?;
     drop(children);
     let mut delta: Vec<(String, f64)> = after
@@ -705,7 +709,6 @@ async fn measure(
         top_requests: delta,
         peak_rss_mib,
         cpu_seconds,
-        apiserver_cpu_seconds,
         created_seconds,
         ready_when_created: ready_when_created.unwrap_or(0),
         half_ready_seconds: half_ready_seconds.unwrap_or(seconds),
