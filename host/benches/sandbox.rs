@@ -308,12 +308,16 @@ impl Cache {
 }
 
 impl ObjectSource for Cache {
-    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+    fn worker_objects(
+        &self,
+        input: &InputSpec,
+        wanted: &inputs::Wanted<'_>,
+    ) -> Vec<Arc<WorkerObject>> {
         match &self.kept {
             Some(kept) => kept
                 .get_or_init(|| inputs::worker_objects_of(&self.objects, input, None))
                 .clone(),
-            None => inputs::worker_objects_of(&self.objects, input, namespace),
+            None => inputs::worker_objects_of(&self.objects, input, wanted.namespace),
         }
     }
 }

@@ -134,13 +134,17 @@ impl LabelSelector {
     /// when the selector requires no label value (only NotIn, Exists, DoesNotExist, or empty).
     /// An index of selectors by label finds every selector an object may match through it.
     pub fn required_values(&self) -> Option<(&str, &[String])> {
-        self.requirements
-            .iter()
-            .filter_map(|(key, op)| match op {
-                Operator::In(values) => Some((key.as_str(), values.as_slice())),
-                _ => None,
-            })
-            .min_by_key(|(_, values)| values.len())
+        self.required().min_by_key(|(_, values)| values.len())
+    }
+
+    /// Every label this selector requires a value of, with the values it may have there (its
+    /// `In` requirements and `matchLabels` entries): an index of objects by label finds every
+    /// object the selector may match through any one of them.
+    pub fn required(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.requirements.iter().filter_map(|(key, op)| match op {
+            Operator::In(values) => Some((key.as_str(), values.as_slice())),
+            _ => None,
+        })
     }
 
     pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {

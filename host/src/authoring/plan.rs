@@ -377,10 +377,11 @@ impl outputs::ExistingObjects for ListedObjects {
             .cloned()
     }
 
-    fn each_in_namespace(
+    fn each_maybe_controlled_by(
         &self,
         kind: &KindRef,
         namespace: Option<&str>,
+        _controller: &str,
         visit: &mut dyn FnMut(&kube::api::ObjectMeta),
     ) {
         for m in self.0.get(kind).into_iter().flatten() {

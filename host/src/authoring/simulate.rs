@@ -173,10 +173,11 @@ impl ExistingObjects for World {
         meta_of(self.objects.get(&key)?)
     }
 
-    fn each_in_namespace(
+    fn each_maybe_controlled_by(
         &self,
         kind: &KindRef,
         namespace: Option<&str>,
+        _controller: &str,
         visit: &mut dyn FnMut(&ObjectMeta),
     ) {
         for ((k, ns, _), object) in &self.objects {

@@ -8,7 +8,7 @@ use crate::controller::schedule::Backoff;
 use crate::crd::{InputSpec, KindRef};
 use crate::definition::OperatorDefinition;
 use crate::kinds::ResolvedKind;
-use crate::pipeline::inputs::{ObjectSource, WorkerObject};
+use crate::pipeline::inputs::{ObjectSource, Wanted, WorkerObject};
 use crate::pipeline::outputs;
 use crate::pipeline::ReconcileError;
 use crate::sandbox::{FinalizerModule, PhaseModule, Sandbox};
@@ -153,14 +153,17 @@ impl InputCaches {
 }
 
 impl ObjectSource for InputCaches {
-    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+    fn worker_objects(&self, input: &InputSpec, wanted: &Wanted<'_>) -> Vec<Arc<WorkerObject>> {
         let Some(informer) = self.informer(input) else {
             return Vec::new();
         };
-        let mut objects = informer.cache.in_namespace(namespace);
+        let mut objects = informer.cache.candidates(wanted);
         // Cluster-scoped objects (indexed under "") are visible to namespaced resources too.
-        if namespace.is_some_and(|ns| !ns.is_empty()) {
-            objects.extend(informer.cache.in_namespace(Some("")));
+        if wanted.namespace.is_some_and(|ns| !ns.is_empty()) {
+            objects.extend(informer.cache.candidates(&Wanted {
+                namespace: Some(""),
+                ..*wanted
+            }));
         }
         objects
     }
@@ -196,14 +199,20 @@ impl outputs::ExistingObjects for OutputCaches {
         Some(found.metadata.clone())
     }
 
-    fn each_in_namespace(
+    fn each_maybe_controlled_by(
         &self,
         kind: &KindRef,
         namespace: Option<&str>,
+        controller: &str,
         visit: &mut dyn FnMut(&kube::api::ObjectMeta),
     ) {
         if let Some(informer) = self.0.get(kind) {
-            for m in informer.cache.in_namespace(namespace) {
+            let wanted = Wanted {
+                namespace,
+                controller: Some(controller),
+                selector: None,
+            };
+            for m in informer.cache.candidates(&wanted) {
                 visit(&m.metadata);
             }
         }

@@ -21,8 +21,10 @@
 
 use crate::controller::buckets::CacheScope;
 use crate::controller::deletion_log::DeletionLog;
+use crate::controller::object_index::{Indexed, ObjectIndex};
 use crate::crd::KindRef;
 use crate::kinds::ResolvedKind;
+use crate::pipeline::inputs::Wanted;
 use crate::pipeline::inputs::WorkerObject;
 use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -31,7 +33,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -50,7 +52,7 @@ pub type ObjectInformer = Informer<WorkerObject>;
 pub type MetadataInformer = Informer<PartialObjectMeta<DynamicObject>>;
 
 /// What an informer keeps per object: anything that knows its metadata.
-pub trait Cached: Send + Sync + 'static {
+pub trait Cached: Indexed + Send + Sync + 'static {
     /// Whether a write this host made is announced to subscribers when it enters the cache
     /// (see [`Informer::wrote`]); else only its watch event is.
     const ANNOUNCE_OWN_WRITES: bool;
@@ -58,7 +60,8 @@ pub trait Cached: Send + Sync + 'static {
     /// The `cache` label of `wasmpilot_cached_objects` for this kind of cache.
     const CACHE: &'static str;
 
-    fn meta(&self) -> &ObjectMeta;
+    /// Whether the cache indexes its objects by label too (not only by controller).
+    const INDEX_LABELS: bool;
 
     /// Whether an update from `previous` to `self` concerns no subscriber (then it is cached
     /// but not broadcast).
@@ -69,10 +72,8 @@ impl Cached for WorkerObject {
     /// Announced at once: the watch event that follows is then no news (the same JSON).
     const ANNOUNCE_OWN_WRITES: bool = true;
     const CACHE: &'static str = "inputs";
-
-    fn meta(&self) -> &ObjectMeta {
-        self.metadata()
-    }
+    /// Inputs are selected by label.
+    const INDEX_LABELS: bool = true;
 
     fn unchanged_from(&self, previous: &Self) -> bool {
         self.same_for_workers(previous)
@@ -85,14 +86,24 @@ impl Cached for PartialObjectMeta<DynamicObject> {
     /// version, announced by its watch event.
     const ANNOUNCE_OWN_WRITES: bool = false;
     const CACHE: &'static str = "outputs";
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
+    /// Output metadata is read by controller (pruning) and by name.
+    const INDEX_LABELS: bool = false;
 
     /// Output metadata: every update is news (pruning and owner requeues read it).
     fn unchanged_from(&self, _previous: &Self) -> bool {
         false
+    }
+}
+
+impl Indexed for WorkerObject {
+    fn meta(&self) -> &ObjectMeta {
+        self.metadata()
+    }
+}
+
+impl Indexed for PartialObjectMeta<DynamicObject> {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
     }
 }
 
@@ -219,7 +230,7 @@ impl<T: Cached> Informer<T> {
                 .boxed();
                 // A (re)list is collected apart and replaces the cache when complete, as
                 // kube-runtime's reflector does: readers never see a half-listed cache.
-                let mut relist: Option<ByNamespace<T>> = None;
+                let mut relist: Option<ObjectIndex<T>> = None;
                 let mut kept = kept;
                 loop {
                     let listed = coverage_tx.borrow().listed && relist.is_none();
@@ -281,7 +292,7 @@ impl<T: Cached> Informer<T> {
                             Change::new(obj, None)
                         }
                         Ok(watcher::Event::Init) => {
-                            relist = Some(ByNamespace::new());
+                            relist = Some(ObjectIndex::new(T::INDEX_LABELS));
                             continue;
                         }
                         Ok(watcher::Event::InitApply(obj)) => {
@@ -303,12 +314,12 @@ impl<T: Cached> Informer<T> {
                                     && c.meta().resource_version == meta.resource_version
                             }) {
                                 if let Some(listed) = relist.as_mut() {
-                                    insert_into(listed, cached.clone());
+                                    listed.insert(cached.clone());
                                 }
                                 continue;
                             }
                             if let Some(listed) = relist.as_mut() {
-                                insert_into(listed, obj.clone());
+                                listed.insert(obj.clone());
                             }
                             if before.listed
                                 && !keeps(scope, before.kept.as_deref(), meta.namespace.as_deref())
@@ -512,76 +523,58 @@ impl<T: Cached> Informer<T> {
     }
 }
 
-/// Objects by namespace (`""`: cluster-scoped) and name.
-type ByNamespace<T> = HashMap<String, BTreeMap<String, Arc<T>>>;
-
-/// Caches `obj`, returning the object it replaces.
-fn insert_into<T: Cached>(map: &mut ByNamespace<T>, obj: Arc<T>) -> Option<Arc<T>> {
-    let meta = obj.meta();
-    let (ns, name) = (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    );
-    map.entry(ns).or_default().insert(name, obj)
-}
-
-/// An informer's objects, indexed by namespace: a reconcile reads its own namespace's objects,
-/// not every object of the kind.
+/// An informer's objects, indexed by namespace, controller and label ([`ObjectIndex`]): a
+/// reconcile reads the candidates for its resource, not every object of the kind.
 pub struct Cache<T> {
-    objects: RwLock<ByNamespace<T>>,
+    objects: RwLock<ObjectIndex<T>>,
     /// Counts the objects held (shared with the caches of the same kind: they add up).
     gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
-impl<T> Default for Cache<T> {
+impl<T: Cached> Default for Cache<T> {
     fn default() -> Self {
-        Cache {
-            objects: RwLock::new(HashMap::new()),
-            gauge: Default::default(),
-        }
+        Self::counted(Default::default())
     }
 }
 
 impl<T> Drop for Cache<T> {
     fn drop(&mut self) {
         let objects = self.objects.get_mut().unwrap_or_else(|p| p.into_inner());
-        self.gauge.dec_by(count(objects));
+        self.gauge.dec_by(objects.len() as i64);
     }
-}
-
-/// Objects in a namespace index.
-fn count<T>(objects: &ByNamespace<T>) -> i64 {
-    objects.values().map(|m| m.len() as i64).sum()
 }
 
 impl<T: Cached> Cache<T> {
     /// An empty cache whose size `gauge` follows.
     fn counted(gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
         Cache {
-            objects: RwLock::new(HashMap::new()),
+            objects: RwLock::new(ObjectIndex::new(T::INDEX_LABELS)),
             gauge,
         }
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, ObjectIndex<T>> {
+        self.objects.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ObjectIndex<T>> {
+        self.objects.write().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The objects in `namespace`, by name; `None`: every object of the kind.
     pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
-        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
-        match namespace {
-            Some(ns) => objects
-                .get(ns)
-                .map(|m| m.values().cloned().collect())
-                .unwrap_or_default(),
-            None => objects.values().flat_map(|m| m.values().cloned()).collect(),
-        }
+        self.read().in_namespace(namespace)
+    }
+
+    /// A superset of the objects `wanted` names, read through the narrowest index (see
+    /// [`ObjectIndex::candidates`]).
+    pub fn candidates(&self, wanted: &Wanted<'_>) -> Vec<Arc<T>> {
+        self.read().candidates(wanted)
     }
 
     /// One object by namespace (`None`: cluster-scoped) and name.
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<T>> {
-        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
-        objects
-            .get(namespace.unwrap_or_default())?
-            .get(name)
-            .cloned()
+        self.read().get(namespace, name).cloned()
     }
 
     /// Every cached object.
@@ -590,8 +583,7 @@ impl<T: Cached> Cache<T> {
     }
 
     pub fn len(&self) -> usize {
-        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
-        objects.values().map(BTreeMap::len).sum()
+        self.read().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -600,10 +592,7 @@ impl<T: Cached> Cache<T> {
 
     #[cfg(any(test, feature = "testing"))]
     fn insert(&self, obj: Arc<T>) -> Option<Arc<T>> {
-        let previous = insert_into(
-            &mut self.objects.write().unwrap_or_else(|p| p.into_inner()),
-            obj,
-        );
+        let previous = self.write().insert(obj);
         if previous.is_none() {
             self.gauge.inc();
         }
@@ -613,15 +602,16 @@ impl<T: Cached> Cache<T> {
     /// Caches `obj` unless the cache holds a later version of it (by resourceVersion: this
     /// host's own write, cached before the watch brought the version `obj` is).
     fn insert_unless_older(&self, obj: Arc<T>) -> Inserted<T> {
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        let mut objects = self.write();
         let meta = obj.meta();
-        let cached = objects
-            .get(meta.namespace.as_deref().unwrap_or_default())
-            .and_then(|names| names.get(meta.name.as_deref().unwrap_or_default()));
+        let cached = objects.get(
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
         if cached.is_some_and(|c| !is_newer(meta, c.meta())) {
             return Inserted::NotNewer;
         }
-        match insert_into(&mut objects, obj) {
+        match objects.insert(obj) {
             Some(previous) => Inserted::Replaced(previous),
             None => {
                 self.gauge.inc();
@@ -638,29 +628,23 @@ impl<T: Cached> Cache<T> {
     }
 
     fn remove_named(&self, namespace: Option<&str>, name: &str) {
-        let ns = namespace.unwrap_or_default();
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(names) = objects.get_mut(ns) {
-            if names.remove(name).is_some() {
-                self.gauge.dec();
-            }
-            if names.is_empty() {
-                objects.remove(ns);
-            }
+        if self.write().remove(namespace, name).is_some() {
+            self.gauge.dec();
         }
     }
 
     /// Keeps only the namespaces `keep` accepts (`None`: cluster-scoped objects).
     fn retain(&self, keep: impl Fn(Option<&str>) -> bool) {
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        let before = count(&objects);
-        objects.retain(|ns, _| keep((!ns.is_empty()).then_some(ns.as_str())));
-        self.gauge.dec_by(before - count(&objects));
+        let mut objects = self.write();
+        let before = objects.len() as i64;
+        objects.retain_namespaces(keep);
+        self.gauge.dec_by(before - objects.len() as i64);
     }
 
-    fn replace(&self, listed: ByNamespace<T>) {
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        self.gauge.inc_by(count(&listed) - count(&objects));
+    fn replace(&self, listed: ObjectIndex<T>) {
+        let mut objects = self.write();
+        self.gauge
+            .inc_by(listed.len() as i64 - objects.len() as i64);
         *objects = listed;
     }
 }
@@ -873,8 +857,8 @@ mod tests {
         assert_eq!(names(cache.in_namespace(Some("a"))), ["y"]);
         assert_eq!(cache.len(), 2);
 
-        let mut listed = ByNamespace::new();
-        insert_into(&mut listed, obj(Some("d"), "w"));
+        let mut listed = ObjectIndex::new(false);
+        listed.insert(obj(Some("d"), "w"));
         cache.replace(listed);
         assert_eq!(names(cache.all()), ["w"]);
     }

@@ -1,5 +1,5 @@
 //! The cluster side: the `manager` loads WasmOperators into a `context` each, `watch` runs one
-//! controller per operator over shared `informers` (requeueing the resources a change concerns, found through `selector_index`),
+//! controller per operator over shared `informers` (their caches an `object_index`; requeueing the resources a change concerns, found through `selector_index`),
 //! `schedule` paces retries, `reconcile` runs one [`crate::pipeline`] step on the cluster
 //! (`cluster_effects`, its `own_writes` waking nothing), `live_evidence` hands its worker call to
 //! the record sink and the `shadow` lane, `leader` elects the active host, `buckets` shares
@@ -15,6 +15,7 @@ pub mod informers;
 pub mod leader;
 pub mod live_evidence;
 pub mod manager;
+pub mod object_index;
 pub mod operator_removal;
 pub mod own_writes;
 pub mod phase_gauges;

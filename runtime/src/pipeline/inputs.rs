@@ -13,9 +13,21 @@ use wasmpilot_selection::{field_at, LabelSelector, SelectorError};
 
 /// Where input objects come from: the watch caches on a cluster, files offline.
 pub trait ObjectSource {
-    /// The objects of `input`'s kind in `namespace` (`None`: in any), as its worker sees them
-    /// (cut to its `fields`, if it declares any); not yet selected by labels.
-    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>>;
+    /// The objects of `input`'s kind as its worker sees them (cut to its `fields`, if it
+    /// declares any): at least those `wanted` names, in no particular order. A source may return
+    /// more (the whole namespace); [`gather`] keeps only what the resource may see. The watch
+    /// caches read their indexes, so the cost follows the objects selected, not the namespace.
+    fn worker_objects(&self, input: &InputSpec, wanted: &Wanted<'_>) -> Vec<Arc<WorkerObject>>;
+}
+
+/// Which objects a reader wants: those of a namespace (`None`: every namespace), controlled by a
+/// uid (owned inputs; pruning), matching a selector. An index narrows the objects to a superset
+/// of these; the reader still filters each one.
+#[derive(Clone, Copy, Debug)]
+pub struct Wanted<'a> {
+    pub namespace: Option<&'a str>,
+    pub controller: Option<&'a str>,
+    pub selector: Option<&'a LabelSelector>,
 }
 
 /// An object as workers see it — serialized once, when it enters the cache — with the metadata
@@ -107,10 +119,10 @@ impl ObjectsByKind {
 }
 
 impl ObjectSource for ObjectsByKind {
-    fn worker_objects(&self, input: &InputSpec, namespace: Option<&str>) -> Vec<Arc<WorkerObject>> {
+    fn worker_objects(&self, input: &InputSpec, wanted: &Wanted<'_>) -> Vec<Arc<WorkerObject>> {
         self.0
             .get(&KindRef::new(&input.api_version, &input.kind))
-            .map(|objects| worker_objects_of(objects, input, namespace))
+            .map(|objects| worker_objects_of(objects, input, wanted.namespace))
             .unwrap_or_default()
     }
 }
@@ -204,8 +216,13 @@ fn selected_objects(
     source: &impl ObjectSource,
 ) -> Result<Vec<Arc<WorkerObject>>, SelectorError> {
     let selector = input_selector(input, reader)?;
+    let wanted = Wanted {
+        namespace: reader.namespace,
+        controller: input.owned.then_some(reader.uid),
+        selector: Some(&selector),
+    };
     Ok(source
-        .worker_objects(input, reader.namespace)
+        .worker_objects(input, &wanted)
         .into_iter()
         .filter(|o| visible(o.metadata(), input, reader, &selector))
         .collect())
@@ -326,7 +343,7 @@ mod tests {
 
     struct Fixed(Vec<Arc<DynamicObject>>);
     impl ObjectSource for Fixed {
-        fn worker_objects(&self, input: &InputSpec, _ns: Option<&str>) -> Vec<Arc<WorkerObject>> {
+        fn worker_objects(&self, input: &InputSpec, _: &Wanted<'_>) -> Vec<Arc<WorkerObject>> {
             // All namespaces on purpose: gather itself must scope them.
             worker_objects_of(&self.0, input, None)
         }

@@ -313,11 +313,14 @@ pub trait ExistingObjects {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<kube::api::ObjectMeta>;
-    /// Visits the metadata of every object of `kind` in `namespace` (all, for `None`).
-    fn each_in_namespace(
+    /// Visits the metadata of the objects of `kind` in `namespace` (all, for `None`) whose
+    /// controller may be `controller` (a uid): at least every one it is. A source without an
+    /// index by controller visits the whole namespace; callers check each object.
+    fn each_maybe_controlled_by(
         &self,
         kind: &KindRef,
         namespace: Option<&str>,
+        controller: &str,
         visit: &mut dyn FnMut(&kube::api::ObjectMeta),
     );
 }
@@ -596,7 +599,7 @@ pub fn prunable(
 ) -> Vec<(KindRef, kube::api::ObjectMeta)> {
     let mut found = Vec::new();
     for kind in &owned.phase.outputs {
-        existing.each_in_namespace(kind, owned.namespace, &mut |m| {
+        existing.each_maybe_controlled_by(kind, owned.namespace, owned.owner_uid, &mut |m| {
             let name = m.name.clone().unwrap_or_default();
             if owned.created(m) && !keep.contains(&(kind.clone(), m.namespace.clone(), name)) {
                 found.push((kind.clone(), m.clone()));

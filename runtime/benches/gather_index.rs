@@ -1,0 +1,237 @@
+//! Issue 31, goals 2 and 4: what gathering one resource's inputs costs the host, at 1,000 and
+//! 10,000 resources in one namespace. Each resource (an AutoRoute) selects its own two
+//! Deployments by `spec.deploymentSelector` and reads the two Services it controls (an `owned`
+//! input), as AutoRoute's Ready phase does; the namespace holds 2 × n of each.
+//!
+//! Baseline, in the same run: the gather before the index — every object of the kind in the
+//! namespace handed to the filter, per input, per call. Subject: the informer cache's
+//! [`ObjectIndex::candidates`] (what the controller's input and output caches read), narrowing
+//! to the controller's objects or to the smallest label posting first. Both go through the same
+//! [`inputs::gather`]. Five runs per case, interleaved; each times 2,000 gathers (200 for the
+//! baseline at 10,000). Prints per gather the median of the runs with min–max, and the index's
+//! upkeep per watch update (a status change; a relabel).
+//!
+//! `cargo bench -p wasmpilot-runtime --bench gather_index --profile e2e-bench`
+
+use kube::api::DynamicObject;
+use serde_json::json;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmpilot_runtime::controller::object_index::ObjectIndex;
+use wasmpilot_runtime::crd::{InputSpec, KindRef};
+use wasmpilot_runtime::pipeline::inputs::{self, ObjectSource, Reader, Wanted, WorkerObject};
+
+const RUNS: usize = 5;
+const NS: &str = "bench";
+
+fn route(i: usize) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "examples.io/v1", "kind": "AutoRoute",
+        "metadata": {"name": format!("r{i}"), "namespace": NS, "uid": format!("uid-{i}"),
+                     "resourceVersion": "1", "generation": 1},
+        "spec": {"deploymentSelector": {"matchLabels": {"route": format!("r{i}")}}},
+    }))
+    .expect("a route")
+}
+
+fn deployment(route: usize, k: usize, version: usize) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": format!("r{route}-d{k}"), "namespace": NS,
+                     "uid": format!("d-{route}-{k}"), "resourceVersion": version.to_string(),
+                     "labels": {"app": "bench", "route": format!("r{route}")}},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "web", "image": "nginx", "ports": [{"containerPort": 8080}]}]}}},
+        "status": {"readyReplicas": version % 2},
+    }))
+    .expect("a deployment")
+}
+
+fn service(route: usize, k: usize) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": format!("r{route}-s{k}"), "namespace": NS, "uid": format!("s-{route}-{k}"),
+                     "resourceVersion": "1",
+                     "labels": {"app": "bench", "wasmpilot.dev/operator": "autoroute"},
+                     "ownerReferences": [{"apiVersion": "examples.io/v1", "kind": "AutoRoute",
+                         "name": format!("r{route}"), "uid": format!("uid-{route}"), "controller": true}]},
+        "spec": {"ports": [{"port": 80, "targetPort": 8080}]},
+    }))
+    .expect("a service")
+}
+
+fn inputs_read() -> Vec<InputSpec> {
+    serde_json::from_value(json!([
+        {"name": "deployments", "apiVersion": "apps/v1", "kind": "Deployment",
+         "selectorFrom": "spec.deploymentSelector"},
+        {"name": "services", "apiVersion": "v1", "kind": "Service", "owned": true},
+    ]))
+    .expect("inputs")
+}
+
+/// The caches of one namespace's objects, read through the index or (baseline) whole.
+struct Caches {
+    deployments: ObjectIndex<WorkerObject>,
+    services: ObjectIndex<WorkerObject>,
+    indexed: bool,
+}
+
+impl ObjectSource for Caches {
+    fn worker_objects(&self, input: &InputSpec, wanted: &Wanted<'_>) -> Vec<Arc<WorkerObject>> {
+        let cache = match input.kind.as_str() {
+            "Deployment" => &self.deployments,
+            _ => &self.services,
+        };
+        if self.indexed {
+            cache.candidates(wanted)
+        } else {
+            cache.in_namespace(wanted.namespace)
+        }
+    }
+}
+
+fn worker_object(o: &DynamicObject) -> Arc<WorkerObject> {
+    let types = o.types.clone().expect("typed");
+    Arc::new(WorkerObject::new(
+        o,
+        &KindRef::new(types.api_version, types.kind),
+        None,
+    ))
+}
+
+/// Per gather, over `calls` gathers.
+fn time(calls: usize, mut gather: impl FnMut(usize) -> usize) -> Duration {
+    let started = Instant::now();
+    let mut found = 0;
+    for i in 0..calls {
+        found += gather(i);
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(
+        found,
+        4 * calls,
+        "each route sees its 2 Deployments and 2 Services"
+    );
+    elapsed / calls as u32
+}
+
+fn summary(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
+    samples.sort();
+    (
+        samples[samples.len() / 2],
+        samples[0],
+        samples[samples.len() - 1],
+    )
+}
+
+fn main() {
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let spec = inputs_read();
+    println!(
+        "{:<46} {:>12} {:>22}",
+        "one route's inputs gathered (4 objects)", "per gather", "(min–max of 5 runs)"
+    );
+    let mut per_size = Vec::new();
+    for n in [1_000usize, 10_000] {
+        let routes: Vec<DynamicObject> = (0..n).map(route).collect();
+        let mut caches = Caches {
+            deployments: ObjectIndex::new(true),
+            services: ObjectIndex::new(true),
+            indexed: true,
+        };
+        for r in 0..n {
+            for k in 0..2 {
+                caches
+                    .deployments
+                    .insert(worker_object(&deployment(r, k, 1)));
+                caches.services.insert(worker_object(&service(r, k)));
+            }
+        }
+        let gather = |caches: &Caches, i: usize| {
+            let resource = &routes[(i * 7919) % n];
+            let gathered =
+                inputs::gather(&spec, Reader::of(resource), caches).expect("selectors parse");
+            black_box(&gathered)
+                .iter()
+                .map(|input| input.objects.len())
+                .sum::<usize>()
+        };
+        let (mut indexed, mut scanned) = (Vec::new(), Vec::new());
+        let runs = if smoke { 1 } else { RUNS };
+        for _ in 0..runs {
+            caches.indexed = true;
+            let calls = if smoke { 10 } else { 2_000 };
+            indexed.push(time(calls, |i| gather(&caches, i)));
+            caches.indexed = false;
+            let calls = if smoke {
+                2
+            } else if n > 1_000 {
+                200
+            } else {
+                2_000
+            };
+            scanned.push(time(calls, |i| gather(&caches, i)));
+        }
+        // The index's upkeep: a watch update that keeps the labels (a status change), and one
+        // that moves a Deployment to another route.
+        let updates = if smoke { 10 } else { 20_000 };
+        let prepared: Vec<Arc<WorkerObject>> = (0..updates)
+            .map(|i| worker_object(&deployment((i * 7919) % n, 0, i + 2)))
+            .collect();
+        let started = Instant::now();
+        for o in &prepared {
+            black_box(caches.deployments.insert(o.clone()));
+        }
+        let status_update = started.elapsed() / updates as u32;
+        let relabelled: Vec<Arc<WorkerObject>> = (0..updates)
+            .map(|i| {
+                let mut d = deployment((i * 7919) % n, 1, i + 2);
+                let labels = d.metadata.labels.get_or_insert_with(Default::default);
+                labels.insert("route".into(), format!("r{}", (i * 7919 + 1) % n));
+                worker_object(&d)
+            })
+            .collect();
+        let started = Instant::now();
+        for o in &relabelled {
+            black_box(caches.deployments.insert(o.clone()));
+        }
+        let relabel = started.elapsed() / updates as u32;
+
+        let (im, imin, imax) = summary(indexed);
+        let (sm, smin, smax) = summary(scanned);
+        println!(
+            "{:<46} {:>12.2?} {:>22}",
+            format!("{n} routes: whole namespace filtered (before)"),
+            sm,
+            format!("({smin:.2?}–{smax:.2?})")
+        );
+        println!(
+            "{:<46} {:>12.2?} {:>22}   {:.0}× less",
+            format!("{n} routes: owner and label indexes"),
+            im,
+            format!("({imin:.2?}–{imax:.2?})"),
+            sm.as_secs_f64() / im.as_secs_f64().max(1e-12)
+        );
+        println!(
+            "{:<46} {:>12.2?} {:>22}",
+            format!("{n} routes: index upkeep per status update"),
+            status_update,
+            "(one run)"
+        );
+        println!(
+            "{:<46} {:>12.2?} {:>22}",
+            format!("{n} routes: index upkeep per relabel"),
+            relabel,
+            "(one run)"
+        );
+        per_size.push((im, sm));
+    }
+    if let [(i1, s1), (i10, s10)] = per_size[..] {
+        println!(
+            "10,000 vs 1,000 routes, per gather: indexes {:.2}×, whole namespace {:.2}×",
+            i10.as_secs_f64() / i1.as_secs_f64().max(1e-12),
+            s10.as_secs_f64() / s1.as_secs_f64().max(1e-12)
+        );
+    }
+}
