@@ -8,8 +8,10 @@
 //! [`ObjectIndex::candidates`] (what the controller's input and output caches read), narrowing
 //! to the controller's objects or to the smallest label posting first. Both go through the same
 //! [`inputs::gather`]. Five runs per case, interleaved; each times 2,000 gathers (200 for the
-//! baseline at 10,000). Prints per gather the median of the runs with min–max, and the index's
-//! upkeep per watch update (a status change; a relabel).
+//! baseline at 10,000). Prints per gather the median of the runs with min–max, the index's
+//! upkeep per watch update (a status change; a relabel), and its memory: the heap a cache of
+//! these objects holds with its indexes against the same cache indexed by name only (a
+//! counting allocator; deterministic, one run).
 //!
 //! `cargo bench -p wasmpilot-runtime --bench gather_index --profile e2e-bench`
 
@@ -23,6 +25,47 @@ use wasmpilot_runtime::crd::{InputSpec, KindRef};
 use wasmpilot_runtime::pipeline::inputs::{self, ObjectSource, Reader, Wanted, WorkerObject};
 
 const RUNS: usize = 5;
+
+/// The system allocator, counting the bytes live: what a cache holds is the difference before
+/// and after it is filled.
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: forwarded as received.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE.fetch_sub(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: forwarded as received.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live_bytes() -> isize {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Heap bytes per object that an index of `objects` holds (the objects themselves not counted:
+/// they are allocated before), labels indexed or not.
+fn index_bytes_per_object(objects: &[Arc<WorkerObject>], by_labels: bool) -> f64 {
+    let before = live_bytes();
+    let mut index = ObjectIndex::new(by_labels);
+    for o in objects {
+        index.insert(o.clone());
+    }
+    let bytes = live_bytes() - before;
+    drop(index);
+    bytes as f64 / objects.len() as f64
+}
+
 const NS: &str = "bench";
 
 fn route(i: usize) -> DynamicObject {
@@ -226,6 +269,34 @@ fn main() {
             "(one run)"
         );
         per_size.push((im, sm));
+    }
+    // The indexes' memory: the same objects indexed by name only (labels off; Services
+    // without their owner reference), then with the label or controller index.
+    for n in [1_000usize, 10_000] {
+        let objects = |make: &dyn Fn(usize, usize) -> DynamicObject| -> Vec<Arc<WorkerObject>> {
+            (0..n)
+                .flat_map(|r| (0..2).map(move |k| (r, k)))
+                .map(|(r, k)| worker_object(&make(r, k)))
+                .collect()
+        };
+        let deployments = objects(&|r, k| deployment(r, k, 1));
+        let services = objects(&service);
+        let unowned = objects(&|r, k| {
+            let mut s = service(r, k);
+            s.metadata.owner_references = None;
+            s
+        });
+        let by_name = index_bytes_per_object(&deployments, false);
+        let by_label = index_bytes_per_object(&deployments, true);
+        let unowned = index_bytes_per_object(&unowned, false);
+        let by_controller = index_bytes_per_object(&services, false);
+        println!(
+            "{n} routes: index bytes per object: Deployments by name {by_name:.0}, and by label \
+             {by_label:.0} (+{:.0}); Services by name {unowned:.0}, and by controller \
+             {by_controller:.0} (+{:.0})",
+            by_label - by_name,
+            by_controller - unowned
+        );
     }
     if let [(i1, s1), (i10, s10)] = per_size[..] {
         println!(
