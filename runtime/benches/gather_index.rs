@@ -15,11 +15,13 @@
 //!
 //! `cargo bench -p wasmpilot-runtime --bench gather_index --profile e2e-bench`
 
+mod timing;
+
 use kube::api::DynamicObject;
 use serde_json::json;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use wasmpilot_runtime::controller::object_index::ObjectIndex;
 use wasmpilot_runtime::crd::{InputSpec, KindRef};
 use wasmpilot_runtime::pipeline::inputs::{self, ObjectSource, Reader, Wanted, WorkerObject};
@@ -143,31 +145,6 @@ fn worker_object(o: &DynamicObject) -> Arc<WorkerObject> {
     ))
 }
 
-/// Per gather, over `calls` gathers.
-fn time(calls: usize, mut gather: impl FnMut(usize) -> usize) -> Duration {
-    let started = Instant::now();
-    let mut found = 0;
-    for i in 0..calls {
-        found += gather(i);
-    }
-    let elapsed = started.elapsed();
-    assert_eq!(
-        found,
-        4 * calls,
-        "each route sees its 2 Deployments and 2 Services"
-    );
-    elapsed / calls as u32
-}
-
-fn summary(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
-    samples.sort();
-    (
-        samples[samples.len() / 2],
-        samples[0],
-        samples[samples.len() - 1],
-    )
-}
-
 fn main() {
     let smoke = !std::env::args().any(|a| a == "--bench");
     let spec = inputs_read();
@@ -205,7 +182,12 @@ fn main() {
         for _ in 0..runs {
             caches.indexed = true;
             let calls = if smoke { 10 } else { 2_000 };
-            indexed.push(time(calls, |i| gather(&caches, i)));
+            indexed.push(timing::per_call(
+                calls,
+                4,
+                "each route sees its 2 Deployments and 2 Services",
+                |i| gather(&caches, i),
+            ));
             caches.indexed = false;
             let calls = if smoke {
                 2
@@ -214,7 +196,12 @@ fn main() {
             } else {
                 2_000
             };
-            scanned.push(time(calls, |i| gather(&caches, i)));
+            scanned.push(timing::per_call(
+                calls,
+                4,
+                "each route sees its 2 Deployments and 2 Services",
+                |i| gather(&caches, i),
+            ));
         }
         // The index's upkeep: a watch update that keeps the labels (a status change), and one
         // that moves a Deployment to another route.
@@ -241,8 +228,8 @@ fn main() {
         }
         let relabel = started.elapsed() / updates as u32;
 
-        let (im, imin, imax) = summary(indexed);
-        let (sm, smin, smax) = summary(scanned);
+        let (im, imin, imax) = timing::summary(indexed);
+        let (sm, smin, smax) = timing::summary(scanned);
         println!(
             "{:<46} {:>12.2?} {:>22}",
             format!("{n} routes: whole namespace filtered (before)"),

@@ -11,6 +11,8 @@
 //!
 //! `cargo bench -p wasmpilot-runtime --bench requeue_index --profile e2e-bench`
 
+mod timing;
+
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{store::Writer, ObjectRef, Store};
@@ -18,7 +20,6 @@ use kube::runtime::watcher;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
 use wasmpilot_runtime::controller::selector_index::SelectorIndex;
 use wasmpilot_runtime::crd::InputSpec;
 use wasmpilot_runtime::pipeline::inputs;
@@ -74,27 +75,6 @@ fn labels(route: usize) -> BTreeMap<String, String> {
     BTreeMap::from([("route".to_string(), format!("r{route}"))])
 }
 
-/// Per change, over `changes` changes.
-fn time(changes: usize, mut change: impl FnMut(usize) -> usize) -> Duration {
-    let started = Instant::now();
-    let mut found = 0;
-    for i in 0..changes {
-        found += change(i);
-    }
-    let elapsed = started.elapsed();
-    assert_eq!(found, 2 * changes, "each change concerns two routes");
-    elapsed / changes as u32
-}
-
-fn summary(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
-    samples.sort();
-    (
-        samples[samples.len() / 2],
-        samples[0],
-        samples[samples.len() - 1],
-    )
-}
-
 fn main() {
     let smoke = !std::env::args().any(|a| a == "--bench");
     let spec = input();
@@ -117,10 +97,15 @@ fn main() {
         let runs = if smoke { 1 } else { RUNS };
         for _ in 0..runs {
             let changes = if smoke { 10 } else { 2_000 };
-            indexed.push(time(changes, |i| {
-                let (new, old) = pair(i);
-                black_box(index.selecting(Some("bench"), Some(&new), Some(Some(&old)))).len()
-            }));
+            indexed.push(timing::per_call(
+                changes,
+                2,
+                "each change concerns two routes",
+                |i| {
+                    let (new, old) = pair(i);
+                    black_box(index.selecting(Some("bench"), Some(&new), Some(Some(&old)))).len()
+                },
+            ));
             let changes = if smoke {
                 2
             } else if n > 1_000 {
@@ -128,13 +113,18 @@ fn main() {
             } else {
                 2_000
             };
-            scanned.push(time(changes, |i| {
-                let (new, old) = pair(i);
-                black_box(scan(&store, &spec, "bench", &new, &old)).len()
-            }));
+            scanned.push(timing::per_call(
+                changes,
+                2,
+                "each change concerns two routes",
+                |i| {
+                    let (new, old) = pair(i);
+                    black_box(scan(&store, &spec, "bench", &new, &old)).len()
+                },
+            ));
         }
-        let (im, imin, imax) = summary(indexed);
-        let (sm, smin, smax) = summary(scanned);
+        let (im, imin, imax) = timing::summary(indexed);
+        let (sm, smin, smax) = timing::summary(scanned);
         println!(
             "{:<44} {:>14.2?} {:>22}",
             format!("{n} routes: every route looked at (before)"),
