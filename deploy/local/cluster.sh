@@ -26,6 +26,8 @@
 #   WASMPILOT_ETCD_PEER_PORT    etcd peer port (default 23800)
 #   WASMPILOT_READY_TIMEOUT     seconds to wait for each component to become ready (default 90)
 #   WASMPILOT_KEEP_BUILD=1      keep the source tree and Go cache of a build (for debugging it)
+#   WASMPILOT_APISERVER_PROFILING=1  serve the API server's /debug/pprof (where its CPU goes in a
+#                               bench: kubectl get --raw '/debug/pprof/profile?seconds=30'; go tool pprof)
 #
 # Users and tokens (static token file, state dir pki/tokens.csv):
 #   admin                             group system:masters   -> kubeconfig
@@ -585,6 +587,7 @@ apiserver_config() {
   printf 'node=%s ip=%s tokens=%s cert=%s audit=%s\n' "${WASMPILOT_NODE:-1}" "$(node_wanted && node_ip)" \
     "$(sha256sum <"$PKI/tokens.csv" | cut -c1-16)" "$(sha256sum <"$PKI/apiserver.crt" | cut -c1-16)" \
     "$(audit_policy | sha256sum | cut -c1-16)"
+  printf 'profiling=%s\n' "${WASMPILOT_APISERVER_PROFILING:-0}"
 }
 
 start_apiserver() {
@@ -621,7 +624,7 @@ start_apiserver() {
     --audit-log-path="$AUDIT_LOG" \
     --audit-log-maxsize=64 \
     --audit-log-maxbackup=1 \
-    --profiling=false
+    --profiling="$([[ ${WASMPILOT_APISERVER_PROFILING:-0} == 1 ]] && echo true || echo false)"
   wait_for kube-apiserver "kube-apiserver /readyz" apiserver_ready
 }
 

@@ -316,6 +316,82 @@ async fn throughput(
     Ok(())
 }
 
+/// How many of the bench's AutoRoutes are Ready (phase Ready, both Deployments synced), kept
+/// from one watch. Counting by listing every route loaded the API server it measures: at 2,000
+/// routes in one namespace the lists (from etcd, every 500 ms) took a quarter of its CPU, more
+/// for the host's larger status (2026-11-28, fifth section). A watch costs one event per write.
+struct ReadyCount {
+    ready: std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), bool>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReadyCount {
+    /// Starts the watch and returns once its first listing is in.
+    async fn watch(client: &Client, namespaces: &[String]) -> anyhow::Result<ReadyCount> {
+        use kube::runtime::watcher::{self, Event};
+        let wanted: std::collections::BTreeSet<String> = namespaces.iter().cloned().collect();
+        let ready = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let (listed, listed_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut listed = Some(listed);
+        let routes = cluster_api(client, AUTOROUTE);
+        let seen = ready.clone();
+        let task = tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher::watcher(routes, watcher::Config::default()));
+            while let Some(event) = events.next().await {
+                let Ok(event) = event else {
+                    // The watcher lists again after an error; the count is kept meanwhile.
+                    continue;
+                };
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                match event {
+                    Event::Init => seen.clear(),
+                    Event::InitDone => {
+                        if let Some(tx) = listed.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Event::Apply(o) | Event::InitApply(o) => {
+                        let ns = o.metadata.namespace.clone().unwrap_or_default();
+                        if wanted.contains(&ns) {
+                            let name = o.metadata.name.clone().unwrap_or_default();
+                            seen.insert((ns, name), route_ready(&o));
+                        }
+                    }
+                    Event::Delete(o) => {
+                        let ns = o.metadata.namespace.clone().unwrap_or_default();
+                        let name = o.metadata.name.clone().unwrap_or_default();
+                        seen.remove(&(ns, name));
+                    }
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(60), listed_rx)
+            .await
+            .map_err(|_| anyhow::anyhow!("the AutoRoute watch did not list within 60 s"))?
+            .map_err(|_| anyhow::anyhow!("the AutoRoute watch ended before it listed"))?;
+        Ok(ReadyCount { ready, task })
+    }
+
+    fn ready(&self) -> usize {
+        let seen = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        seen.values().filter(|r| **r).count()
+    }
+}
+
+impl Drop for ReadyCount {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Ready as both controllers write it: phase Ready with the route's two Deployments synced.
+fn route_ready(o: &DynamicObject) -> bool {
+    o.data["status"]["phase"] == "Ready"
+        && o.data["status"]["syncedDeployments"]
+            .as_array()
+            .is_some_and(|a| a.len() == 2)
+}
+
 /// One controller's figures as soon as it is measured (a long run stopped early keeps them).
 fn print_run_as_done(n: usize, r: &Run) {
     println!(
@@ -616,6 +692,7 @@ async fn measure(
     // under a second for both controllers. Sharded replicas first share the buckets (a round is
     // 5 s).
     tokio::time::sleep(Duration::from_secs(if sharded { 15 } else { 3 })).await;
+    let ready_count = ReadyCount::watch(client, namespaces).await?;
 
     let before = api_requests(client).await?;
     let cluster_before = cluster_cpu();
@@ -629,29 +706,9 @@ async fn measure(
     create_all(client, AUTOROUTE, autoroutes, 16).await?;
     let created_seconds = start.elapsed().as_secs_f64();
     let (mut ready_when_created, mut half_ready_seconds) = (None, None);
-    let ar = gvk_resource(AUTOROUTE);
-    // Counting lists every route: every 250 ms up to 1,000 routes, less often above (at
-    // 10,000 the lists every 250 ms loaded the API server so that native had 6,716 Ready
-    // after 15 min), and a longer wait before giving up.
-    let poll = Duration::from_millis(250).max(Duration::from_millis(n as u64 / 4));
     let give_up = Duration::from_secs(900).max(Duration::from_secs(n as u64 / 5));
     loop {
-        let mut ready = 0;
-        for ns in namespaces {
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-            ready += api
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .filter(|o| {
-                    o.data["status"]["phase"] == "Ready"
-                        && o.data["status"]["syncedDeployments"]
-                            .as_array()
-                            .is_some_and(|a| a.len() == 2)
-                })
-                .count();
-        }
+        let ready = ready_count.ready();
         ready_when_created.get_or_insert(ready);
         if ready * 2 >= n {
             half_ready_seconds.get_or_insert(start.elapsed().as_secs_f64());
@@ -665,7 +722,7 @@ async fn measure(
                 give_up.as_secs() / 60
             );
         }
-        tokio::time::sleep(poll).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let seconds = start.elapsed().as_secs_f64();
     let stats: Vec<(f64, f64)> = pids.iter().map(|p| proc_stats(*p)).collect();
@@ -716,32 +773,49 @@ async fn measure(
     })
 }
 
-/// Waits until the controller manager is done with new Deployments (ReplicaSets, status,
-/// events): its work would otherwise run during a measurement and requeue routes.
+/// Waits until the controller manager has finished with the Deployments: every one observed
+/// (its status' observedGeneration) and none changed for 6 s. A measurement started earlier
+/// would charge the Deployments' own churn (ReplicaSets, status writes, and every controller's
+/// Deployment events) to the first controller measured. Lists come from the API server's watch
+/// cache (`resourceVersion=0`), not etcd, so the polling does not slow what it waits for.
 pub(crate) async fn settle_deployments(
     client: &Client,
     namespaces: &[String],
 ) -> anyhow::Result<()> {
     let deployments = gvk_resource(("apps", "v1", "Deployment"));
     let settle = Instant::now();
+    let (mut last_change, mut quiet_polls) = (None, 0);
     loop {
-        let mut pending = 0;
+        let (mut pending, mut latest) = (0, 0u64);
         for ns in namespaces {
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &deployments);
-            pending += api
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .filter(|d| d.data["status"]["observedGeneration"] != json!(d.metadata.generation))
-                .count();
+            for d in api.list(&ListParams::default().match_any()).await?.items {
+                if d.data["status"]["observedGeneration"] != json!(d.metadata.generation) {
+                    pending += 1;
+                }
+                let version = d.metadata.resource_version.as_deref().unwrap_or("0");
+                latest = latest.max(version.parse().unwrap_or(0));
+            }
         }
-        if pending == 0 || settle.elapsed() > Duration::from_secs(300) {
+        quiet_polls = if pending == 0 && last_change == Some(latest) {
+            quiet_polls + 1
+        } else {
+            0
+        };
+        last_change = Some(latest);
+        if quiet_polls >= 3 {
+            println!(
+                "        (Deployments settled in {:.0} s)",
+                settle.elapsed().as_secs_f64()
+            );
             break;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        if settle.elapsed() > Duration::from_secs(1800) {
+            println!("        (Deployments NOT settled after 30 min: {pending} not observed; measuring anyway)");
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
     Ok(())
 }
 
