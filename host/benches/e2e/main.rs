@@ -628,8 +628,7 @@ impl SharedInputs {
         let routes = gvk_resource(AUTOROUTE);
         for ns in &self.namespaces {
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &routes);
-            api.delete_collection(&DeleteParams::background(), &ListParams::default())
-                .await?;
+            delete_collection_until_empty(&api, ns, "AutoRoute").await?;
         }
         // Services have no `deletecollection` (Kubernetes 1.20): one DELETE each, 16 at a time.
         let services = gvk_resource(("", "v1", "Service"));
@@ -670,16 +669,7 @@ impl SharedInputs {
         for resource in &outputs {
             for ns in &self.namespaces {
                 let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, resource);
-                // A collection too large for one request's timeout is finished by the wait below.
-                if let Err(e) = api
-                    .delete_collection(&DeleteParams::background(), &ListParams::default())
-                    .await
-                {
-                    println!(
-                        "        (deleting {}s in {ns}: {e}; waiting)",
-                        resource.kind
-                    );
-                }
+                delete_collection_until_empty(&api, ns, &resource.kind).await?;
             }
         }
         let mut kinds: Vec<ApiResource> = [
@@ -872,6 +862,36 @@ pub(crate) async fn settle_deployments(
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     Ok(())
+}
+
+/// Deletes every object of `api` (one namespace, one kind), again while some are left: a
+/// collection of 10,000 outlasts one request's timeout (the API server's, or etcd's under load),
+/// and the deletion goes on where it stopped. Gives up after 10 attempts.
+async fn delete_collection_until_empty(
+    api: &Api<DynamicObject>,
+    ns: &str,
+    kind: &str,
+) -> anyhow::Result<()> {
+    for attempt in 1..=10 {
+        match api
+            .delete_collection(&DeleteParams::background(), &ListParams::default())
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                println!("        (deleting {kind}s in {ns}, attempt {attempt}: {e}; again)");
+                if api
+                    .list_metadata(&ListParams::default().limit(1))
+                    .await?
+                    .items
+                    .is_empty()
+                {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    bail!("{kind}s in {ns} still there after 10 attempts to delete them")
 }
 
 /// Deletes the namespaces and waits until they are gone: the next run starts on a quiet cluster.
