@@ -672,17 +672,7 @@ impl SharedInputs {
                 delete_collection_until_empty(&api, ns, &resource.kind).await?;
             }
         }
-        let mut kinds: Vec<ApiResource> = [
-            AUTOROUTE,
-            ("", "v1", "Service"),
-            ("networking.istio.io", "v1alpha3", "VirtualService"),
-            ("networking.istio.io", "v1alpha3", "Gateway"),
-            ("", "v1", "Endpoints"),
-        ]
-        .into_iter()
-        .map(gvk_resource)
-        .collect();
-        kinds.extend(endpoint_slices(client).await?);
+        let kinds: Vec<ApiResource> = [routes, services].into_iter().chain(outputs).collect();
         'wait: loop {
             for resource in &kinds {
                 for ns in &self.namespaces {
