@@ -82,7 +82,7 @@ if [ "${WASMPILOT_USE_KUBECONFIG:-0}" != 1 ]; then
     echo "$leftover" | xargs kubectl delete --wait=false >/dev/null
     # Wait for them to go: a bench's namespace holds tens of thousands of objects, and deleting
     # them during the tests loads the API server enough to time them out.
-    echo "waiting until they are gone (up to 30 min; a 10,000-route bench's takes ~15)"
+    echo "waiting until they are gone (up to 30 min)"
     echo "$leftover" | xargs kubectl wait --for=delete --timeout=1800s >/dev/null 2>&1 ||
       echo "some are still terminating; the tests run anyway: $(kubectl get namespaces -o name | grep -E '^namespace/(e2e-|bench-)' | tr '\n' ' ')"
   fi
