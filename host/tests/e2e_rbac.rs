@@ -261,9 +261,17 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         ensure!(metrics.contains(r#"wasmpilot_operator_load_failures_total{operator="rbac-secret",reason="ModulePullSecretFailed"}"#), "labelled with the Condition's reason");
         ensure!(http("/healthz")?.ends_with("200"), "healthz");
         // Still ready, with the failed operators: a failed load does not block
-        // readiness, it is reported on the WasmOperator.
-        let ready = http("/readyz")?;
-        ensure!(ready == format!("{READY}\n200"), "readyz: {ready}");
+        // readiness, it is reported on the WasmOperator. Waited for, not read once: a
+        // WasmOperator another test left (its buckets being taken) may hold it at 503 briefly.
+        let ready_by = std::time::Instant::now() + T;
+        loop {
+            let ready = http("/readyz")?;
+            if ready == format!("{READY}\n200") {
+                break;
+            }
+            ensure!(std::time::Instant::now() < ready_by, "readyz not 200 after {T:?}: {ready}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         anyhow::Ok(())
     }
     .await;
