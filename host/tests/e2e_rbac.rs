@@ -276,11 +276,23 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     }
     .await;
     ensure!(host.is_alive(), "host alive");
+    // The test's WasmOperators deleted while the host runs, so it releases their finalizers:
+    // none is left terminating (or running) beside a later test's host or the demo's.
+    let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
+    for op in ["rbac-missing", "rbac-secret", "scripted"] {
+        let _ = delete(client, ops.0, ops.1, None, op).await;
+    }
+    for op in ["rbac-missing", "rbac-secret", "scripted"] {
+        let _ = wait_for(&format!("WasmOperator {op} gone"), T, || async {
+            Ok(get(client, ops.0, ops.1, None, op)
+                .await?
+                .is_none()
+                .then_some(()))
+        })
+        .await;
+    }
     let log = host.log_text();
     drop(host);
-    for op in ["rbac-missing", "rbac-secret", "scripted"] {
-        let _ = delete(client, "wasmpilot.io/v1alpha1", "WasmOperator", None, op).await;
-    }
     let _ = revoke_operator(client, "rbac-secret").await;
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
     let _ = api.delete(&ns, &Default::default()).await;

@@ -570,20 +570,24 @@ pub async fn purge_terminating_operators(client: &Client) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// The WasmOperator CRD and the test kinds (`host/tests/manifests/scripted.yaml`) applied, and
-/// no WasmOperator left on `kind` (one an interrupted earlier test left would hold the kind).
+/// The WasmOperator CRD and the test kinds (the CRDs of `host/tests/manifests/scripted.yaml`)
+/// applied, and no WasmOperator left on `kind` (one an interrupted earlier test left would hold
+/// the kind). The manifest's own `scripted` WasmOperator is not applied: a test that wants it
+/// applies it, and one left behind would run beside every later host (and the demo's).
 pub async fn test_kind_free(client: &Client, kind: &str) -> anyhow::Result<()> {
     let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
     // This build's WasmOperator CRD (the cluster may hold an older one).
     let crd = <wasmpilot::crd::WasmOperator as kube::CustomResourceExt>::crd();
     wasmpilot::deploy::apply_crd(client, serde_json::to_value(crd)?).await?;
     purge_terminating_operators(client).await?;
-    apply_file(
-        client,
-        &super::repo_root().join("host/tests/manifests/scripted.yaml"),
-        None,
-    )
-    .await?;
+    let manifest = super::repo_root().join("host/tests/manifests/scripted.yaml");
+    let text =
+        std::fs::read_to_string(&manifest).with_context(|| manifest.display().to_string())?;
+    for doc in wasmpilot::offline::parse_documents(&text)? {
+        if doc["kind"] == "CustomResourceDefinition" {
+            wasmpilot::deploy::apply_crd(client, doc).await?;
+        }
+    }
     let api = dynamic_api(client, ops.0, ops.1, None).await?;
     for op in api.list(&Default::default()).await? {
         let op = serde_json::to_value(op)?;
