@@ -36,11 +36,12 @@ EOF
 done
 kubectl create namespace modmem --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 "$bin" rbac "$repo/examples/autoroute-python/operator.yaml" | kubectl apply -f - >/dev/null
-for mode in cache no-cache; do
+# MODES picks the runs (default both); HOST_FLAGS adds flags to every host (e.g. --compile-in-host).
+for mode in ${MODES:-cache no-cache}; do
   kubectl -n modmem delete autoroutes --all --wait=true >/dev/null 2>&1 || true
   if [ "$mode" = cache ]; then flags=(--cache-dir "$work/cache-$RANDOM"); else flags=(--no-cache); fi
   port=$((19000 + RANDOM % 1000))
-  "$bin" run --module-dir "$work" "${flags[@]}" --metrics-addr "127.0.0.1:$port" >"$work/host-$mode.log" 2>&1 &
+  "$bin" run --module-dir "$work" "${flags[@]}" ${HOST_FLAGS:-} --metrics-addr "127.0.0.1:$port" >"$work/host-$mode.log" 2>&1 &
   host=$!
   for i in $(seq 1 "$N"); do
     sed -e "s/autoroute_initializing.wasm/v$i-initializing.wasm/;s/autoroute_syncing.wasm/v$i-syncing.wasm/;s/autoroute_ready.wasm/v$i-ready.wasm/" \

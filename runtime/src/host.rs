@@ -91,6 +91,14 @@ pub struct RunArgs {
     /// Keep compiled components in memory only.
     #[arg(long)]
     no_cache: bool,
+    /// Compile modules in a thread of the host instead of a child process of its binary. A
+    /// child is killed at the compile timeout, limited to --compile-memory-mib, and takes its
+    /// heap (300–400 MiB for a Python component) with it when it ends.
+    #[arg(long)]
+    compile_in_host: bool,
+    /// The data segment limit of a compile process, in MiB.
+    #[arg(long, default_value_t = crate::modules::compile_process::DEFAULT_MEMORY_LIMIT_MIB)]
+    compile_memory_mib: u64,
     /// The most compiled code the cache directory keeps, in MiB; the least recently used
     /// components go first.
     #[arg(long, default_value_t = 2048)]
@@ -261,9 +269,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let egress = crate::egress::EgressPolicy::allowing(&args.allow_fetch_from)?;
     let sandbox = Sandbox::new(limits)?;
+    let compile_process = if args.compile_in_host {
+        None
+    } else {
+        Some(
+            crate::modules::compile_process::CompileProcess::of_current_exe(
+                args.compile_memory_mib,
+            )
+            .context("finding the host's executable for compile processes (--compile-in-host compiles in the host instead)")?,
+        )
+    };
     let modules = Arc::new(
         ModuleCache::new(sandbox, Some(client.clone()), args.module_dir)
             .forgetting_unused()
+            .compiling_in(compile_process)
             .with_egress(egress.clone())
             .with_compile_cache_limited(
                 crate::modules::compile_cache_dir(args.cache_dir, args.no_cache),
@@ -400,6 +419,9 @@ fn worker_memory_budget(flag: Option<usize>) -> Option<usize> {
 pub fn run_main<F: std::future::Future<Output = std::process::ExitCode>>(
     body: impl FnOnce() -> F,
 ) -> std::process::ExitCode {
+    if let Some(exit) = crate::modules::compile_process::serve_if_asked() {
+        return exit;
+    }
     crate::heap::use_one_arena();
     match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime.block_on(body()),

@@ -127,7 +127,7 @@ fn module_reason(e: &ModuleError) -> &'static str {
         | ModuleError::Fetch { .. } => "ModuleFetchFailed",
         ModuleError::DigestMismatch { .. } => "ModuleDigestMismatch",
         ModuleError::Load {
-            error: LoadError::Compile(_),
+            error: LoadError::Compile(_) | LoadError::CompileStopped(_),
             ..
         } => "ModuleCompileFailed",
         ModuleError::Load {

@@ -294,6 +294,37 @@ impl CompileCache {
         unsafe { Component::deserialize(engine, &cwasm) }
             .map_err(|e| LoadError::Compile(format!("{e:#}")))
     }
+
+    /// Stores `cwasm`, which a compile process of this host's binary made from the component of
+    /// `digest`, and loads it from its entry (mapped from the file, not copied into the heap);
+    /// from memory when the store failed.
+    pub fn store_and_load(
+        &self,
+        engine: &Engine,
+        digest: &str,
+        cwasm: &[u8],
+    ) -> Result<Component, LoadError> {
+        match self.store(digest, cwasm) {
+            Ok(()) => {
+                if let Some(c) = self.load(engine, digest) {
+                    return Ok(c);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), %digest, error = %e, "could not write the compile cache entry");
+            }
+        }
+        load_artifact(engine, cwasm)
+    }
+}
+
+/// Loads an artifact that a compile process of this host's binary made just now.
+pub fn load_artifact(engine: &Engine, cwasm: &[u8]) -> Result<Component, LoadError> {
+    // SAFETY: `cwasm` comes from `precompile_component` in a child process of this same
+    // executable (`compile_process`), with the settings of this engine, over a pipe only the two
+    // processes hold; wasmtime still refuses an artifact of an incompatible engine.
+    unsafe { Component::deserialize(engine, cwasm) }
+        .map_err(|e| LoadError::Compile(format!("the compiled component did not load: {e:#}")))
 }
 
 /// A path that opens `file` itself: `/proc/self/fd/N` on Linux (the inode already open, even if

@@ -3,6 +3,7 @@
 //! ~20 µs. Compiled code is also kept on disk ([`compile_cache`]), so a restart does not recompile.
 
 pub mod compile_cache;
+pub mod compile_process;
 pub mod config_map_versions;
 #[cfg(test)]
 mod mock_api_tests;
@@ -12,6 +13,7 @@ pub mod url;
 use crate::crd::{ConfigMapModule, ModuleRef};
 use crate::sandbox::{FinalizerModule, LimitOverride, LoadError, PhaseModule, Randomness, Sandbox};
 use compile_cache::{CompileCache, Loaded};
+use compile_process::CompileProcess;
 use config_map_versions::{ConfigMapVersions, PartVersion};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
@@ -43,9 +45,10 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// every loading operator asking at once would otherwise hold 64 MiB each).
 const FETCH_BUDGET_MIB: u32 = 128;
 
-/// How long a compile may take before its load fails (`ModuleCompileFailed`). Cranelift cannot
-/// be stopped: the compile runs on, still holding the one compile slot, and its result is
-/// dropped; operators already loaded run on meanwhile (compiles run off the async threads).
+/// How long a compile may take before its load fails (`ModuleCompileFailed`). In a compile
+/// process (the host's way) the process is killed then and the compile slot is free at once; in
+/// a thread (the CLI's tools) Cranelift cannot be stopped: the compile runs on, still holding
+/// the one compile slot, and its result is dropped.
 pub const COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A module could not be made ready; the message names the source (never credentials).
@@ -364,6 +367,8 @@ pub struct ModuleCache {
     /// MiB of module bytes being fetched at once (see [`FETCH_BUDGET_MIB`]).
     fetching: tokio::sync::Semaphore,
     disk: Option<Arc<CompileCache>>,
+    /// Compiles in child processes (the host); `None`: in a blocking thread (the CLI's tools).
+    compile_process: Option<CompileProcess>,
     config_map_versions: ConfigMapVersions,
     allow_http_urls: bool,
     /// Where `url` modules may be fetched from.
@@ -385,6 +390,7 @@ impl ModuleCache {
             compiling: Arc::new(tokio::sync::Semaphore::new(1)),
             fetching: tokio::sync::Semaphore::new(FETCH_BUDGET_MIB as usize),
             disk: None,
+            compile_process: None,
             config_map_versions: ConfigMapVersions::new(None),
             allow_http_urls: false,
             egress: crate::egress::EgressPolicy::unrestricted(),
@@ -418,6 +424,12 @@ impl ModuleCache {
                 }
             },
         );
+        self
+    }
+
+    /// Compiles in child processes as `process` says ([`compile_process`]), not in this one.
+    pub fn compiling_in(mut self, process: Option<CompileProcess>) -> Self {
+        self.compile_process = process;
         self
     }
 
@@ -737,9 +749,10 @@ impl ModuleCache {
         lock_listing(&self.compiled)
     }
 
-    /// Compiles `bytes` (whose digest is `digest`) off the async threads, through the disk cache
-    /// when there is one (which stores the result), within [`COMPILE_TIMEOUT`]. `permit` (the one
-    /// compile slot) is held until the compile itself ends, even one given up on.
+    /// Compiles `bytes` (whose digest is `digest`) in a compile process when the cache has one,
+    /// else off the async threads, within [`COMPILE_TIMEOUT`]; the disk cache, when there is
+    /// one, stores the result. `permit` (the one compile slot) is held until the compile itself
+    /// ends: a killed process's at once, a thread's even when it was given up on.
     async fn compile(
         &self,
         digest: &str,
@@ -760,6 +773,19 @@ impl ModuleCache {
             }
         }
         let (sandbox, disk, key) = (self.sandbox.clone(), self.disk.clone(), digest.to_string());
+        if let Some(process) = &self.compile_process {
+            // The child is killed at its timeout, so the permit is held no longer than it lives.
+            let artifact = process.precompile(bytes).await;
+            drop(permit);
+            let artifact = artifact?;
+            return tokio::task::spawn_blocking(move || match disk {
+                Some(disk) => disk.store_and_load(sandbox.engine(), &key, &artifact),
+                None => compile_cache::load_artifact(sandbox.engine(), &artifact),
+            })
+            .await
+            .map_err(|e| LoadError::Compile(e.to_string()))?
+            .map(Loaded::Compiled);
+        }
         let compiling = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             match disk {
@@ -770,8 +796,8 @@ impl ModuleCache {
         tokio::time::timeout(COMPILE_TIMEOUT, compiling)
             .await
             .map_err(|_| {
-                LoadError::Compile(format!(
-                    "compiling took longer than {COMPILE_TIMEOUT:?}; given up (a smaller component compiles faster)"
+                LoadError::CompileStopped(format!(
+                    "it took longer than {COMPILE_TIMEOUT:?}; given up (a smaller component compiles faster)"
                 ))
             })?
             .map_err(|e| LoadError::Compile(e.to_string()))?

@@ -269,6 +269,9 @@ impl RunError {
 pub enum LoadError {
     #[error("not a valid Wasm component: {0}")]
     Compile(String),
+    /// The compile did not finish: stopped at its timeout, or its process died or could not run.
+    #[error("compiling stopped: {0}")]
+    CompileStopped(String),
     #[error(
         "the component does not fit the `{world}` world of wasmpilot:operator@0.1.0: {message}"
     )]
@@ -405,6 +408,16 @@ impl FinalizerModule {
     }
 }
 
+/// The engine settings that decide the generated code: the sandbox's engine adds only its
+/// instance allocator to these, and a compile process ([`crate::modules::compile_process`]) uses
+/// them as they are, so the artifacts it makes load here.
+pub fn codegen_config() -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.wasm_component_model(true);
+    config
+}
+
 /// The Wasm engine, linker, epoch ticker and run limits shared by all operators.
 pub struct Sandbox {
     engine: Engine,
@@ -423,9 +436,7 @@ impl Drop for Sandbox {
 
 impl Sandbox {
     pub fn new(limits: SandboxLimits) -> anyhow::Result<Arc<Self>> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        config.wasm_component_model(true);
+        let mut config = codegen_config();
         if let InstanceMemory::Pooling { keep_resident } = limits.instance_memory {
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(instance_pool(
                 &limits,
