@@ -34,7 +34,14 @@ open(sys.argv[2], 'wb').write(data + b"\x00" + leb(len(body)) + body)
 EOF
   done
 done
+# A previous run's namespace may still be terminating: wait until it is gone.
+for _ in $(seq 1 120); do
+  [ "$(kubectl get namespace modmem -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ] || break
+  sleep 1
+done
 kubectl create namespace modmem --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+host=
+trap '[ -n "$host" ] && kill "$host" 2>/dev/null; true' EXIT
 "$bin" rbac "$repo/examples/autoroute-python/operator.yaml" | kubectl apply -f - >/dev/null
 # MODES picks the runs (default both); HOST_FLAGS adds flags to every host (e.g. --compile-in-host).
 for mode in ${MODES:-cache no-cache}; do

@@ -106,10 +106,9 @@ impl CompileProcess {
             let _ = stdin.write_all(&bytes).await;
             drop(stdin);
         };
-        let (mut artifact, mut stdout) = (Vec::new(), stdout.take(MAX_ARTIFACT_BYTES + 1));
-        let reading = stdout.read_to_end(&mut artifact);
-        let (mut message, mut stderr) = (Vec::new(), stderr.take(64 << 10));
-        let reading_errors = stderr.read_to_end(&mut message);
+        let (mut artifact, mut message) = (Vec::new(), Vec::new());
+        let reading = read_bounded(stdout, MAX_ARTIFACT_BYTES + 1, &mut artifact);
+        let reading_errors = read_bounded(stderr, 64 << 10, &mut message);
         let running = async {
             let (_, read, _) = tokio::join!(feeding, reading, reading_errors);
             let status = child.wait().await;
@@ -144,19 +143,34 @@ impl CompileProcess {
             }
             return Ok(artifact);
         }
+        let said_after = if said.is_empty() {
+            String::new()
+        } else {
+            format!(": {said}")
+        };
         Err(match status.code() {
             Some(code) if code == i32::from(COMPILE_ERROR_EXIT) => LoadError::Compile(said),
-            _ => LoadError::CompileStopped(format!(
-                "the compile process ended with {status} (its memory is limited to {} MiB; a smaller component needs less){}",
+            Some(_) => {
+                LoadError::CompileStopped(format!("the compile process failed ({status}){said_after}"))
+            }
+            None => LoadError::CompileStopped(format!(
+                "the compile process ended with {status} (its memory is limited to {} MiB; a smaller component needs less){said_after}",
                 self.memory_limit_mib(),
-                if said.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {said}")
-                }
             )),
         })
     }
+}
+
+/// Reads `from` to its end, keeping the first `limit` bytes in `into` and dropping the rest (so
+/// a child never blocks on a full pipe).
+async fn read_bounded(
+    mut from: impl tokio::io::AsyncRead + Unpin,
+    limit: u64,
+    into: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    (&mut from).take(limit).read_to_end(into).await?;
+    tokio::io::copy(&mut from, &mut tokio::io::sink()).await?;
+    Ok(())
 }
 
 /// The last [`MAX_STDERR_BYTES`] of what a child wrote to stderr, as one trimmed line.
