@@ -73,8 +73,9 @@ EOF
     done
     sleep 15   # the swapped-out controller drains
     rss=$(awk '/VmRSS/{print int($2/1024)}' /proc/$host/status)
+    peak=$(awk '/VmHWM/{print int($2/1024)}' /proc/$host/status)
     held=$(curl -s "127.0.0.1:$port/metrics" | awk '/^wasmpilot_modules_in_memory /{print $2}')
-    echo "$mode swap $i: route r$i $ph, RSS $rss MiB, modules in memory $held"
+    echo "$mode swap $i: route r$i $ph, RSS $rss MiB (peak $peak), modules in memory $held"
   done
   kill $host; wait $host 2>/dev/null || true
 done
