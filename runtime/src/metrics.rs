@@ -287,13 +287,21 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 /// sharded replica, also once it holds its share and its caches hold those buckets' namespaces. A standby
 /// of `--leader-elect` is ready as a standby (it must not block a rollout) until it wins the
 /// Lease; from then on it reports like a single host, from scratch.
+///
+/// Once ready, a host stays ready while an operator applied or changed later syncs its caches or
+/// takes its buckets (the body says what is still pending): one team's new WasmOperator, or a
+/// slow kind it reads, must not take every replica out of its Service and block the
+/// PodDisruptionBudget. That operator's own status says when it runs. A new leader starts over.
 #[derive(Default)]
 pub struct Readiness {
     standby: AtomicBool,
     listed: AtomicBool,
+    /// Ready once since the host started or last became the leader.
+    was_ready: AtomicBool,
     syncing: Mutex<BTreeSet<String>>,
-    /// With `--shard`: per operator, the buckets assigned to this replica it does not hold yet.
-    buckets_pending: Mutex<BTreeMap<String, usize>>,
+    /// With `--shard`: per operator, the buckets assigned to this replica it does not hold yet
+    /// (`None`: not balanced yet).
+    buckets_pending: Mutex<BTreeMap<String, Option<usize>>>,
     /// With `--shard`: the kinds whose caches are still listing a bucket gained.
     listing: Mutex<Option<ListingCaches>>,
 }
@@ -319,6 +327,29 @@ pub const READY: &str = "ok";
 /// `/readyz` body of a ready standby.
 pub const READY_STANDBY: &str = "ok: standby, waiting for the leader-election Lease";
 
+/// Why `/readyz` answers 200.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// Everything listed, loaded, synced and held.
+    Serving,
+    /// A `--leader-elect` standby.
+    Standby,
+    /// Ready before; an operator started since is still syncing or taking its buckets.
+    ServingWhile(NotReady),
+}
+
+impl std::fmt::Display for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ready::Serving => f.write_str(READY),
+            Ready::Standby => f.write_str(READY_STANDBY),
+            Ready::ServingWhile(pending) => {
+                write!(f, "{READY}; operators started since: {pending}")
+            }
+        }
+    }
+}
+
 impl Readiness {
     /// This host waits for leadership: ready, as a standby.
     pub fn mark_standby(&self) {
@@ -328,6 +359,7 @@ impl Readiness {
     /// This host just became the leader: not ready until its own listing and syncs are done.
     pub fn mark_leader(&self) {
         self.listed.store(false, Ordering::Relaxed);
+        self.was_ready.store(false, Ordering::Relaxed);
         self.standby.store(false, Ordering::Relaxed);
     }
 
@@ -345,7 +377,7 @@ impl Readiness {
     }
 
     /// With `--shard`: `pending` buckets assigned to this replica for `operator` are not held
-    /// yet (0: it holds its share).
+    /// yet (0: it holds its share, or the operator is gone).
     pub fn buckets_pending(&self, operator: &str, pending: usize) {
         let mut map = self
             .buckets_pending
@@ -354,15 +386,40 @@ impl Readiness {
         if pending == 0 {
             map.remove(operator);
         } else {
-            map.insert(operator.to_string(), pending);
+            map.insert(operator.to_string(), Some(pending));
         }
     }
 
-    /// The body of a ready host ([`READY`] or [`READY_STANDBY`]), else what is still pending.
-    pub fn check(&self) -> Result<&'static str, NotReady> {
+    /// With `--shard`: `operator` has started here, and its buckets are not balanced yet (so its
+    /// caches syncing first cannot make the host ready before it holds its share).
+    pub fn buckets_not_balanced(&self, operator: &str) {
+        self.buckets_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(operator.to_string())
+            .or_insert(None);
+    }
+
+    /// Why the host is ready, else what it still waits for.
+    pub fn check(&self) -> Result<Ready, NotReady> {
         if self.standby.load(Ordering::Relaxed) {
-            return Ok(READY_STANDBY);
+            return Ok(Ready::Standby);
         }
+        match self.pending() {
+            Ok(()) => {
+                self.was_ready.store(true, Ordering::Relaxed);
+                Ok(Ready::Serving)
+            }
+            Err(NotReady::NotListed) => Err(NotReady::NotListed),
+            Err(pending) if self.was_ready.load(Ordering::Relaxed) => {
+                Ok(Ready::ServingWhile(pending))
+            }
+            Err(pending) => Err(pending),
+        }
+    }
+
+    /// What a (leader or single) host still waits for, if anything.
+    fn pending(&self) -> Result<(), NotReady> {
         if !self.listed.load(Ordering::Relaxed) {
             return Err(NotReady::NotListed);
         }
@@ -380,7 +437,10 @@ impl Readiness {
             return Err(NotReady::BucketsNotHeld {
                 pending: pending
                     .iter()
-                    .map(|(op, n)| format!("{op} ({n})"))
+                    .map(|(op, n)| match n {
+                        Some(n) => format!("{op} ({n})"),
+                        None => format!("{op} (not balanced yet)"),
+                    })
                     .collect(),
             });
         }
@@ -392,7 +452,7 @@ impl Readiness {
             .map(|listing| listing())
             .unwrap_or_default();
         if kinds.is_empty() {
-            Ok(READY)
+            Ok(())
         } else {
             Err(NotReady::BucketsNotListed { kinds })
         }
@@ -431,7 +491,7 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
             "/readyz",
             get(|| async {
                 match READINESS.check() {
-                    Ok(body) => (StatusCode::OK, body.to_string()),
+                    Ok(ready) => (StatusCode::OK, ready.to_string()),
                     Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.to_string()),
                 }
             }),
@@ -591,7 +651,38 @@ mod tests {
             "caches not synced for: a"
         );
         r.synced("a");
-        assert_eq!(r.check(), Ok(READY));
+        assert_eq!(r.check(), Ok(Ready::Serving));
+    }
+
+    #[test]
+    fn once_ready_an_operator_started_later_does_not_make_the_host_unready() {
+        let r = Readiness::default();
+        r.mark_listed();
+        r.syncing("early");
+        assert!(r.check().is_err(), "the first operators gate readiness");
+        r.synced("early");
+        assert_eq!(r.check(), Ok(Ready::Serving));
+        // Another team's operator applied later: its sync and buckets are pending.
+        r.syncing("later");
+        r.buckets_pending("later", 3);
+        let ready = r.check().expect("still ready");
+        assert_eq!(
+            ready.to_string(),
+            "ok; operators started since: caches not synced for: later"
+        );
+        r.synced("later");
+        assert_eq!(
+            r.check().map(|ready| ready.to_string()),
+            Ok("ok; operators started since: buckets assigned to this replica not held yet: later (3)".to_string())
+        );
+        r.buckets_pending("later", 0);
+        assert_eq!(r.check(), Ok(Ready::Serving));
+        // A new leader starts over: not ready until it has listed and synced again.
+        r.mark_leader();
+        assert_eq!(r.check(), Err(NotReady::NotListed));
+        r.mark_listed();
+        r.syncing("later");
+        assert!(r.check().is_err(), "a new leader waits for its caches");
     }
 
     #[test]
@@ -604,6 +695,12 @@ mod tests {
             "buckets assigned to this replica not held yet: autoroute (2)"
         );
         r.buckets_pending("autoroute", 0);
+        r.buckets_not_balanced("canary");
+        assert_eq!(
+            r.check().unwrap_err().to_string(),
+            "buckets assigned to this replica not held yet: canary (not balanced yet)"
+        );
+        r.buckets_pending("canary", 0);
         let listing = std::sync::Arc::new(Mutex::new(vec!["v1/Service".to_string()]));
         let seen = listing.clone();
         r.watch_listing(Box::new(move || {
@@ -614,7 +711,7 @@ mod tests {
             "caches still listing the buckets gained: v1/Service"
         );
         listing.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        assert_eq!(r.check(), Ok(READY));
+        assert_eq!(r.check(), Ok(Ready::Serving));
     }
 
     #[test]
@@ -623,7 +720,7 @@ mod tests {
         r.mark_standby();
         assert_eq!(
             r.check(),
-            Ok(READY_STANDBY),
+            Ok(Ready::Standby),
             "a standby must not block a rollout"
         );
         // Whatever was marked while standing by, a new leader starts from scratch.
@@ -638,6 +735,6 @@ mod tests {
             "caches not synced for: autoroute"
         );
         r.synced("autoroute");
-        assert_eq!(r.check(), Ok(READY));
+        assert_eq!(r.check(), Ok(Ready::Serving));
     }
 }

@@ -687,6 +687,7 @@ impl Sharding {
         }
         let shard = Arc::new(OperatorShard::new(name, self.buckets));
         operators.insert(name.to_string(), Arc::downgrade(&shard));
+        crate::metrics::READINESS.buckets_not_balanced(name);
         shard
     }
 
@@ -887,6 +888,7 @@ impl Sharding {
             tracing::error!(replicas = ?mismatched, buckets = self.buckets, "replicas use another number of buckets (--buckets): acquiring nothing until they agree");
         }
         for name in gone {
+            crate::metrics::READINESS.buckets_pending(&name, 0);
             self.release_operator(&name, None).await;
         }
         let usual = self.usual_holders(&by_name, &live, &members, now);
