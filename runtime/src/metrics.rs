@@ -374,6 +374,16 @@ impl Readiness {
 
     pub fn synced(&self, operator: &str) {
         self.lock().remove(operator);
+        self.note_if_ready();
+    }
+
+    /// Remembers that the host is ready when it is, whether or not a probe asked just then: an
+    /// operator started before the next probe must not make a host that was ready look as if it
+    /// never was.
+    fn note_if_ready(&self) {
+        if self.pending().is_ok() {
+            self.was_ready.store(true, Ordering::Relaxed);
+        }
     }
 
     /// With `--shard`: `pending` buckets assigned to this replica for `operator` are not held
@@ -388,6 +398,8 @@ impl Readiness {
         } else {
             map.insert(operator.to_string(), Some(pending));
         }
+        drop(map);
+        self.note_if_ready();
     }
 
     /// With `--shard`: `operator` has started here, and its buckets are not balanced yet (so its
@@ -686,6 +698,21 @@ mod tests {
     }
 
     #[test]
+    fn a_host_ready_between_two_probes_counts_as_ready() {
+        let r = Readiness::default();
+        r.mark_listed();
+        r.syncing("early");
+        assert!(r.check().is_err());
+        // Synced, and another operator started, before the next probe.
+        r.synced("early");
+        r.syncing("later");
+        assert_eq!(
+            r.check().map(|ready| ready.to_string()),
+            Ok("ok; operators started since: caches not synced for: later".to_string())
+        );
+    }
+
+    #[test]
     fn a_sharded_replica_waits_for_its_buckets_and_their_listing() {
         let r = Readiness::default();
         r.mark_listed();
@@ -694,18 +721,18 @@ mod tests {
             r.check().unwrap_err().to_string(),
             "buckets assigned to this replica not held yet: autoroute (2)"
         );
-        r.buckets_pending("autoroute", 0);
         r.buckets_not_balanced("canary");
+        r.buckets_pending("autoroute", 0);
         assert_eq!(
             r.check().unwrap_err().to_string(),
             "buckets assigned to this replica not held yet: canary (not balanced yet)"
         );
-        r.buckets_pending("canary", 0);
         let listing = std::sync::Arc::new(Mutex::new(vec!["v1/Service".to_string()]));
         let seen = listing.clone();
         r.watch_listing(Box::new(move || {
             seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
         }));
+        r.buckets_pending("canary", 0);
         assert_eq!(
             r.check().unwrap_err().to_string(),
             "caches still listing the buckets gained: v1/Service"
