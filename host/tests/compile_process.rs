@@ -71,6 +71,20 @@ async fn a_component_that_does_not_compile_is_reported_from_the_child() {
         .expect_err("not Wasm");
     let text = message(e);
     assert!(text.contains("not a valid Wasm component"), "{text}");
+
+    // Random bytes: wasmtime prints the magic numbers as byte arrays over many lines; the
+    // Condition gets them on one line.
+    let e = process(DEFAULT_MEMORY_LIMIT_MIB)
+        .precompile(b"PK\x03\x04 a zip, say".to_vec())
+        .await
+        .expect_err("not Wasm");
+    let text = message(e);
+    assert!(text.contains("magic header not detected"), "{text}");
+    assert!(text.contains("expected=[0x0, 0x61, 0x73, 0x6d]"), "{text}");
+    assert!(
+        !text.contains('\n') && !text.contains(" / ") && !text.contains("  "),
+        "one line: {text}"
+    );
 }
 
 #[tokio::test]

@@ -100,16 +100,6 @@ async fn service_account_kubeconfig(client: &Client) -> anyhow::Result<std::path
     Ok(path)
 }
 
-/// Body and status code of `http://{addr}{path}`, as `body\ncode` (`\n000`: no answer yet).
-fn http(addr: &str, path: &str) -> anyhow::Result<String> {
-    let out = Command::new("curl")
-        .args(["-s", "-o", "/dev/stdout", "-w", "\n%{http_code}"])
-        .arg(format!("http://{addr}{path}"))
-        .output()
-        .context("running curl")?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 async fn scenario(client: &Client) -> anyhow::Result<()> {
     // `kubectl apply -k deploy/`, with the PodDisruptionBudget as the local 1.20 API server serves it.
     run_install()?;
@@ -163,26 +153,26 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     // loaded their modules (autoroute, deployed above) and holds the buckets assigned to it.
     let ready_by = std::time::Instant::now() + T;
     loop {
-        let ready = http(&addr, "/readyz")?;
-        if ready == format!("{READY}\n200") {
+        let (code, ready) = http_response(&addr, "/readyz").unwrap_or_default();
+        if (code, ready.as_str()) == (200, READY) {
             break;
         }
         ensure!(
-            ready.ends_with("\n000")
-                || ready == format!("{READY_STANDBY}\n200")
-                || (ready.ends_with("\n503")
+            code == 0
+                || (code, ready.as_str()) == (200, READY_STANDBY)
+                || (code == 503
                     && (ready.contains("caches not synced for")
                         || ready.contains("not listed")
                         || ready.contains("buckets assigned to this replica not held yet"))),
-            "/readyz is down, a standby, or a 503 naming what it waits for: {ready}"
+            "/readyz is down, a standby, or a 503 naming what it waits for: {code} {ready}"
         );
         ensure!(
             std::time::Instant::now() < ready_by,
-            "/readyz not 200 after {T:?}: {ready}"
+            "/readyz not 200 after {T:?}: {code} {ready}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let metrics = http(&addr, "/metrics")?;
+    let metrics = http_get(&addr, "/metrics")?;
     let running = metrics
         .lines()
         .find_map(|l| l.strip_prefix("wasmpilot_operators_running "))
@@ -253,23 +243,22 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
             "a forbidden pull Secret says what to do: {msg}"
         );
 
-        let http = |path: &str| http(&addr, path);
-        let metrics = http("/metrics")?;
+        let metrics = http_get(&addr, "/metrics")?;
         ensure!(metrics.contains(r#"wasmpilot_reconciles_total{operator="autoroute""#), "metrics: {metrics}");
         ensure!(metrics.contains("wasmpilot_worker_duration_seconds_bucket"), "histogram exported");
         ensure!(metrics.contains(r#"wasmpilot_operator_load_failures_total{operator="rbac-missing",reason="MissingPermissions"}"#), "load failures counted");
         ensure!(metrics.contains(r#"wasmpilot_operator_load_failures_total{operator="rbac-secret",reason="ModulePullSecretFailed"}"#), "labelled with the Condition's reason");
-        ensure!(http("/healthz")?.ends_with("200"), "healthz");
+        ensure!(http_response(&addr, "/healthz")?.0 == 200, "healthz");
         // Still ready, with the failed operators: a failed load does not block
         // readiness, it is reported on the WasmOperator. Waited for, not read once: a
         // WasmOperator another test left (its buckets being taken) may hold it at 503 briefly.
         let ready_by = std::time::Instant::now() + T;
         loop {
-            let ready = http("/readyz")?;
-            if ready == format!("{READY}\n200") {
+            let (code, ready) = http_response(&addr, "/readyz").unwrap_or_default();
+            if (code, ready.as_str()) == (200, READY) {
                 break;
             }
-            ensure!(std::time::Instant::now() < ready_by, "readyz not 200 after {T:?}: {ready}");
+            ensure!(std::time::Instant::now() < ready_by, "readyz not 200 after {T:?}: {code} {ready}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         anyhow::Ok(())

@@ -39,24 +39,10 @@ async fn an_operator_applied_later_does_not_make_a_ready_host_unready() {
     .await;
 }
 
-/// `(status code, body)` of `/readyz`; code 0 when nothing answers yet.
-async fn readyz(addr: &str) -> (u16, String) {
-    let url = format!("http://{addr}/readyz");
-    let out = tokio::process::Command::new("curl")
-        .args(["-s", "-w", "\n%{http_code}", &url])
-        .output()
-        .await;
-    let text = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
 async fn scenario(client: &kube::Client, addr: &str) -> anyhow::Result<()> {
     let ready_by = Instant::now() + T;
     loop {
-        let (code, body) = readyz(addr).await;
+        let (code, body) = http_response(addr, "/readyz").unwrap_or_default();
         if code == 200 && body == READY {
             break;
         }
@@ -79,7 +65,7 @@ async fn scenario(client: &kube::Client, addr: &str) -> anyhow::Result<()> {
     let until = Instant::now() + T;
     let mut running = false;
     loop {
-        let answer = readyz(addr).await;
+        let answer = http_response(addr, "/readyz").unwrap_or_default();
         let settled = running && answer == (200, READY.to_string());
         answers.push(answer);
         if settled {

@@ -449,17 +449,27 @@ pub fn free_port() -> u16 {
 
 /// `GET http://{addr}{path}` over plain HTTP/1.0: the body, or an error if nothing answers.
 pub fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+    http_response(addr, path).map(|(_, body)| body)
+}
+
+/// `GET http://{addr}{path}` over plain HTTP/1.0: the status code and the body, or an error if
+/// nothing answers.
+pub fn http_response(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
-    let body = response
+    let (head, body) = response
         .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
         .ok_or_else(|| anyhow!("no HTTP response from {addr}"))?;
-    Ok(body)
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow!("no status line from {addr}: {head}"))?;
+    Ok((code, body.to_string()))
 }
 
 /// The value of an unlabelled metric in a Prometheus text exposition.

@@ -201,7 +201,7 @@ pub fn serve_if_asked() -> Option<ExitCode> {
     Some(match serve(limit) {
         Ok(()) => ExitCode::SUCCESS,
         Err(ChildError::Compile(e)) => {
-            let _ = writeln!(std::io::stderr(), "{e:#}");
+            let _ = writeln!(std::io::stderr(), "{e}");
             ExitCode::from(COMPILE_ERROR_EXIT)
         }
         Err(other) => {
@@ -220,8 +220,9 @@ enum ChildError {
     TooLarge,
     #[error("the compile process could not make its engine: {0:#}")]
     Engine(wasmtime::Error),
-    #[error("not a valid Wasm component: {0:#}")]
-    Compile(wasmtime::Error),
+    /// One line ([`crate::sandbox::compile_error_text`]).
+    #[error("not a valid Wasm component: {0}")]
+    Compile(String),
     #[error("the compile process could not write the compiled component: {0}")]
     Output(std::io::Error),
 }
@@ -241,7 +242,7 @@ fn serve(memory_limit_bytes: Option<u64>) -> Result<(), ChildError> {
         wasmtime::Engine::new(&crate::sandbox::codegen_config()).map_err(ChildError::Engine)?;
     let artifact = engine
         .precompile_component(&bytes)
-        .map_err(ChildError::Compile)?;
+        .map_err(|e| ChildError::Compile(crate::sandbox::compile_error_text(&e)))?;
     let mut out = std::io::stdout().lock();
     out.write_all(&artifact).map_err(ChildError::Output)?;
     out.flush().map_err(ChildError::Output)

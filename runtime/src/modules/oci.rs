@@ -541,8 +541,12 @@ pub fn component_world(bytes: &[u8]) -> anyhow::Result<(Vec<String>, Vec<String>
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
     let engine = wasmtime::Engine::new(&config).map_err(anyhow::Error::from)?;
-    let component = wasmtime::component::Component::new(&engine, bytes)
-        .map_err(|e| anyhow::anyhow!("not a valid Wasm component: {e:#}"))?;
+    let component = wasmtime::component::Component::new(&engine, bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "not a valid Wasm component: {}",
+            crate::sandbox::compile_error_text(&e)
+        )
+    })?;
     let ty = component.component_type();
     let imports = ty.imports(&engine).map(|(n, _)| n.to_string()).collect();
     let exports = ty.exports(&engine).map(|(n, _)| n.to_string()).collect();

@@ -286,6 +286,24 @@ pub enum LoadError {
     MissingImports { imports: Vec<String> },
 }
 
+/// A compile error on one line, for a Condition: wasmtime prints some (a bad magic number) with
+/// byte arrays spread over many indented lines.
+pub(crate) fn compile_error_text(error: &wasmtime::Error) -> String {
+    let text = format!("{error:#}");
+    let mut line = String::with_capacity(text.len());
+    for word in text.split_whitespace() {
+        // `[` and `]` hug what they enclose, and a trailing `,` before `]` goes.
+        if !line.is_empty() && !line.ends_with('[') && !word.starts_with(']') {
+            line.push(' ');
+        }
+        if word.starts_with(']') && line.ends_with(',') {
+            line.pop();
+        }
+        line.push_str(word);
+    }
+    line
+}
+
 /// Interface packages the host links into every worker (any 0.2 version for WASI).
 const PROVIDED_PACKAGES: [&str; 7] = [
     "wasmpilot:operator/",
@@ -538,7 +556,7 @@ impl Sandbox {
 
     /// Compiles component bytes to native code (CPU-heavy: call from a blocking thread).
     pub fn compile(&self, bytes: &[u8]) -> Result<Component, LoadError> {
-        Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))
+        Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(compile_error_text(&e)))
     }
 
     /// Why `component` does not link as a worker of `world`: imports the host does not provide,
