@@ -124,9 +124,11 @@ enum Command {
     /// Publish a built component to an OCI registry as a Wasm artifact; print its digests.
     Push(wasmpilot::modules::oci::PushArgs),
     /// Print an operator's own ServiceAccount, its least-privilege role and binding, and the
-    /// host's right to read for it and act as it, for `kubectl apply -f -`.
+    /// host's right to read for it and act as it, for `kubectl apply -f -` (for each
+    /// WasmOperator of the manifest).
     Rbac {
-        /// The WasmOperator manifest, e.g. examples/autoroute/operator.yaml.
+        /// The WasmOperator manifest, e.g. examples/autoroute/operator.yaml (one or more
+        /// WasmOperators).
         operator: PathBuf,
         /// Grant the operator only in these namespaces (comma-separated; default: cluster-wide).
         #[arg(long, value_delimiter = ',')]
@@ -320,12 +322,24 @@ fn rbac_yaml(
     operator: &std::path::Path,
     target: &wasmpilot::rbac::GrantTarget,
 ) -> anyhow::Result<String> {
-    let op = wasmpilot::offline::read_operator(operator)?;
+    let mut out = String::new();
+    for op in wasmpilot::offline::read_operators(operator)? {
+        out.push_str(&operator_rbac_yaml(operator, &op, target)?);
+    }
+    Ok(out)
+}
+
+/// The grants of one WasmOperator of the manifest at `path`.
+fn operator_rbac_yaml(
+    path: &std::path::Path,
+    op: &WasmOperator,
+    target: &wasmpilot::rbac::GrantTarget,
+) -> anyhow::Result<String> {
     let name = op
         .metadata
         .name
         .clone()
-        .ok_or_else(|| anyhow::anyhow!("{}: metadata.name is required", operator.display()))?;
+        .ok_or_else(|| anyhow::anyhow!("{}: metadata.name is required", path.display()))?;
     let mut out = String::new();
     // Sensitive kinds get the admin's attention: on stderr, and atop what is applied.
     let mut sensitive: Vec<String> = wasmpilot::definition::declared_kinds(&op.spec)

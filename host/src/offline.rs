@@ -97,31 +97,66 @@ pub fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
 const HINT_OPERATOR: &str =
     "compare examples/autoroute/operator.yaml, or scaffold a project with `wasmpilot init <dir>`";
 
-/// Reads a WasmOperator manifest: its first WasmOperator document, else its first document.
-pub fn read_operator(path: &Path) -> anyhow::Result<WasmOperator> {
+/// The documents of a manifest to read as WasmOperators: each WasmOperator document, else its
+/// first document (so the error names the field that makes it none).
+fn operator_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
     let docs = read_documents(path).with_context(|| {
         format!(
             "no WasmOperator manifest at {}: pass the operator directory (holding operator.yaml) or the manifest's path",
             path.display()
         )
     })?;
-    let doc = docs
+    let operators: Vec<Value> = docs
         .iter()
-        .find(|d| d["kind"] == "WasmOperator")
-        .or(docs.first())
+        .filter(|d| d["kind"] == "WasmOperator")
         .cloned()
-        .ok_or_else(|| {
-            anyhow!(
-                "{} is empty: it must hold a WasmOperator ({HINT_OPERATOR})",
-                path.display()
-            )
-        })?;
+        .collect();
+    if !operators.is_empty() {
+        return Ok(operators);
+    }
+    let first = docs.into_iter().next().ok_or_else(|| {
+        anyhow!(
+            "{} is empty: it must hold a WasmOperator ({HINT_OPERATOR})",
+            path.display()
+        )
+    })?;
+    Ok(vec![first])
+}
+
+fn parse_operator(doc: Value, path: &Path) -> anyhow::Result<WasmOperator> {
     serde_json::from_value(doc).with_context(|| {
         format!(
             "{} is not a WasmOperator: fix the field named below ({HINT_OPERATOR})",
             path.display()
         )
     })
+}
+
+/// Reads a manifest of one WasmOperator (with other documents beside it, say its CRDs); one
+/// holding several is an error naming them, rather than the first read and the rest ignored.
+pub fn read_operator(path: &Path) -> anyhow::Result<WasmOperator> {
+    let mut docs = operator_documents(path)?;
+    if docs.len() > 1 {
+        let names: Vec<&str> = docs
+            .iter()
+            .map(|d| d["metadata"]["name"].as_str().unwrap_or("(no name)"))
+            .collect();
+        anyhow::bail!(
+            "{} holds {} WasmOperators ({}): pass a manifest with one",
+            path.display(),
+            docs.len(),
+            names.join(", ")
+        );
+    }
+    parse_operator(docs.remove(0), path)
+}
+
+/// Reads every WasmOperator of a manifest (`wasmpilot rbac` grants each of them).
+pub fn read_operators(path: &Path) -> anyhow::Result<Vec<WasmOperator>> {
+    operator_documents(path)?
+        .into_iter()
+        .map(|doc| parse_operator(doc, path))
+        .collect()
 }
 
 /// Reads a WasmOperator manifest ([`read_operator`]) and validates it as the host does.
@@ -507,6 +542,27 @@ mod tests {
         .unwrap();
         let e = format!("{:#}", read_operator(&other).unwrap_err());
         assert!(e.contains("route.yaml is not a WasmOperator: fix the field named below (compare examples/autoroute/operator.yaml"), "{e}");
+
+        let two = dir.path().join("two.yaml");
+        let operator = |name: &str| {
+            format!("apiVersion: wasmpilot.io/v1alpha1\nkind: WasmOperator\nmetadata: {{name: {name}}}\nspec:\n  resource: {{apiVersion: x.io/v1, kind: X}}\n  phases: [{{name: A, initial: true, module: {{file: {{path: a.wasm}}}}}}]\n")
+        };
+        std::fs::write(
+            &two,
+            format!("{}---\n{}", operator("kite"), operator("lark")),
+        )
+        .unwrap();
+        let e = format!("{:#}", read_operator(&two).unwrap_err());
+        assert!(
+            e.contains("two.yaml holds 2 WasmOperators (kite, lark): pass a manifest with one"),
+            "{e}"
+        );
+        let names: Vec<_> = read_operators(&two)
+            .unwrap()
+            .into_iter()
+            .filter_map(|op| op.metadata.name)
+            .collect();
+        assert_eq!(names, ["kite", "lark"]);
 
         let missing = dir.path().join("nope/operator.yaml");
         let e = format!("{:#}", load_operator(&missing).unwrap_err());

@@ -565,6 +565,27 @@ async fn status_info_is_capped_and_a_phase_may_raise_the_cap() {
         .await,
         Err(RunError::StatusTooLarge { limit, .. }) if limit == 1 << 20
     ));
+    // And the WasmOperator's Ready message says so (what it asked, what a call gets).
+    assert_eq!(
+        sb.capped(&LimitOverride {
+            max_status_bytes: Some(64 << 20),
+            max_outputs: Some(9_999_999),
+            deadline: Some(std::time::Duration::from_secs(360_000)),
+            memory_bytes: Some(16 << 20),
+            ..Default::default()
+        }),
+        [
+            format!("deadline 360000s → {:?}", sb.limits().max_deadline),
+            "maxOutputs 9999999 → 10000".to_string(),
+            "maxStatusKib 65536 → 1024".to_string(),
+        ]
+    );
+    assert!(sb
+        .capped(&LimitOverride {
+            max_status_bytes: Some(512 << 10),
+            ..Default::default()
+        })
+        .is_empty());
 }
 
 /// WASI random is seeded from the request: the same request gives the same bytes (a replay

@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// A fetch the policy does not allow.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EgressRefused {
-    #[error("{host} is {class} address {ip}, which the host does not fetch from for an operator (an admin allows it with `wasmpilot run --allow-fetch-from {ip}`)")]
+    #[error("{}{class} address {ip}, which the host does not fetch from for an operator (an admin allows it with `wasmpilot run --allow-fetch-from {ip}`)", if *host == ip.to_string() { String::new() } else { format!("{host} is ") })]
     Address {
         host: String,
         ip: IpAddr,
@@ -354,7 +354,7 @@ mod tests {
         let e = p.check_url(&url).expect_err("refused");
         assert_eq!(
             e.to_string(),
-            "169.254.169.254 is a link-local address 169.254.169.254, which the host does not fetch from for an operator (an admin allows it with `wasmpilot run --allow-fetch-from 169.254.169.254`)"
+            "a link-local address 169.254.169.254, which the host does not fetch from for an operator (an admin allows it with `wasmpilot run --allow-fetch-from 169.254.169.254`)"
         );
         let named = reqwest::Url::parse("https://prometheus.example/").expect("url");
         assert!(p.check_url(&named).is_ok(), "names are checked as resolved");

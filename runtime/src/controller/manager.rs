@@ -761,6 +761,7 @@ impl ManagerContext {
         let previous = controllers.draining.remove(&name);
         let grace = self.drain_grace();
         let account = operator.grants.account().to_string();
+        let capped = capped_limits(self.modules.sandbox(), &operator.definition);
         let task_name = name.clone();
         let synced = operator.clone();
         let task = tokio::spawn(async move {
@@ -787,6 +788,13 @@ impl ManagerContext {
             op.spec.resource.kind,
             digests.len()
         );
+        if !capped.is_empty() {
+            tracing::warn!(operator = %name, capped = %crate::worker_text::bounded(&capped, crate::worker_text::MESSAGE_BYTES), "limits capped at this host's ceilings");
+            message.push_str(&format!(
+                "; limits capped at this host's ceilings: {}",
+                crate::worker_text::bounded(&capped, crate::worker_text::MESSAGE_BYTES)
+            ));
+        }
         if let Reach::WhereGranted(missing) = reach {
             message.push_str(&format!(
                 "; not granted cluster-wide ({}): it reconciles only in namespaces where it is granted, resources elsewhere get a NotGranted Condition",
@@ -1179,6 +1187,27 @@ impl ManagerContext {
         }
         written.map(|_| ())
     }
+}
+
+/// The limits of `definition`'s phases and finalizer that `sandbox`'s ceilings cap, phase by
+/// phase (empty: none).
+fn capped_limits(sandbox: &crate::sandbox::Sandbox, definition: &OperatorDefinition) -> String {
+    let phases = definition
+        .phases
+        .iter()
+        .map(|p| (format!("phase {}", p.name), sandbox.capped(&p.limits)));
+    let finalizer = definition.finalizer.as_ref().map(|_| {
+        (
+            "finalizer".to_string(),
+            sandbox.capped(&definition.finalizer_limits),
+        )
+    });
+    phases
+        .chain(finalizer)
+        .filter(|(_, capped)| !capped.is_empty())
+        .map(|(what, capped)| format!("{what} {}", capped.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The merge patch of a WasmOperator's status the manager writes: `Ready` and `ModulesLoaded`

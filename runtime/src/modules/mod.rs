@@ -100,7 +100,7 @@ pub enum ModuleError {
         source: Box<oci::PullSecretError>,
     },
     /// A download (OCI pull or URL) failed: refused, unreachable, too large, wrong layout.
-    #[error("{source_name}: {source}; check the reference, and that the host can reach it (publish with `wasmpilot push`)")]
+    #[error("{source_name}: {source}{}", if source.is_refused() { "" } else { "; check the reference, and that the host can reach it (publish with `wasmpilot push`)" })]
     Fetch {
         source_name: String,
         #[source]
@@ -131,6 +131,18 @@ pub enum FetchError {
     Url(#[from] url::UrlError),
     #[error(transparent)]
     Egress(#[from] crate::egress::EgressCheckError),
+}
+
+impl FetchError {
+    /// The host's egress policy refused the address: reaching it is the admin's call, not a
+    /// reference to check.
+    pub fn is_refused(&self) -> bool {
+        matches!(
+            self,
+            FetchError::Egress(crate::egress::EgressCheckError::Refused(_))
+                | FetchError::Url(url::UrlError::Refused(_))
+        )
+    }
 }
 
 /// A registry's host and port (`host:port`, `[v6]:port`, or the scheme's port).
@@ -1080,6 +1092,31 @@ fn maybe_gunzip(source_name: &str, name: &str, bytes: Vec<u8>) -> Result<Vec<u8>
 mod tests {
     use super::*;
     use crate::crd::{FileModule, OciModule, UrlModule};
+
+    #[test]
+    fn a_refused_address_is_not_sent_to_check_its_reference() {
+        let refused = crate::egress::EgressRefused::Address {
+            host: "169.254.169.254".into(),
+            ip: "169.254.169.254".parse().expect("ip"),
+            class: "a link-local",
+        };
+        let e = ModuleError::Fetch {
+            source_name: "URL https://169.254.169.254/x.wasm".into(),
+            source: FetchError::Url(url::UrlError::Refused(refused)),
+        };
+        assert_eq!(
+            e.to_string(),
+            "URL https://169.254.169.254/x.wasm: a link-local address 169.254.169.254, which the host does not fetch from for an operator (an admin allows it with `wasmpilot run --allow-fetch-from 169.254.169.254`)"
+        );
+        let unreachable = ModuleError::Fetch {
+            source_name: "URL https://example.invalid/x.wasm".into(),
+            source: FetchError::Url(url::UrlError::NoHost),
+        };
+        assert!(
+            unreachable.to_string().ends_with("; check the reference, and that the host can reach it (publish with `wasmpilot push`)"),
+            "{unreachable}"
+        );
+    }
 
     #[test]
     fn digests_normalize() {

@@ -554,6 +554,38 @@ impl Sandbox {
         }
     }
 
+    /// What of `o` this host's ceilings cap, each as the WasmOperator's field, what it asked
+    /// and what a call gets (`memoryMib 4096 → 512`): an author who asked for more is told.
+    pub fn capped(&self, o: &LimitOverride) -> Vec<String> {
+        let got = self.call_limits(o);
+        let mut capped = Vec::new();
+        let mut note = |field: &str, asked: Option<usize>, allowed: usize, unit: usize| {
+            if let Some(asked) = asked.filter(|a| *a > allowed) {
+                capped.push(format!("{field} {} → {}", asked / unit, allowed / unit));
+            }
+        };
+        note("memoryMib", o.memory_bytes, got.memory_bytes, 1 << 20);
+        note("maxOutputs", o.max_outputs, got.max_outputs, 1);
+        note(
+            "maxOutputKib",
+            o.max_output_bytes,
+            got.max_output_bytes,
+            1 << 10,
+        );
+        note("logLines", o.log_lines, got.log_lines, 1);
+        note("logKib", o.log_bytes, got.log_bytes, 1 << 10);
+        note(
+            "maxStatusKib",
+            o.max_status_bytes,
+            got.max_status_bytes,
+            1 << 10,
+        );
+        if let Some(asked) = o.deadline.filter(|d| *d > got.deadline) {
+            capped.insert(0, format!("deadline {asked:?} → {:?}", got.deadline));
+        }
+        capped
+    }
+
     /// Compiles component bytes to native code (CPU-heavy: call from a blocking thread).
     pub fn compile(&self, bytes: &[u8]) -> Result<Component, LoadError> {
         Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(compile_error_text(&e)))
