@@ -268,10 +268,11 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     // The test's WasmOperators deleted while the host runs, so it releases their finalizers:
     // none is left terminating (or running) beside a later test's host or the demo's.
     let ops = ("wasmpilot.io/v1alpha1", "WasmOperator");
-    for op in ["rbac-missing", "rbac-secret", "scripted"] {
+    let test_operators = ["rbac-missing", "rbac-secret", "scripted"];
+    for op in test_operators {
         let _ = delete(client, ops.0, ops.1, None, op).await;
     }
-    for op in ["rbac-missing", "rbac-secret", "scripted"] {
+    for op in test_operators {
         let _ = wait_for(&format!("WasmOperator {op} gone"), T, || async {
             Ok(get(client, ops.0, ops.1, None, op)
                 .await?
