@@ -463,9 +463,12 @@ mod tests {
                 "reconcile",
                 operator = "autoroute",
                 resource = "team-a/r1",
-                phase = "Syncing"
+                phase = tracing::field::Empty
             );
             let _entered = span.enter();
+            // A chained phase records its own: the key holds the phase running now.
+            span.record("phase", "Initializing");
+            span.record("phase", "Syncing");
             tracing::warn!(error = "boom", fatal = true, "reconcile failed");
         });
         let text =
