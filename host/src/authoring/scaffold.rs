@@ -479,6 +479,8 @@ impl Project {
                         format!("next(Next::{})", generate::pascal_case(&next.name))
                     },
                 ),
+                // A phase that stays has no move to name (an unused import warns).
+                ("next_import", if stays { "" } else { "Next, " }.to_owned()),
                 ("summary", summary.clone()),
                 (
                     "test_name",
@@ -783,6 +785,31 @@ mod tests {
         }
         assert!(render("a {{missing}} b", &[]).is_err());
         assert_eq!(render("{{a}}", &[("a", "x".into())]).unwrap(), "x");
+    }
+
+    /// The last phase stays: its stub names no move, so it imports no `Next` (which would be
+    /// an unused-import warning in a freshly scaffolded project).
+    #[test]
+    fn only_workers_that_move_import_their_moves() {
+        let files = autoroute()
+            .files(&Workspace::Standalone, &|_| String::new())
+            .unwrap();
+        let lib = |phase: &str| {
+            let path = format!("workers/{phase}/src/lib.rs");
+            files.iter().find(|(p, _)| *p == path).unwrap().1.clone()
+        };
+        let syncing = lib("syncing");
+        assert!(
+            syncing.contains("{Export, Inputs, Next, Outcome, Worker}"),
+            "{syncing}"
+        );
+        assert!(syncing.contains("Outcome::next(Next::Ready)"), "{syncing}");
+        let ready = lib("ready");
+        assert!(
+            ready.contains("{Export, Inputs, Outcome, Worker}"),
+            "{ready}"
+        );
+        assert!(ready.contains("Ok(Outcome::stay())"), "{ready}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! {{kind}}'s {{phase}} phase. Scaffolded by `wasmpilot init`: it {{summary}}.
 
-use {{types_ident}}::phases::{{phase_module}}::{Export, Inputs, Next, Outcome, Worker};
+use {{types_ident}}::phases::{{phase_module}}::{Export, Inputs, {{next_import}}Outcome, Worker};
 use {{types_ident}}::{{kind}};
 use wasmpilot_guest::{Context, WorkerError};
 
