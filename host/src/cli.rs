@@ -18,7 +18,14 @@ use wasmpilot::sandbox::SandboxLimits;
 )]
 pub struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info,wasmpilot=debug`.
-    #[arg(long, env = "WASMPILOT_LOG", default_value = "info", global = true)]
+    // display_order: listed after each command's own options in its help.
+    #[arg(
+        long,
+        env = "WASMPILOT_LOG",
+        default_value = "info",
+        global = true,
+        display_order = 1000
+    )]
     pub log: String,
     /// Log lines as plain text or one JSON object per line (for log pipelines).
     #[arg(
@@ -26,7 +33,8 @@ pub struct Cli {
         env = "WASMPILOT_LOG_FORMAT",
         value_enum,
         default_value_t,
-        global = true
+        global = true,
+        display_order = 1001
     )]
     pub log_format: wasmpilot::host::LogFormat,
     #[command(subcommand)]
