@@ -9,12 +9,44 @@ use std::time::Duration;
 /// Default resync interval when the WasmOperator does not set one.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
 
-/// A definition problem, naming the field.
+/// A definition problem, naming the field; with the phases' other problems found in the same
+/// pass in `more` (an author fixes them in one round, not one per apply).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{field}: {problem}")]
+#[error("{field}: {problem}{}", more_problems(.more))]
 pub struct DefinitionError {
     pub field: String,
     pub problem: String,
+    pub more: Vec<DefinitionError>,
+}
+
+/// At most this many problems are named in one error; the rest are counted.
+const MAX_PROBLEMS_NAMED: usize = 10;
+
+fn more_problems(more: &[DefinitionError]) -> String {
+    let mut text: String = more
+        .iter()
+        .take(MAX_PROBLEMS_NAMED - 1)
+        .map(|e| format!("; {}: {}", e.field, e.problem))
+        .collect();
+    if more.len() >= MAX_PROBLEMS_NAMED {
+        text.push_str(&format!(
+            "; and {} more",
+            more.len() - (MAX_PROBLEMS_NAMED - 1)
+        ));
+    }
+    text
+}
+
+impl DefinitionError {
+    /// The first of `errors`, carrying the others; `None` when there are none.
+    fn all(mut errors: Vec<DefinitionError>) -> Option<DefinitionError> {
+        if errors.is_empty() {
+            return None;
+        }
+        let mut first = errors.remove(0);
+        first.more.extend(errors);
+        Some(first)
+    }
 }
 
 /// Kinds a definition may use only when it lists them in `spec.allowSensitiveKinds` (group,
@@ -110,6 +142,7 @@ fn invalid(field: impl Into<String>, problem: impl Into<String>) -> DefinitionEr
     DefinitionError {
         field: field.into(),
         problem: problem.into(),
+        more: Vec::new(),
     }
 }
 
@@ -182,89 +215,99 @@ impl OperatorDefinition {
         }
         let mut seen = BTreeSet::new();
         let mut phases = Vec::with_capacity(spec.phases.len());
+        // Every phase is checked, and its problems all reported at once.
+        let mut problems = Vec::new();
         for (i, p) in spec.phases.iter().enumerate() {
-            let field = format!("spec.phases[{i}]");
-            if p.name.trim().is_empty() {
-                return Err(invalid(format!("{field}.name"), "must not be empty"));
-            }
-            if !is_label_value(&p.name) {
-                return Err(invalid(
-                    format!("{field}.name"),
-                    format!("{:?} must be at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric (it labels outputs)", p.name),
-                ));
-            }
-            if !seen.insert(p.name.as_str()) {
-                return Err(invalid(
-                    format!("{field}.name"),
-                    format!("duplicate phase name {:?}", p.name),
-                ));
-            }
-            match (&p.module, p.is_final) {
-                (None, false) => {
-                    return Err(invalid(
-                        format!("{field}.module"),
-                        format!("phase {:?} is not final, so it needs a module", p.name),
-                    ))
+            let mut check_phase = || -> Result<PhaseDefinition, DefinitionError> {
+                let field = format!("spec.phases[{i}]");
+                // Declared even when invalid: a `next` naming it is not reported again.
+                let first_of_its_name = seen.insert(p.name.as_str());
+                if p.name.trim().is_empty() {
+                    return Err(invalid(format!("{field}.name"), "must not be empty"));
                 }
-                (Some(m), _) => check_module(m, &format!("{field}.module"))?,
-                (None, true) => {}
-            }
-            let mut input_names = check_inputs(&p.inputs, &field)?;
-            for (j, q) in p.queries.iter().enumerate() {
-                let f = format!("{field}.queries[{j}]");
-                if !input_names.insert(q.name.as_str()) {
+                if !is_label_value(&p.name) {
                     return Err(invalid(
-                        format!("{f}.name"),
-                        format!(
-                            "{:?} is already the name of an input or query of this phase",
-                            q.name
-                        ),
+                        format!("{field}.name"),
+                        format!("{:?} must be at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric (it labels outputs)", p.name),
                     ));
                 }
-                crate::promql::check(q)
-                    .map_err(|e| invalid(format!("{f}.query"), e.to_string()))?;
-            }
-            for (j, output) in p.outputs.iter().enumerate() {
-                check_kind(output, &format!("{field}.outputs[{j}]"))?;
-            }
-            if let Some(shadow) = &p.shadow {
-                let f = format!("{field}.shadow");
-                if p.is_final {
+                if !first_of_its_name {
                     return Err(invalid(
-                        f,
-                        format!("phase {:?} is final: it runs no worker to shadow", p.name),
+                        format!("{field}.name"),
+                        format!("duplicate phase name {:?}", p.name),
                     ));
                 }
-                check_module(shadow, &f)?;
-                if let Some(oci) = shadow
-                    .oci
-                    .as_ref()
-                    .filter(|o| o.sha256.is_none() && !o.reference.contains("@sha256:"))
-                {
-                    return Err(invalid(
-                        format!("{f}.oci"),
-                        format!("a shadow module must be pinned: set sha256, or reference {} by manifest digest (@sha256:…)", oci.reference),
-                    ));
+                match (&p.module, p.is_final) {
+                    (None, false) => {
+                        return Err(invalid(
+                            format!("{field}.module"),
+                            format!("phase {:?} is not final, so it needs a module", p.name),
+                        ))
+                    }
+                    (Some(m), _) => check_module(m, &format!("{field}.module"))?,
+                    (None, true) => {}
                 }
+                let mut input_names = check_inputs(&p.inputs, &field)?;
+                for (j, q) in p.queries.iter().enumerate() {
+                    let f = format!("{field}.queries[{j}]");
+                    if !input_names.insert(q.name.as_str()) {
+                        return Err(invalid(
+                            format!("{f}.name"),
+                            format!(
+                                "{:?} is already the name of an input or query of this phase",
+                                q.name
+                            ),
+                        ));
+                    }
+                    crate::promql::check(q)
+                        .map_err(|e| invalid(format!("{f}.query"), e.to_string()))?;
+                }
+                for (j, output) in p.outputs.iter().enumerate() {
+                    check_kind(output, &format!("{field}.outputs[{j}]"))?;
+                }
+                if let Some(shadow) = &p.shadow {
+                    let f = format!("{field}.shadow");
+                    if p.is_final {
+                        return Err(invalid(
+                            f,
+                            format!("phase {:?} is final: it runs no worker to shadow", p.name),
+                        ));
+                    }
+                    check_module(shadow, &f)?;
+                    if let Some(oci) = shadow
+                        .oci
+                        .as_ref()
+                        .filter(|o| o.sha256.is_none() && !o.reference.contains("@sha256:"))
+                    {
+                        return Err(invalid(
+                            format!("{f}.oci"),
+                            format!("a shadow module must be pinned: set sha256, or reference {} by manifest digest (@sha256:…)", oci.reference),
+                        ));
+                    }
+                }
+                Ok(PhaseDefinition {
+                    name: p.name.clone(),
+                    is_final: p.is_final,
+                    ready: p.is_final || p.ready,
+                    module: p.module.clone(),
+                    inputs: p.inputs.clone(),
+                    outputs: p.outputs.clone(),
+                    next: p.next.clone(),
+                    queries: p.queries.clone(),
+                    limits: limit_override(p.limits.as_ref(), &format!("{field}.limits"))?,
+                    randomness: randomness(p.randomness),
+                    shadow: p.shadow.clone(),
+                })
+            };
+            match check_phase() {
+                Ok(phase) => phases.push(phase),
+                Err(e) => problems.push(e),
             }
-            phases.push(PhaseDefinition {
-                name: p.name.clone(),
-                is_final: p.is_final,
-                ready: p.is_final || p.ready,
-                module: p.module.clone(),
-                inputs: p.inputs.clone(),
-                outputs: p.outputs.clone(),
-                next: p.next.clone(),
-                queries: p.queries.clone(),
-                limits: limit_override(p.limits.as_ref(), &format!("{field}.limits"))?,
-                randomness: randomness(p.randomness),
-                shadow: p.shadow.clone(),
-            });
         }
         for (i, p) in spec.phases.iter().enumerate() {
             for (j, n) in p.next.iter().enumerate() {
                 if !seen.contains(n.as_str()) {
-                    return Err(invalid(
+                    problems.push(invalid(
                         format!("spec.phases[{i}].next[{j}]"),
                         format!("{n:?} is not a declared phase"),
                     ));
@@ -280,22 +323,27 @@ impl OperatorDefinition {
         let initial_phase = match initial.as_slice() {
             [one] => one.clone(),
             [] => {
-                return Err(invalid(
+                problems.push(invalid(
                     "spec.phases",
                     "no phase is marked initial: exactly one must be",
-                ))
+                ));
+                String::new()
             }
             many => {
-                return Err(invalid(
+                problems.push(invalid(
                     "spec.phases",
                     format!(
                         "{} phases are marked initial ({}): exactly one must be",
                         many.len(),
                         many.join(", ")
                     ),
-                ))
+                ));
+                String::new()
             }
         };
+        if let Some(e) = DefinitionError::all(problems) {
+            return Err(e);
+        }
         if let Some(f) = &spec.finalizer {
             check_module(&f.module, "spec.finalizer.module")?;
             check_inputs(&f.inputs, "spec.finalizer")?;
@@ -687,6 +735,56 @@ mod tests {
         let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
         assert_eq!(e.field, "spec.phases[0].inputs[0].fields[1]");
         assert!(e.problem.contains("'['"), "{e}");
+    }
+
+    /// The phases' problems come in one error, so a hostile or hurried definition is fixed in
+    /// one round; a flood of them is counted past the first ten.
+    #[test]
+    fn every_phase_problem_is_reported_at_once() {
+        let mut long = phase(&"A".repeat(300), true, false);
+        long.next = vec!["B".into(), "Nowhere".into()];
+        let mut twin = phase("B", false, false);
+        twin.module = None;
+        let s = spec(vec![long, phase("B", true, false), twin]);
+        let e = OperatorDefinition::validate("a", &s).unwrap_err();
+        let text = e.to_string();
+        assert_eq!(e.field, "spec.phases[0].name", "{text}");
+        let fields: Vec<&str> = e.more.iter().map(|m| m.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.phases[2].name",
+                "spec.phases[0].next[1]",
+                "spec.phases"
+            ],
+            "{text}"
+        );
+        assert!(
+            text.contains("; spec.phases[2].name: duplicate phase name \"B\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("\"Nowhere\" is not a declared phase"),
+            "{text}"
+        );
+        assert!(text.contains("2 phases are marked initial"), "{text}");
+
+        let many: Vec<PhaseSpec> = (0..30)
+            .map(|i| {
+                let mut p = phase(&format!("P{i}"), i == 0, false);
+                p.next = vec![format!("Q{i}")];
+                p
+            })
+            .collect();
+        let text = OperatorDefinition::validate("a", &spec(many))
+            .unwrap_err()
+            .to_string();
+        assert!(text.ends_with("; and 20 more"), "{text}");
+        assert_eq!(
+            text.matches("is not a declared phase").count(),
+            10,
+            "{text}"
+        );
     }
 
     #[test]

@@ -895,6 +895,7 @@ impl ManagerContext {
                                 "{} {} is cluster-scoped: list it in spec.allowSensitiveKinds (a field an admin reviews) to write it",
                                 output.api_version, output.kind
                             ),
+                            more: Vec::new(),
                         }));
                     }
                 }
