@@ -890,7 +890,7 @@ phases:
         }),
         phase_changed_event(
             "StartToSyncing",
-            "Start → Syncing → Ready (1 outputs applied",
+            "Start → Syncing → Ready (1 output applied",
         ),
     ]);
     let ctx = widget_context(&client, &bytes, true, DEFINITION);

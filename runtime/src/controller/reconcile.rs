@@ -287,7 +287,8 @@ fn announce_phase_changes(ctx: &OperatorContext, obj: &DynamicObject, changes: &
     let modules: Vec<&str> = changes.iter().map(|c| short(&c.module)).collect();
     let inputs: Vec<&str> = changes.iter().map(|c| short(&c.input)).collect();
     let note = format!(
-        "{path} ({applied} outputs applied, {pruned} pruned; module {}, input {})",
+        "{path} ({applied} output{} applied, {pruned} pruned; module {}, input {})",
+        if applied == 1 { "" } else { "s" },
         modules.join(", "),
         inputs.join(", ")
     );
