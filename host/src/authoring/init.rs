@@ -16,7 +16,7 @@
 //! files work both ways. `wasmpilot-guest` is a path dependency when the project is inside a
 //! wasmpilot checkout (relative path) or `--sdk-path` names one, else `--sdk-version`.
 
-use super::scaffold::{Lang, Project};
+use super::scaffold::{self, Lang, Project};
 use super::workspace::{add_workspace_members, enclosing_workspace, relative_path, Workspace};
 use anyhow::{anyhow, bail, Context};
 use std::path::{Path, PathBuf};
@@ -158,11 +158,15 @@ fn init_guest(args: &InitArgs, project: &Project, dir: &Path) -> anyhow::Result<
     let written = write_files(dir, &files)?;
     let (test, lang, typecheck) = match args.lang {
         Lang::Python => (
-            "pytest",
+            scaffold::PYTHON_TEST_COMMAND,
             "Python",
-            "for w in workers/*/app.py; do mypy --strict \"$w\"; done",
+            scaffold::PYTHON_TYPECHECK_COMMAND,
         ),
-        _ => ("npm install && npm test", "JavaScript", "tsc --noEmit"),
+        _ => (
+            "npm install && npm test",
+            "JavaScript",
+            scaffold::JS_TYPECHECK_COMMAND,
+        ),
     };
     eprintln!(
         "created {} ({} files): {} {} with phases {}, workers in {lang} (SDK {})",

@@ -47,6 +47,15 @@ pub enum Lang {
     Javascript,
 }
 
+/// A Python project's native tests, with the pinned toolchain's pytest
+/// (`deploy/local/guest-toolchains.sh install`): what its README and `wasmpilot init` say.
+pub const PYTHON_TEST_COMMAND: &str = "~/.cache/wasmpilot/toolchains/python/bin/pytest";
+/// A Python project's type check, with the pinned toolchain's mypy.
+pub const PYTHON_TYPECHECK_COMMAND: &str = "for w in workers/*/app.py; do ~/.cache/wasmpilot/toolchains/python/bin/mypy --strict \"$w\"; done";
+/// A JavaScript project's type check, with the pinned toolchain's TypeScript (tsconfig.json).
+pub const JS_TYPECHECK_COMMAND: &str =
+    "~/.cache/wasmpilot/toolchains/js/node_modules/.bin/tsc --noEmit";
+
 /// One phase, with the names derived from it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PhaseNames {
@@ -345,7 +354,13 @@ impl Project {
             files.push((test.0, render(test.1, &vars)?));
         }
         let (language, worker_file, test_dir, test_command, toolchain) = if python {
-            ("Python", "app.py", "tests", "pytest", "componentize-py")
+            (
+                "Python",
+                "app.py",
+                "tests",
+                PYTHON_TEST_COMMAND,
+                "componentize-py",
+            )
         } else {
             (
                 "JavaScript",
@@ -358,7 +373,7 @@ impl Project {
         let (generated_files, typecheck_command, typechecker) = if python {
             (
                 format!("`{}`", generate::guest::PYTHON_PATH),
-                "for w in workers/*/app.py; do ~/.cache/wasmpilot/toolchains/python/bin/mypy --strict \"$w\"; done",
+                PYTHON_TYPECHECK_COMMAND,
                 "`mypy --strict`",
             )
         } else {
@@ -368,7 +383,7 @@ impl Project {
                     generate::guest::JS_PATH,
                     generate::guest::DTS_PATH
                 ),
-                "~/.cache/wasmpilot/toolchains/js/node_modules/.bin/tsc --noEmit   # tsconfig.json",
+                JS_TYPECHECK_COMMAND,
                 "`tsc --noEmit` (checkJs, tsconfig.json)",
             )
         };
