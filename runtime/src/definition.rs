@@ -80,7 +80,13 @@ const SENSITIVE_KINDS: &[(&str, &str)] = &[
     ),
     ("apiextensions.k8s.io", "CustomResourceDefinition"),
     ("certificates.k8s.io", "CertificateSigningRequest"),
+    // The host's own: other teams' definitions (reading them shows what they run and from
+    // where; writing them changes it).
+    (HOST_GROUP, "WasmOperator"),
 ];
+
+/// The API group of the host's own kinds: no operator manages a kind of it.
+const HOST_GROUP: &str = "wasmpilot.io";
 
 /// Whether `kind` is one of [`SENSITIVE_KINDS`].
 pub fn is_sensitive(kind: &KindRef) -> bool {
@@ -210,6 +216,15 @@ impl OperatorDefinition {
 
     pub fn validate(name: &str, spec: &WasmOperatorSpec) -> Result<Self, DefinitionError> {
         check_kind(&spec.resource, "spec.resource")?;
+        if spec.resource.api_version.rsplit_once('/').map(|(g, _)| g) == Some(HOST_GROUP) {
+            return Err(invalid(
+                "spec.resource",
+                format!(
+                    "{} {} is a kind of the host's own ({HOST_GROUP}): the host manages those, and an operator managing them would write other teams' WasmOperators",
+                    spec.resource.api_version, spec.resource.kind
+                ),
+            ));
+        }
         if spec.phases.is_empty() {
             return Err(invalid("spec.phases", "at least one phase is required"));
         }
@@ -735,6 +750,35 @@ mod tests {
         let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
         assert_eq!(e.field, "spec.phases[0].inputs[0].fields[1]");
         assert!(e.problem.contains("'['"), "{e}");
+    }
+
+    #[test]
+    fn the_hosts_own_kinds_are_not_an_operators() {
+        let mut s = spec(vec![phase("A", true, false)]);
+        s.resource = KindRef::new("wasmpilot.io/v1alpha1", "WasmOperator");
+        let e = OperatorDefinition::validate("a", &s).unwrap_err();
+        assert_eq!(e.field, "spec.resource");
+        assert!(e.problem.contains("a kind of the host's own"), "{e}");
+
+        let mut p = phase("A", true, false);
+        p.inputs.push(
+            serde_json::from_value(serde_json::json!({
+                "name": "definitions", "apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
+            }))
+            .unwrap(),
+        );
+        let mut s = spec(vec![p]);
+        let e = OperatorDefinition::validate("a", &s).unwrap_err();
+        assert_eq!(e.field, "spec.phases[0].inputs[0]");
+        assert!(e.problem.contains("is a sensitive kind"), "{e}");
+        // An admin may allow reading them (a meta-operator reporting on the others).
+        s.allow_sensitive_kinds
+            .push(KindRef::new("wasmpilot.io/v1alpha1", "WasmOperator"));
+        assert!(OperatorDefinition::validate("a", &s).is_ok());
+        // Groups that only end like the host's are anyone's.
+        let mut s = spec(vec![phase("A", true, false)]);
+        s.resource = KindRef::new("test.wasmpilot.io/v1", "Probe");
+        assert!(OperatorDefinition::validate("a", &s).is_ok());
     }
 
     /// The phases' problems come in one error, so a hostile or hurried definition is fixed in
