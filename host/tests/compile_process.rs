@@ -65,20 +65,19 @@ async fn a_worker_compiled_in_a_child_runs_in_the_sandbox() {
 
 #[tokio::test]
 async fn a_component_that_does_not_compile_is_reported_from_the_child() {
-    let e = process(DEFAULT_MEMORY_LIMIT_MIB)
-        .precompile(b"\0asm not a component".to_vec())
-        .await
-        .expect_err("not Wasm");
-    let text = message(e);
+    let refused = |bytes: &'static [u8]| async move {
+        let e = process(DEFAULT_MEMORY_LIMIT_MIB)
+            .precompile(bytes.to_vec())
+            .await
+            .expect_err("not Wasm");
+        message(e)
+    };
+    let text = refused(b"\0asm not a component").await;
     assert!(text.contains("not a valid Wasm component"), "{text}");
 
     // Random bytes: wasmtime prints the magic numbers as byte arrays over many lines; the
     // Condition gets them on one line.
-    let e = process(DEFAULT_MEMORY_LIMIT_MIB)
-        .precompile(b"PK\x03\x04 a zip, say".to_vec())
-        .await
-        .expect_err("not Wasm");
-    let text = message(e);
+    let text = refused(b"PK\x03\x04 a zip, say").await;
     assert!(text.contains("magic header not detected"), "{text}");
     assert!(text.contains("expected=[0x0, 0x61, 0x73, 0x6d]"), "{text}");
     assert!(

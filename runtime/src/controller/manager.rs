@@ -789,10 +789,10 @@ impl ManagerContext {
             digests.len()
         );
         if !capped.is_empty() {
-            tracing::warn!(operator = %name, capped = %crate::worker_text::bounded(&capped, crate::worker_text::MESSAGE_BYTES), "limits capped at this host's ceilings");
+            let capped = crate::worker_text::bounded(&capped, crate::worker_text::MESSAGE_BYTES);
+            tracing::warn!(operator = %name, %capped, "limits capped at this host's ceilings");
             message.push_str(&format!(
-                "; limits capped at this host's ceilings: {}",
-                crate::worker_text::bounded(&capped, crate::worker_text::MESSAGE_BYTES)
+                "; limits capped at this host's ceilings: {capped}"
             ));
         }
         if let Reach::WhereGranted(missing) = reach {
