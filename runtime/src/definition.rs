@@ -9,8 +9,8 @@ use std::time::Duration;
 /// Default resync interval when the WasmOperator does not set one.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
 
-/// A definition problem, naming the field; with the phases' other problems found in the same
-/// pass in `more` (an author fixes them in one round, not one per apply).
+/// A definition problem, naming the field; with the definition's other problems found in the
+/// same pass in `more` (an author fixes them in one round, not one per apply).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{field}: {problem}{}", more_problems(.more))]
 pub struct DefinitionError {
@@ -128,20 +128,22 @@ pub fn declared_kinds(spec: &WasmOperatorSpec) -> Vec<(KindRef, String)> {
     kinds
 }
 
-/// A sensitive kind is used only when listed in `spec.allowSensitiveKinds`.
-fn check_sensitive_kinds(spec: &WasmOperatorSpec) -> Result<(), DefinitionError> {
-    for (kind, field) in declared_kinds(spec) {
-        if is_sensitive(&kind) && !allows_sensitive(spec, &kind) {
-            return Err(invalid(
+/// A sensitive kind is used only when listed in `spec.allowSensitiveKinds`: one problem for each
+/// field naming one that is not.
+fn sensitive_kinds_not_allowed(spec: &WasmOperatorSpec) -> Vec<DefinitionError> {
+    declared_kinds(spec)
+        .into_iter()
+        .filter(|(kind, _)| is_sensitive(kind) && !allows_sensitive(spec, kind))
+        .map(|(kind, field)| {
+            invalid(
                 field,
                 format!(
                     "{} {} is a sensitive kind: list it in spec.allowSensitiveKinds (a field an admin reviews) to use it",
                     kind.api_version, kind.kind
                 ),
-            ));
-        }
-    }
-    Ok(())
+            )
+        })
+        .collect()
 }
 
 fn invalid(field: impl Into<String>, problem: impl Into<String>) -> DefinitionError {
@@ -150,6 +152,82 @@ fn invalid(field: impl Into<String>, problem: impl Into<String>) -> DefinitionEr
         problem: problem.into(),
         more: Vec::new(),
     }
+}
+
+/// `result`'s value, or `None` with its problem added to `problems`.
+fn gathered<T>(
+    problems: &mut Vec<DefinitionError>,
+    result: Result<T, DefinitionError>,
+) -> Option<T> {
+    result.map_err(|e| problems.push(e)).ok()
+}
+
+/// The kind the operator manages: a valid kind, and none of the host's own.
+fn check_resource(resource: &KindRef) -> Result<(), DefinitionError> {
+    check_kind(resource, "spec.resource")?;
+    if resource.api_version.rsplit_once('/').map(|(g, _)| g) == Some(HOST_GROUP) {
+        return Err(invalid(
+            "spec.resource",
+            format!(
+                "{} {} is a kind of the host's own ({HOST_GROUP}): the host manages those, and an operator managing them would write other teams' WasmOperators",
+                resource.api_version, resource.kind
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// How long the finalizer may stay pending, and whether it is then given up.
+fn finalizer_pending_timeout(
+    spec: &WasmOperatorSpec,
+) -> Result<Option<(Duration, bool)>, DefinitionError> {
+    let Some(f) = spec.finalizer.as_ref() else {
+        return Ok(None);
+    };
+    let Some(t) = &f.pending_timeout else {
+        return Ok(None);
+    };
+    let timeout =
+        parse_interval(t).map_err(|e| invalid("spec.finalizer.pendingTimeout", e.to_string()))?;
+    Ok(Some((
+        timeout,
+        f.on_pending_timeout == Some(crate::crd::OnPendingTimeout::GiveUp),
+    )))
+}
+
+/// The Prometheus the phases' queries go to: an http(s) URL and a timeout within the host's;
+/// each problem with either is added to `problems`.
+fn prometheus(
+    spec: &WasmOperatorSpec,
+    problems: &mut Vec<DefinitionError>,
+) -> Option<(String, Duration)> {
+    let p = spec.prometheus.as_ref()?;
+    let url_problem = !(p.url.starts_with("http://") || p.url.starts_with("https://"));
+    if url_problem {
+        problems.push(invalid(
+            "spec.prometheus.url",
+            format!("{:?} is not an http(s) URL", p.url),
+        ));
+    }
+    let timeout = match &p.timeout {
+        None => crate::promql::DEFAULT_TIMEOUT,
+        Some(t) => gathered(
+            problems,
+            parse_interval_allowing_subsecond(t)
+                .map_err(|e| invalid("spec.prometheus.timeout", e.to_string())),
+        )?,
+    };
+    if timeout > crate::promql::MAX_TIMEOUT {
+        problems.push(invalid(
+            "spec.prometheus.timeout",
+            format!(
+                "{timeout:?} is more than the host's limit of {:?} per query",
+                crate::promql::MAX_TIMEOUT
+            ),
+        ));
+        return None;
+    }
+    (!url_problem).then(|| (p.url.clone(), timeout))
 }
 
 /// One validated phase.
@@ -214,24 +292,18 @@ impl OperatorDefinition {
             .join(", ")
     }
 
+    /// Checks every part of `spec` and reports all its problems at once (an author fixes them
+    /// in one round, not one per apply).
     pub fn validate(name: &str, spec: &WasmOperatorSpec) -> Result<Self, DefinitionError> {
-        check_kind(&spec.resource, "spec.resource")?;
-        if spec.resource.api_version.rsplit_once('/').map(|(g, _)| g) == Some(HOST_GROUP) {
-            return Err(invalid(
-                "spec.resource",
-                format!(
-                    "{} {} is a kind of the host's own ({HOST_GROUP}): the host manages those, and an operator managing them would write other teams' WasmOperators",
-                    spec.resource.api_version, spec.resource.kind
-                ),
-            ));
+        let mut problems = Vec::new();
+        if let Err(e) = check_resource(&spec.resource) {
+            problems.push(e);
         }
         if spec.phases.is_empty() {
-            return Err(invalid("spec.phases", "at least one phase is required"));
+            problems.push(invalid("spec.phases", "at least one phase is required"));
         }
         let mut seen = BTreeSet::new();
         let mut phases = Vec::with_capacity(spec.phases.len());
-        // Every phase is checked, and its problems all reported at once.
-        let mut problems = Vec::new();
         for (i, p) in spec.phases.iter().enumerate() {
             let mut check_phase = || -> Result<PhaseDefinition, DefinitionError> {
                 let field = format!("spec.phases[{i}]");
@@ -337,6 +409,8 @@ impl OperatorDefinition {
             .collect();
         let initial_phase = match initial.as_slice() {
             [one] => one.clone(),
+            // Already reported: no phase at all.
+            [] if spec.phases.is_empty() => String::new(),
             [] => {
                 problems.push(invalid(
                     "spec.phases",
@@ -356,20 +430,38 @@ impl OperatorDefinition {
                 String::new()
             }
         };
+        if let Some(f) = &spec.finalizer {
+            gathered(
+                &mut problems,
+                check_module(&f.module, "spec.finalizer.module"),
+            );
+            gathered(&mut problems, check_inputs(&f.inputs, "spec.finalizer"));
+        }
+        let resync = match &spec.resync_interval {
+            None => Some(DEFAULT_RESYNC),
+            Some(s) => gathered(
+                &mut problems,
+                parse_interval(s).map_err(|e| invalid("spec.resyncInterval", e.to_string())),
+            ),
+        };
+        let finalizer_limits = gathered(
+            &mut problems,
+            limit_override(
+                spec.finalizer.as_ref().and_then(|f| f.limits.as_ref()),
+                "spec.finalizer.limits",
+            ),
+        );
+        let finalizer_pending_timeout = gathered(&mut problems, finalizer_pending_timeout(spec));
+        let prometheus = prometheus(spec, &mut problems);
+        // A field already refused (the host's own kind as the resource) is not named again.
+        for e in sensitive_kinds_not_allowed(spec) {
+            if !problems.iter().any(|p| p.field == e.field) {
+                problems.push(e);
+            }
+        }
         if let Some(e) = DefinitionError::all(problems) {
             return Err(e);
         }
-        if let Some(f) = &spec.finalizer {
-            check_module(&f.module, "spec.finalizer.module")?;
-            check_inputs(&f.inputs, "spec.finalizer")?;
-        }
-        let resync = match &spec.resync_interval {
-            None => DEFAULT_RESYNC,
-            Some(s) => {
-                parse_interval(s).map_err(|e| invalid("spec.resyncInterval", e.to_string()))?
-            }
-        };
-        check_sensitive_kinds(spec)?;
         Ok(OperatorDefinition {
             name: name.to_string(),
             resource: spec.resource.clone(),
@@ -381,55 +473,18 @@ impl OperatorDefinition {
                 .as_ref()
                 .map(|f| f.inputs.clone())
                 .unwrap_or_default(),
-            finalizer_limits: limit_override(
-                spec.finalizer.as_ref().and_then(|f| f.limits.as_ref()),
-                "spec.finalizer.limits",
-            )?,
+            // Each of these is `Some` here, as no problem was gathered.
+            finalizer_limits: finalizer_limits.unwrap_or_default(),
             finalizer_randomness: randomness(spec.finalizer.as_ref().and_then(|f| f.randomness)),
             finalizer_on_operator_deletion: spec.finalizer.as_ref().is_some_and(|f| {
                 f.on_operator_deletion == Some(crate::crd::OnOperatorDeletion::RunFinalizer)
             }),
-            finalizer_pending_timeout: match spec.finalizer.as_ref() {
-                Some(f) => match &f.pending_timeout {
-                    Some(t) => Some((
-                        parse_interval(t)
-                            .map_err(|e| invalid("spec.finalizer.pendingTimeout", e.to_string()))?,
-                        f.on_pending_timeout == Some(crate::crd::OnPendingTimeout::GiveUp),
-                    )),
-                    None => None,
-                },
-                None => None,
-            },
+            finalizer_pending_timeout: finalizer_pending_timeout.flatten(),
             history_limit: spec.history_limit.map_or(DEFAULT_HISTORY_LIMIT, |n| {
                 (n as usize).min(MAX_HISTORY_LIMIT)
             }),
-            prometheus: match &spec.prometheus {
-                None => None,
-                Some(p) => {
-                    let timeout = match &p.timeout {
-                        None => crate::promql::DEFAULT_TIMEOUT,
-                        Some(t) => parse_interval_allowing_subsecond(t)
-                            .map_err(|e| invalid("spec.prometheus.timeout", e.to_string()))?,
-                    };
-                    if timeout > crate::promql::MAX_TIMEOUT {
-                        return Err(invalid(
-                            "spec.prometheus.timeout",
-                            format!(
-                                "{timeout:?} is more than the host's limit of {:?} per query",
-                                crate::promql::MAX_TIMEOUT
-                            ),
-                        ));
-                    }
-                    if !(p.url.starts_with("http://") || p.url.starts_with("https://")) {
-                        return Err(invalid(
-                            "spec.prometheus.url",
-                            format!("{:?} is not an http(s) URL", p.url),
-                        ));
-                    }
-                    Some((p.url.clone(), timeout))
-                }
-            },
-            resync,
+            prometheus,
+            resync: resync.unwrap_or(DEFAULT_RESYNC),
         })
     }
 
@@ -829,6 +884,62 @@ mod tests {
             10,
             "{text}"
         );
+    }
+
+    /// Problems outside the phases (the resource, the finalizer, the resync interval,
+    /// Prometheus, sensitive kinds) come in the same error as the phases'.
+    #[test]
+    fn every_problem_of_the_definition_is_reported_at_once() {
+        let mut p = phase("A", false, false);
+        p.inputs.push(
+            serde_json::from_value(serde_json::json!({
+                "name": "keys", "apiVersion": "v1", "kind": "Secret",
+            }))
+            .unwrap(),
+        );
+        p.outputs
+            .push(KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole"));
+        let mut s = spec(vec![p]);
+        s.resource = KindRef::new("wasmpilot.io/v1alpha1", "WasmOperator");
+        s.resync_interval = Some("soon".into());
+        s.prometheus = Some(
+            serde_json::from_value(serde_json::json!({"url": "prometheus:9090", "timeout": "1h"}))
+                .unwrap(),
+        );
+        s.finalizer = Some(
+            serde_json::from_value(serde_json::json!({
+                "module": {}, "pendingTimeout": "never",
+            }))
+            .unwrap(),
+        );
+        let e = OperatorDefinition::validate("a", &s).unwrap_err();
+        let text = e.to_string();
+        let fields: Vec<&str> = std::iter::once(e.field.as_str())
+            .chain(e.more.iter().map(|m| m.field.as_str()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.resource",
+                "spec.phases",
+                "spec.finalizer.module",
+                "spec.resyncInterval",
+                "spec.finalizer.pendingTimeout",
+                "spec.prometheus.url",
+                "spec.prometheus.timeout",
+                "spec.phases[0].inputs[0]",
+                "spec.phases[0].outputs[0]",
+            ],
+            "{text}"
+        );
+        assert!(text.contains("no phase is marked initial"), "{text}");
+        assert!(text.contains("v1 Secret is a sensitive kind"), "{text}");
+        // Without a phase, only that is said of the phases.
+        let mut s = spec(vec![]);
+        s.resync_interval = Some("soon".into());
+        let e = OperatorDefinition::validate("a", &s).unwrap_err();
+        assert_eq!(e.to_string().matches("spec.phases").count(), 1, "{e}");
+        assert_eq!(e.more.len(), 1, "{e}");
     }
 
     #[test]
