@@ -79,6 +79,13 @@ pub enum OutputError {
         kind: String,
         name: String,
     },
+    #[error("output #{index} ({kind} {name}) sets finalizers {finalizers}: nothing would remove them once the resource is gone, and its deletion (and its namespace's) would hang; an operator cleans up through spec.finalizer")]
+    Finalizers {
+        index: usize,
+        kind: String,
+        name: String,
+        finalizers: String,
+    },
     #[error("output #{index} ({kind} {name}) is returned twice")]
     Duplicate {
         index: usize,
@@ -208,6 +215,15 @@ pub fn check(
                 name,
             });
         }
+        let custom = without_server_set_metadata(&mut object["metadata"]);
+        if !custom.is_empty() {
+            return Err(OutputError::Finalizers {
+                index,
+                kind: kind_name,
+                name,
+                finalizers: shown(&custom.join(", ")),
+            });
+        }
         let is_namespaced = namespaced.get(&kind).copied().unwrap_or(true);
         let namespace = match (is_namespaced, owner.namespace) {
             (true, Some(expected)) => {
@@ -259,6 +275,49 @@ pub fn check(
         });
     }
     Ok(checked)
+}
+
+/// Metadata the API server sets. A worker's copy of an object it read carries them; applied,
+/// they would be preconditions (`uid`, `resourceVersion`) that fail on every later apply.
+const SERVER_SET_METADATA: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
+
+/// Whether Kubernetes itself removes `finalizer` (`kubernetes`, `orphan`, `foregroundDeletion`,
+/// `*kubernetes.io/…`): one a worker's copy of a live object may carry.
+fn is_system_finalizer(finalizer: &str) -> bool {
+    matches!(finalizer, "kubernetes" | "orphan" | "foregroundDeletion")
+        || finalizer.split_once('/').is_some_and(|(domain, _)| {
+            domain == "kubernetes.io" || domain.ends_with(".kubernetes.io")
+        })
+}
+
+/// Drops from an output's `metadata` what the API server sets, and the finalizers Kubernetes
+/// removes itself; returns the other finalizers it sets (which nothing would remove).
+fn without_server_set_metadata(metadata: &mut Value) -> Vec<String> {
+    let Some(metadata) = metadata.as_object_mut() else {
+        return Vec::new();
+    };
+    for field in SERVER_SET_METADATA {
+        metadata.remove(*field);
+    }
+    let finalizers = match metadata.remove("finalizers") {
+        Some(Value::Array(list)) => list,
+        Some(Value::Null) | None => return Vec::new(),
+        Some(other) => return vec![other.to_string()],
+    };
+    finalizers
+        .iter()
+        .map(|f| f.as_str().map_or_else(|| f.to_string(), str::to_string))
+        .filter(|f| !is_system_finalizer(f))
+        .collect()
 }
 
 /// A worker-supplied name or kind as it may appear in a message: bounded.
@@ -724,6 +783,24 @@ mod tests {
         assert_eq!(refs["controller"], true);
     }
 
+    /// A worker may return a modified copy of an object it read: what the API server set is
+    /// dropped rather than sent as a precondition that fails, and so are the finalizers
+    /// Kubernetes removes itself.
+    #[test]
+    fn server_set_metadata_is_dropped() {
+        let copy = svc(json!({
+            "uid": "0000-1111", "resourceVersion": "1", "generation": 42,
+            "creationTimestamp": "2026-01-01T00:00:00Z", "managedFields": [{"manager": "x"}],
+            "finalizers": ["kubernetes.io/pvc-protection", "foregroundDeletion"],
+            "labels": {"a": "b"},
+        }));
+        let out = check(&phase(), &owner(), &namespaced(), &[copy]).unwrap();
+        let meta = out[0].object["metadata"].as_object().unwrap();
+        let mut fields: Vec<&str> = meta.keys().map(String::as_str).collect();
+        fields.sort_unstable();
+        assert_eq!(fields, ["labels", "name", "namespace", "ownerReferences"]);
+    }
+
     #[test]
     fn every_rule_refuses() {
         let n = namespaced();
@@ -768,6 +845,14 @@ mod tests {
             err(&[svc(json!({})), svc(json!({}))]),
             OutputError::Duplicate { .. }
         ));
+        let held = err(&[svc(
+            json!({"finalizers": ["kubernetes.io/pvc-protection", "example.org/hold"]}),
+        )]);
+        assert!(
+            held.to_string()
+                .contains("sets finalizers example.org/hold: nothing would remove them"),
+            "{held}"
+        );
         assert!(matches!(
             err(&[json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "a"}}).to_string()]),
             OutputError::ClusterScoped { .. }
