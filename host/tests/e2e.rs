@@ -451,6 +451,16 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
             "OutputRefused",
             "sets ownerReferences",
         ),
+        // A finalizer nothing would remove (the resource's deletion, and its namespace's, would
+        // hang).
+        (
+            "s-hold",
+            json!({"mode": "ok", "next": "Done", "outputs": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "held",
+                 "finalizers": ["example.org/hold"]}}]}),
+            "OutputRefused",
+            "sets finalizers example.org/hold",
+        ),
         // An object the host did not create is never taken over (nor, later, pruned).
         (
             "s-takeover",
@@ -476,7 +486,12 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
         )
         .await?;
     }
-    let good_cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good-out"}, "data": {"k": "v"}});
+    // As a worker's modified copy of an object it read: what the API server set (a uid that
+    // would fail the apply, a resourceVersion that would fail the next) and Kubernetes' own
+    // finalizers are dropped.
+    let good_cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good-out",
+        "uid": "0000-1111", "resourceVersion": "1", "finalizers": ["kubernetes.io/pvc-protection"]},
+        "data": {"k": "v"}});
     apply_yaml(
         client,
         &scripted_yaml(
@@ -538,6 +553,7 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
         ("ConfigMap", "many-0"),
         ("Secret", "loot"),
         ("ConfigMap", "adopted"),
+        ("ConfigMap", "held"),
     ] {
         ensure!(
             get(client, "v1", kind, Some(ns), name).await?.is_none(),
@@ -580,6 +596,11 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
         "output ConfigMap",
     )?;
     ensure!(cm["metadata"]["labels"]["wasmpilot.io/operator"] == "scripted");
+    ensure!(
+        cm["metadata"]["finalizers"].is_null() && cm["metadata"]["uid"] != "0000-1111",
+        "server-set metadata and Kubernetes' finalizers applied: {}",
+        cm["metadata"]
+    );
 
     // A labelled input appears → counted on the next run (after a spec change restarts the final phase).
     apply_yaml(client, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"in-1","labels":{"scripted-input":"yes"}}}"#, Some(ns)).await?;
