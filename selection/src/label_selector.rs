@@ -36,6 +36,31 @@ fn error(field: String, problem: impl Into<String>) -> SelectorError {
     }
 }
 
+/// The most of a selector's key, value or operator an error quotes (a valid key is at most
+/// 253 + 63 bytes, a valid value 63).
+const SHOWN_BYTES: usize = 320;
+
+/// `text` quoted for an error, cut at [`SHOWN_BYTES`] with its length said: a resource's author
+/// controls it, and the error reaches Conditions, Events and log lines.
+fn shown(text: &str) -> String {
+    match cut(text, SHOWN_BYTES) {
+        None => format!("{text:?}"),
+        Some(start) => format!("{start:?}… ({} bytes)", text.len()),
+    }
+}
+
+/// The start of `text` within `max` bytes (on a character boundary), when it is longer.
+fn cut(text: &str, max: usize) -> Option<&str> {
+    if text.len() <= max {
+        return None;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(&text[..end])
+}
+
 impl LabelSelector {
     /// From the parts of a selector; `field` names where they are, for errors.
     pub fn from_parts(
@@ -49,13 +74,17 @@ impl LabelSelector {
             if let Some(why) = label_key_problem(key) {
                 return Err(error(
                     at(),
-                    format!("{key:?} is not a valid label key: {why}"),
+                    format!("{} is not a valid label key: {why}", shown(key)),
                 ));
             }
             if let Some(why) = label_value_problem(value) {
                 return Err(error(
                     at(),
-                    format!("{value:?} (key {key:?}) is not a valid label value: {why}"),
+                    format!(
+                        "{} (key {}) is not a valid label value: {why}",
+                        shown(value),
+                        shown(key)
+                    ),
                 ));
             }
             requirements.push((key.clone(), Operator::In(vec![value.clone()])));
@@ -68,7 +97,7 @@ impl LabelSelector {
             if let Some(why) = label_key_problem(&e.key) {
                 return Err(error(
                     format!("{at}.key"),
-                    format!("{:?} is not a valid label key: {why}", e.key),
+                    format!("{} is not a valid label key: {why}", shown(&e.key)),
                 ));
             }
             let values = e.values.clone().unwrap_or_default();
@@ -76,7 +105,7 @@ impl LabelSelector {
                 if let Some(why) = label_value_problem(value) {
                     return Err(error(
                         format!("{at}.values[{j}]"),
-                        format!("{value:?} is not a valid label value: {why}"),
+                        format!("{} is not a valid label value: {why}", shown(value)),
                     ));
                 }
             }
@@ -100,7 +129,7 @@ impl LabelSelector {
                 other => {
                     return Err(error(
                         format!("{at}.operator"),
-                        format!("{other:?} is not In, NotIn, Exists or DoesNotExist"),
+                        format!("{} is not In, NotIn, Exists or DoesNotExist", shown(other)),
                     ))
                 }
             };
@@ -245,8 +274,15 @@ fn optional<T: serde::de::DeserializeOwned + Default>(
 ) -> Result<T, SelectorError> {
     match value.get(key).filter(|v| !v.is_null()) {
         None => Ok(T::default()),
-        Some(part) => serde_json::from_value(part.clone())
-            .map_err(|e| error(format!("{field}.{key}"), e.to_string())),
+        Some(part) => serde_json::from_value(part.clone()).map_err(|e| {
+            // serde quotes the value it refused, which may be any size.
+            let text = e.to_string();
+            let problem = match cut(&text, 2 * SHOWN_BYTES) {
+                None => text.clone(),
+                Some(start) => format!("{start}… ({} bytes)", text.len()),
+            };
+            error(format!("{field}.{key}"), problem)
+        }),
     }
 }
 
@@ -334,6 +370,22 @@ mod tests {
             "spec.deploymentSelector.matchLabels"
         );
         assert_eq!(e(json!("app=web")).field, "spec.deploymentSelector");
+        // What a resource's author wrote is quoted within bounds, whatever its size.
+        let huge = "é".repeat(50_000);
+        for selector in [
+            json!({"matchLabels": {huge.clone(): "x"}}),
+            json!({"matchLabels": {"app": huge.clone()}}),
+            json!({"matchLabels": huge.clone()}),
+            json!({"matchExpressions": [{"key": "a", "operator": huge.clone()}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "In", "values": [huge.clone()]}]}),
+        ] {
+            let text = e(selector).to_string();
+            assert!(text.len() < 1024, "{} bytes: {}", text.len(), &text[..200]);
+            assert!(
+                text.contains("… (100000 bytes)") || text.contains("bytes)"),
+                "{text}"
+            );
+        }
     }
 
     #[test]
