@@ -451,7 +451,11 @@ async fn run_phase(
     let obj = &versions.decided_on;
     let now = now_rfc3339();
     let current = step::current_phase(def, obj).to_string();
-    tracing::Span::current().record("phase", current.as_str());
+    // The status may hold any text (whoever may write it wrote it): bounded in the log.
+    tracing::Span::current().record(
+        "phase",
+        crate::worker_text::bounded(&current, crate::worker_text::NAME_BYTES).as_ref(),
+    );
     let mut effects = ClusterEffects {
         ctx,
         api,

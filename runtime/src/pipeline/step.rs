@@ -30,7 +30,8 @@ pub fn declared_phase<'a>(
     name: &str,
 ) -> Result<&'a PhaseDefinition, ReconcileError> {
     def.phase(name).ok_or_else(|| ReconcileError::UnknownPhase {
-        phase: name.to_string(),
+        // Whoever may write the resource's status wrote it: bounded.
+        phase: crate::worker_text::bounded(name, crate::worker_text::NAME_BYTES).into_owned(),
         operator: def.name.clone(),
         declared: def.phase_names(),
     })
