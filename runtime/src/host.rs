@@ -282,6 +282,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let modules = Arc::new(
         ModuleCache::new(sandbox, Some(client.clone()), args.module_dir)
             .forgetting_unused()
+            .confining_files()
             .compiling_in(compile_process)
             .with_egress(egress.clone())
             .with_compile_cache_limited(

@@ -117,12 +117,16 @@ impl LoadFailure {
 fn module_reason(e: &ModuleError) -> &'static str {
     match e {
         ModuleError::NoSource | ModuleError::MultipleSources(_) => "InvalidDefinition",
-        ModuleError::FilesDisabled { .. } => "ModuleSourceDisabled",
+        ModuleError::FilesDisabled { .. } | ModuleError::FileOutsideModuleDir { .. } => {
+            "ModuleSourceDisabled"
+        }
         ModuleError::PullSecret { .. } => "ModulePullSecretFailed",
         ModuleError::Offline { .. }
         | ModuleError::ConfigMapUnreadable { .. }
         | ModuleError::KeyMissing { .. }
         | ModuleError::FileUnreadable { .. }
+        | ModuleError::NotAFile { .. }
+        | ModuleError::FileTooLarge { .. }
         | ModuleError::Decompress { .. }
         | ModuleError::Fetch { .. } => "ModuleFetchFailed",
         ModuleError::DigestMismatch { .. } => "ModuleDigestMismatch",

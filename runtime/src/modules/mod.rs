@@ -20,7 +20,7 @@ use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -78,6 +78,12 @@ pub enum ModuleError {
         "file modules are disabled on this host (start it with --module-dir to allow them): {path}"
     )]
     FilesDisabled { path: String },
+    #[error("module file {path} is outside the host's --module-dir: name a path relative to it, without '..'")]
+    FileOutsideModuleDir { path: String },
+    #[error("module file {path} is not a regular file")]
+    NotAFile { path: String },
+    #[error("module file {path} is larger than {} MiB", MAX_MODULE_BYTES >> 20)]
+    FileTooLarge { path: String },
     #[error("module file {path} could not be read: {source}")]
     FileUnreadable {
         path: String,
@@ -180,6 +186,13 @@ pub enum ModuleRefError {
     ConfigMapNameOrKeyMissing,
     #[error("must be 1 to 64")]
     ConfigMapPartsOutOfRange,
+    /// `field` is `configMap.name`, `configMap.namespace` or `configMap.key`.
+    #[error("{value} is not a valid {what}")]
+    ConfigMapField {
+        field: &'static str,
+        what: &'static str,
+        value: String,
+    },
     #[error("must not be empty")]
     EmptyFilePath,
     /// `field` is the pin's field, e.g. `oci.sha256`.
@@ -202,6 +215,7 @@ impl ModuleRefError {
             ModuleRefError::Url(_) => "url.url",
             ModuleRefError::ConfigMapNameOrKeyMissing => "configMap",
             ModuleRefError::ConfigMapPartsOutOfRange => "configMap.parts",
+            ModuleRefError::ConfigMapField { field, .. } => field,
             ModuleRefError::EmptyFilePath => "file.path",
             ModuleRefError::Digest { field, .. } => field,
         }
@@ -259,6 +273,36 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
         if cm.name.is_empty() || cm.key.is_empty() {
             return Err(ModuleRefError::ConfigMapNameOrKeyMissing);
         }
+        let refused = |field, what, value: &str| ModuleRefError::ConfigMapField {
+            field,
+            what,
+            value: format!(
+                "{:?}",
+                crate::worker_text::bounded(value, crate::worker_text::NAME_BYTES)
+            ),
+        };
+        if !is_dns_subdomain(&cm.name) {
+            return Err(refused(
+                "configMap.name",
+                "ConfigMap name (lowercase alphanumerics, '-' and '.', at most 253)",
+                &cm.name,
+            ));
+        }
+        if let Some(ns) = cm.namespace.as_deref().filter(|ns| !is_dns_label(ns)) {
+            return Err(refused(
+                "configMap.namespace",
+                "namespace (lowercase alphanumerics and '-', at most 63)",
+                ns,
+            ));
+        }
+        let key_chars = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
+        if cm.key.len() > 253 || !cm.key.bytes().all(key_chars) {
+            return Err(refused(
+                "configMap.key",
+                "ConfigMap key (alphanumerics, '-', '_' and '.', at most 253)",
+                &cm.key,
+            ));
+        }
         digest("configMap.sha256", &cm.sha256)?;
         if cm.parts.is_some_and(|p| p == 0 || p > 64) {
             return Err(ModuleRefError::ConfigMapPartsOutOfRange);
@@ -273,6 +317,25 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
         }
     }
     Ok(())
+}
+
+/// An RFC 1123 subdomain: the rule for ConfigMap names.
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label_part)
+}
+
+/// An RFC 1123 label of at most 63 bytes: the rule for namespace names.
+fn is_dns_label(name: &str) -> bool {
+    name.len() <= 63 && is_dns_label_part(name)
+}
+
+fn is_dns_label_part(part: &str) -> bool {
+    !part.is_empty()
+        && part
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !part.starts_with('-')
+        && !part.ends_with('-')
 }
 
 pub use crate::egress::install_crypto_provider;
@@ -369,6 +432,9 @@ pub struct ModuleCache {
     sandbox: Arc<Sandbox>,
     client: Option<Client>,
     module_dir: Option<PathBuf>,
+    /// Whether a `file` path must stay inside `module_dir` (the host, reading definitions
+    /// others wrote), or may be anywhere (the CLI's tools, reading their user's files).
+    files_confined: bool,
     compiled: Arc<Listing>,
     /// Whether a component no worker uses any more is dropped (the host), or kept until the
     /// cache is (the CLI's tools, which make a worker per step from the same few modules).
@@ -397,6 +463,7 @@ impl ModuleCache {
             sandbox,
             client,
             module_dir,
+            files_confined: false,
             compiled: Arc::new(Mutex::new(HashMap::new())),
             forget_unused: false,
             compiling: Arc::new(tokio::sync::Semaphore::new(1)),
@@ -450,6 +517,13 @@ impl ModuleCache {
     /// reads the disk cache; without a disk cache, every component is kept.
     pub fn forgetting_unused(mut self) -> Self {
         self.forget_unused = true;
+        self
+    }
+
+    /// Refuses a `file` path that is absolute or climbs out with `..`: the host reads only the
+    /// files an admin put in `--module-dir`, whatever a WasmOperator names.
+    pub fn confining_files(mut self) -> Self {
+        self.files_confined = true;
         self
     }
 
@@ -953,15 +1027,21 @@ impl ModuleCache {
                     path: f.path.clone(),
                 });
             };
-            let path = dir.join(&f.path);
+            let relative = Path::new(&f.path);
+            if self.files_confined
+                && (relative.is_absolute()
+                    || relative
+                        .components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir)))
+            {
+                return Err(ModuleError::FileOutsideModuleDir {
+                    path: crate::worker_text::bounded(&f.path, crate::worker_text::NAME_BYTES)
+                        .into_owned(),
+                });
+            }
+            let path = dir.join(relative);
             let source_name = format!("file {}", path.display());
-            let bytes =
-                tokio::fs::read(&path)
-                    .await
-                    .map_err(|source| ModuleError::FileUnreadable {
-                        path: path.display().to_string(),
-                        source,
-                    })?;
+            let bytes = read_module_file(&path).await?;
             let bytes = maybe_gunzip(&source_name, &f.path, bytes)?;
             return Ok(Fetched::new(source_name, bytes, f.sha256.clone()));
         }
@@ -1073,6 +1153,30 @@ fn part_version(
 
 /// Modules stored under a name ending in `.gz` are gzip-compressed (ConfigMaps hold at most 1 MiB);
 /// the digest always covers the uncompressed component.
+/// A module file's bytes: a regular file (not a device or a pipe, which may never end) of at
+/// most [`MAX_MODULE_BYTES`].
+async fn read_module_file(path: &Path) -> Result<Vec<u8>, ModuleError> {
+    use tokio::io::AsyncReadExt;
+    let shown = || path.display().to_string();
+    let unreadable = |source| ModuleError::FileUnreadable {
+        path: shown(),
+        source,
+    };
+    let file = tokio::fs::File::open(path).await.map_err(unreadable)?;
+    if !file.metadata().await.map_err(unreadable)?.is_file() {
+        return Err(ModuleError::NotAFile { path: shown() });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_MODULE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_MODULE_BYTES {
+        return Err(ModuleError::FileTooLarge { path: shown() });
+    }
+    Ok(bytes)
+}
+
 fn maybe_gunzip(source_name: &str, name: &str, bytes: Vec<u8>) -> Result<Vec<u8>, ModuleError> {
     if !name.ends_with(".gz") {
         return Ok(bytes);
@@ -1309,6 +1413,85 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(check_ref(&http).unwrap_err().field(), "url.url");
+        let long = ModuleRef {
+            url: Some(UrlModule {
+                url: format!("https://example.com/{}.wasm", "u".repeat(40_000)),
+                sha256: "a".repeat(64),
+            }),
+            ..Default::default()
+        };
+        let e = check_ref(&long).unwrap_err().to_string();
+        assert!(e.contains("more than the limit of 2048"), "{e}");
+        let config_map = |name: &str, namespace: Option<&str>, key: &str| ModuleRef {
+            config_map: Some(crate::crd::ConfigMapModule {
+                name: name.into(),
+                namespace: namespace.map(str::to_string),
+                key: key.into(),
+                sha256: "a".repeat(64),
+                parts: None,
+            }),
+            ..Default::default()
+        };
+        assert!(check_ref(&config_map("m.v1", Some("team-a"), "m_v1.wasm.gz")).is_ok());
+        for (r, field) in [
+            (
+                config_map(&"u".repeat(40_000), None, "m.wasm"),
+                "configMap.name",
+            ),
+            (config_map("Modules", None, "m.wasm"), "configMap.name"),
+            (
+                config_map("m", Some("a.b"), "m.wasm"),
+                "configMap.namespace",
+            ),
+            (config_map("m", None, "../m.wasm"), "configMap.key"),
+        ] {
+            let e = check_ref(&r).unwrap_err();
+            assert_eq!(e.field(), field, "{e}");
+            assert!(e.to_string().len() < 512, "{} bytes", e.to_string().len());
+        }
+    }
+
+    /// The host reads only files inside its --module-dir, and only regular files of at most
+    /// [`MAX_MODULE_BYTES`]: a WasmOperator naming `/etc/shadow`, `../x` or `/dev/zero` (which
+    /// would fill the host's memory) is refused. The CLI's tools read their user's paths.
+    #[tokio::test]
+    async fn the_host_reads_only_regular_files_inside_its_module_dir() {
+        let (dir, _, modules) = empty_module(true);
+        let modules = modules.confining_files();
+        let file = |path: &str| ModuleRef {
+            file: Some(FileModule {
+                path: path.into(),
+                sha256: None,
+            }),
+            ..Default::default()
+        };
+        let outside = dir.path().join("m.wasm").display().to_string();
+        for path in [outside.as_str(), "../m.wasm", "sub/../../m.wasm"] {
+            let e = modules.component(&file(path)).await.err().expect("refused");
+            assert!(
+                matches!(e, ModuleError::FileOutsideModuleDir { .. }),
+                "{path}: {e}"
+            );
+        }
+        assert!(modules.component(&file("m.wasm")).await.is_ok());
+        std::fs::create_dir(dir.path().join("sub")).expect("a directory");
+        let e = modules
+            .component(&file("sub"))
+            .await
+            .err()
+            .expect("refused");
+        assert!(matches!(e, ModuleError::NotAFile { .. }), "{e}");
+        let (_tools_dir, _, tools) = empty_module(false);
+        let e = tools
+            .component(&file("/dev/zero"))
+            .await
+            .err()
+            .expect("refused");
+        assert!(matches!(e, ModuleError::NotAFile { .. }), "{e}");
+        assert!(
+            tools.component(&file(&outside)).await.is_ok(),
+            "the CLI's tools read any path"
+        );
     }
 
     #[test]

@@ -9,6 +9,9 @@ use std::time::Duration;
 /// Most redirects followed.
 const MAX_REDIRECTS: usize = 5;
 
+/// The longest module URL accepted (what common servers and proxies accept).
+pub const MAX_URL_BYTES: usize = 2048;
+
 /// Why `Url::parse` refused a string (the `url` crate's `ParseError`, named through reqwest).
 pub type UrlParseError = <reqwest::Url as std::str::FromStr>::Err;
 
@@ -28,6 +31,8 @@ pub enum UrlError {
     UnsupportedScheme { scheme: String },
     #[error("the URL names no host")]
     NoHost,
+    #[error("the URL is {bytes} bytes, more than the limit of {MAX_URL_BYTES}")]
+    TooLong { bytes: usize },
     #[error("{0}")]
     Refused(#[from] crate::egress::EgressRefused),
     #[error("HTTP client: {}", with_causes(.source))]
@@ -62,6 +67,9 @@ enum RedirectRefused {
 
 /// Parses a module URL: `https://` only, unless `allow_http` (tests with an in-process server).
 pub fn check_url(raw: &str, allow_http: bool) -> Result<reqwest::Url, UrlError> {
+    if raw.len() > MAX_URL_BYTES {
+        return Err(UrlError::TooLong { bytes: raw.len() });
+    }
     let url = reqwest::Url::parse(raw).map_err(|source| UrlError::NotAUrl { source })?;
     match url.scheme() {
         "https" => {}
