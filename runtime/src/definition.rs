@@ -12,7 +12,7 @@ pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
 /// A definition problem, naming the field; with the definition's other problems found in the
 /// same pass in `more` (an author fixes them in one round, not one per apply).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{field}: {problem}{}", more_problems(.more))]
+#[error("{field}: {}{}", shown_problem(.problem), more_problems(.more))]
 pub struct DefinitionError {
     pub field: String,
     pub problem: String,
@@ -22,11 +22,19 @@ pub struct DefinitionError {
 /// At most this many problems are named in one error; the rest are counted.
 const MAX_PROBLEMS_NAMED: usize = 10;
 
+/// The most of one problem's text an error shows: a problem may quote what the definition's
+/// author wrote (a 40 KB reference), and ten of them fit in a Condition's message.
+const PROBLEM_BYTES: usize = 300;
+
+fn shown_problem(problem: &str) -> std::borrow::Cow<'_, str> {
+    crate::worker_text::bounded(problem, PROBLEM_BYTES)
+}
+
 fn more_problems(more: &[DefinitionError]) -> String {
     let mut text: String = more
         .iter()
         .take(MAX_PROBLEMS_NAMED - 1)
-        .map(|e| format!("; {}: {}", e.field, e.problem))
+        .map(|e| format!("; {}: {}", e.field, shown_problem(&e.problem)))
         .collect();
     if more.len() >= MAX_PROBLEMS_NAMED {
         text.push_str(&format!(
@@ -934,6 +942,26 @@ mod tests {
         );
         assert!(text.contains("no phase is marked initial"), "{text}");
         assert!(text.contains("v1 Secret is a sensitive kind"), "{text}");
+        // A problem quoting a 40 KB field is cut, so the ones after it still fit a Condition.
+        let mut huge = phase("A", true, false);
+        huge.module = Some(ModuleRef {
+            url: Some(crate::crd::UrlModule {
+                url: format!("http://{}.example/m.wasm", "v".repeat(40_000)),
+                sha256: "a".repeat(64),
+            }),
+            ..Default::default()
+        });
+        let mut s = spec(vec![huge]);
+        s.resync_interval = Some("soon".into());
+        let text = OperatorDefinition::validate("a", &s)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.len() < 1024 && text.contains("spec.resyncInterval"),
+            "{} bytes: {}",
+            text.len(),
+            crate::worker_text::bounded(&text, 2048)
+        );
         // Without a phase, only that is said of the phases.
         let mut s = spec(vec![]);
         s.resync_interval = Some("soon".into());
