@@ -19,6 +19,13 @@ pub struct DefinitionError {
     pub more: Vec<DefinitionError>,
 }
 
+/// The most phases a definition declares: the host keeps gauges and a graph per phase.
+pub const MAX_PHASES: usize = 100;
+/// The most inputs, outputs or metric queries one phase (or the finalizer) declares.
+pub const MAX_PER_PHASE: usize = 32;
+/// The longest input name and `selectorFrom` path.
+const MAX_NAME_BYTES: usize = 253;
+
 /// At most this many problems are named in one error; the rest are counted.
 const MAX_PROBLEMS_NAMED: usize = 10;
 
@@ -310,6 +317,24 @@ impl OperatorDefinition {
         if spec.phases.is_empty() {
             problems.push(invalid("spec.phases", "at least one phase is required"));
         }
+        if spec.phases.len() > MAX_PHASES {
+            problems.push(invalid(
+                "spec.phases",
+                format!(
+                    "{} phases, more than the host's limit of {MAX_PHASES}",
+                    spec.phases.len()
+                ),
+            ));
+        }
+        if spec.allow_sensitive_kinds.len() > MAX_PER_PHASE {
+            problems.push(invalid(
+                "spec.allowSensitiveKinds",
+                format!(
+                    "{} kinds, more than the host's limit of {MAX_PER_PHASE}",
+                    spec.allow_sensitive_kinds.len()
+                ),
+            ));
+        }
         let mut seen = BTreeSet::new();
         let mut phases = Vec::with_capacity(spec.phases.len());
         for (i, p) in spec.phases.iter().enumerate() {
@@ -341,6 +366,18 @@ impl OperatorDefinition {
                     }
                     (Some(m), _) => check_module(m, &format!("{field}.module"))?,
                     (None, true) => {}
+                }
+                for (part, count, limit) in [
+                    ("outputs", p.outputs.len(), MAX_PER_PHASE),
+                    ("queries", p.queries.len(), MAX_PER_PHASE),
+                    ("next", p.next.len(), MAX_PHASES),
+                ] {
+                    if count > limit {
+                        return Err(invalid(
+                            format!("{field}.{part}"),
+                            format!("{count} entries, more than the host's limit of {limit}"),
+                        ));
+                    }
                 }
                 let mut input_names = check_inputs(&p.inputs, &field)?;
                 for (j, q) in p.queries.iter().enumerate() {
@@ -596,11 +633,26 @@ fn check_inputs<'a>(
     inputs: &'a [InputSpec],
     field: &str,
 ) -> Result<BTreeSet<&'a str>, DefinitionError> {
+    if inputs.len() > MAX_PER_PHASE {
+        return Err(invalid(
+            format!("{field}.inputs"),
+            format!(
+                "{} entries, more than the host's limit of {MAX_PER_PHASE}",
+                inputs.len()
+            ),
+        ));
+    }
     let mut input_names = BTreeSet::new();
     for (j, input) in inputs.iter().enumerate() {
         let f = format!("{field}.inputs[{j}]");
         if input.name.trim().is_empty() {
             return Err(invalid(format!("{f}.name"), "must not be empty"));
+        }
+        if input.name.len() > MAX_NAME_BYTES {
+            return Err(invalid(
+                format!("{f}.name"),
+                format!("is {} bytes, more than {MAX_NAME_BYTES}", input.name.len()),
+            ));
         }
         if !input_names.insert(input.name.as_str()) {
             return Err(invalid(
@@ -620,6 +672,12 @@ fn check_inputs<'a>(
                 .map_err(|e| invalid(format!("{f}.fields[{}]", e.index), e.problem))?;
         }
         if let Some(path) = &input.selector_from {
+            if path.len() > MAX_NAME_BYTES {
+                return Err(invalid(
+                    format!("{f}.selectorFrom"),
+                    format!("is {} bytes, more than {MAX_NAME_BYTES}", path.len()),
+                ));
+            }
             if path.is_empty() || path.split('.').any(str::is_empty) {
                 return Err(invalid(
                     format!("{f}.selectorFrom"),
@@ -962,6 +1020,22 @@ mod tests {
             text.len(),
             crate::worker_text::bounded(&text, 2048)
         );
+        // Counts are bounded: the host keeps gauges, watches and a graph per entry.
+        let mut wide = phase("A", true, false);
+        wide.outputs = (0..=MAX_PER_PHASE)
+            .map(|i| KindRef::new("v1", &format!("Kind{i}")))
+            .collect();
+        let many: Vec<PhaseSpec> = std::iter::once(wide)
+            .chain((1..=MAX_PHASES).map(|i| phase(&format!("P{i}"), false, true)))
+            .collect();
+        let e = OperatorDefinition::validate("a", &spec(many)).unwrap_err();
+        assert_eq!(e.field, "spec.phases", "{e}");
+        assert!(
+            e.problem
+                .contains("101 phases, more than the host's limit of 100"),
+            "{e}"
+        );
+        assert_eq!(e.more[0].field, "spec.phases[0].outputs", "{e}");
         // Without a phase, only that is said of the phases.
         let mut s = spec(vec![]);
         s.resync_interval = Some("soon".into());
