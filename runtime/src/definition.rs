@@ -1023,7 +1023,7 @@ mod tests {
         // Counts are bounded: the host keeps gauges, watches and a graph per entry.
         let mut wide = phase("A", true, false);
         wide.outputs = (0..=MAX_PER_PHASE)
-            .map(|i| KindRef::new("v1", &format!("Kind{i}")))
+            .map(|i| KindRef::new("v1", format!("Kind{i}")))
             .collect();
         let many: Vec<PhaseSpec> = std::iter::once(wide)
             .chain((1..=MAX_PHASES).map(|i| phase(&format!("P{i}"), false, true)))
