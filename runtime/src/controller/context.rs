@@ -66,6 +66,8 @@ pub struct OperatorContext {
     /// With `--shard`: the buckets of this operator this replica holds (it reconciles only
     /// their resources); `None`: every resource.
     pub shard: Option<Arc<crate::controller::buckets::OperatorShard>>,
+    /// Whether the resource kind's watch works (the inputs' and outputs' caches say their own).
+    pub resource_watch: crate::controller::watch_health::WatchHealth,
 }
 
 /// Which resources a change of a (non-owned) input object requeues.
@@ -220,6 +222,19 @@ impl outputs::ExistingObjects for OutputCaches {
 }
 
 impl OperatorContext {
+    /// Every watch the operator depends on: its resource's, its inputs' and its outputs'.
+    pub fn watches(&self) -> crate::controller::watch_health::OperatorWatches {
+        let mut watches = crate::controller::watch_health::OperatorWatches::default();
+        watches.add(&self.definition.resource, self.resource_watch.subscribe());
+        for (kind, informer) in self.inputs.all() {
+            watches.add(kind, informer.health());
+        }
+        for (kind, informer) in &self.outputs.0 {
+            watches.add(kind, informer.health());
+        }
+        watches
+    }
+
     pub fn api_for(&self, namespace: Option<&str>) -> Api<DynamicObject> {
         self.resource.api(&self.as_operator, namespace)
     }

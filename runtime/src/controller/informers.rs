@@ -145,6 +145,8 @@ pub struct Informer<T: Cached> {
     coverage: tokio::sync::watch::Receiver<Coverage>,
     /// Every deletion the watch saw lately, in the scope or not (see [`DeletionLog`]).
     deletions: Arc<DeletionLog>,
+    /// Whether the watch works, for the operators that read this cache.
+    health: crate::controller::watch_health::WatchHealth,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -214,6 +216,8 @@ impl<T: Cached> Informer<T> {
         let watched_scope = scope.clone();
         let deletions = Arc::new(DeletionLog::default());
         let deleted = deletions.clone();
+        let health = crate::controller::watch_health::WatchHealth::default();
+        let watch_health = health.clone();
         let task = tokio::spawn(async move {
             let scope = watched_scope.as_deref();
             let mut scope_rx = scope.map(CacheScope::subscribe);
@@ -258,6 +262,10 @@ impl<T: Cached> Informer<T> {
                             break;
                         }
                     };
+                    match &event {
+                        Ok(_) => watch_health.works(),
+                        Err(e) => watch_health.failed(e),
+                    }
                     let in_scope = |meta: &ObjectMeta| {
                         keeps(scope, kept.as_deref(), meta.namespace.as_deref())
                     };
@@ -366,8 +374,14 @@ impl<T: Cached> Informer<T> {
             scope,
             coverage,
             deletions,
+            health,
             task,
         }
+    }
+
+    /// Whether this cache's watch works (its error while it fails).
+    pub fn health(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.health.subscribe()
     }
 
     /// Whether an object of `namespace` (or a cluster-scoped one) may have been deleted after
@@ -495,6 +509,7 @@ impl<T: Cached> Informer<T> {
             scope: None,
             coverage,
             deletions: Arc::default(),
+            health: Default::default(),
             task: tokio::spawn(async {}),
         }
     }
@@ -515,6 +530,7 @@ impl<T: Cached> Informer<T> {
             scope: None,
             coverage,
             deletions: Arc::default(),
+            health: Default::default(),
             task: tokio::spawn(async move {
                 let _synced = synced;
                 futures::future::pending::<()>().await

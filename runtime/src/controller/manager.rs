@@ -149,6 +149,8 @@ struct Running {
     /// spec is this one.
     digests: BTreeMap<String, String>,
     message: String,
+    /// Its watches: while one fails, `Ready` says so (see [`watch_health`]).
+    watches: crate::controller::watch_health::OperatorWatches,
     shutdown: Option<oneshot::Sender<()>>,
     /// The controller task; it ends once the graceful shutdown has finished.
     task: Option<JoinHandle<()>>,
@@ -496,8 +498,12 @@ pub(super) async fn reconcile_operator(
         .running
         .get(&name)
         .filter(|r| r.spec == op.spec)
-        .map(|r| (r.message.clone(), r.digests.clone()));
-    if let Some((message, digests)) = running {
+        .map(|r| (r.message.clone(), r.digests.clone(), r.watches.failing()));
+    if let Some((message, digests, failing)) = running {
+        if failing.is_some() {
+            // A watch fails: its report stands until the watch works again.
+            return Ok(Action::await_change());
+        }
         // The spec is the running one (e.g. a bad edit reverted): nothing to load, but this
         // generation gets its status, so a failure of the edit in between does not linger.
         ctx.retries.reset(&name);
@@ -766,21 +772,6 @@ impl ManagerContext {
         let grace = self.drain_grace();
         let account = operator.grants.account().to_string();
         let capped = capped_limits(self.modules.sandbox(), &operator.definition);
-        let task_name = name.clone();
-        let synced = operator.clone();
-        let task = tokio::spawn(async move {
-            if let Some(previous) = previous {
-                drain(&task_name, previous, grace).await;
-            }
-            // Stopped or swapped again while the previous one drained: never start.
-            if !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
-                return;
-            }
-            watch::run(operator, async move {
-                let _ = rx.await;
-            })
-            .await;
-        });
         let mut message = format!(
             "{} controller for {} {} with {} module(s), acting as {account}",
             if swapped {
@@ -805,6 +796,34 @@ impl ManagerContext {
                 crate::rbac::missing_list(missing)
             ));
         }
+        let task_name = name.clone();
+        let synced = operator.clone();
+        let watches = operator.watches();
+        let report = crate::controller::watch_health::report(
+            self.client.clone(),
+            self.recorder.clone(),
+            watches.clone(),
+            crate::controller::watch_health::RunningReport {
+                operator: name.clone(),
+                message: message.clone(),
+                digests: digests.clone(),
+            },
+        );
+        let task = tokio::spawn(async move {
+            if let Some(previous) = previous {
+                drain(&task_name, previous, grace).await;
+            }
+            // Stopped or swapped again while the previous one drained: never start.
+            if !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+                return;
+            }
+            let reporting = tokio::spawn(report);
+            watch::run(operator, async move {
+                let _ = rx.await;
+            })
+            .await;
+            reporting.abort();
+        });
         controllers.running.insert(
             name.clone(),
             Running {
@@ -812,6 +831,7 @@ impl ManagerContext {
                 claim,
                 digests: digests.clone(),
                 message: message.clone(),
+                watches,
                 shutdown: Some(tx),
                 task: Some(task),
             },
@@ -982,6 +1002,7 @@ impl ManagerContext {
             own_writes: Default::default(),
             resources: Default::default(),
             shard: self.sharding.as_ref().map(|s| s.operator(name)),
+            resource_watch: Default::default(),
         };
         Ok((Arc::new(ctx), digests, reach))
     }

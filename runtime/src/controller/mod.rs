@@ -3,7 +3,8 @@
 //! `schedule` paces retries, `reconcile` runs one [`crate::pipeline`] step on the cluster
 //! (`cluster_effects`, its `own_writes` waking nothing), `live_evidence` hands its worker call to
 //! the record sink and the `shadow` lane, `leader` elects the active host, `buckets` shares
-//! the resources among active replicas (each watch's `deletion_log` covering handover gaps).
+//! the resources among active replicas (each watch's `deletion_log` covering handover gaps), and
+//! `watch_health` reports a failing watch on its WasmOperator.
 
 pub mod buckets;
 pub mod cluster_effects;
@@ -24,6 +25,7 @@ pub mod schedule;
 pub mod selector_index;
 pub mod shadow;
 pub mod watch;
+pub mod watch_health;
 
 #[cfg(test)]
 mod mock_api_tests;

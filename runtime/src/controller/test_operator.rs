@@ -101,5 +101,6 @@ pub fn operator_context(
         own_writes: Default::default(),
         resources: Default::default(),
         shard: None,
+        resource_watch: Default::default(),
     }
 }

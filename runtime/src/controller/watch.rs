@@ -52,12 +52,18 @@ pub async fn run(
             HashMap::new()
         };
     let filing: Vec<Arc<SelectorIndex>> = indexes.values().cloned().collect();
-    let events = watcher(main_api, watcher::Config::default()).map_ok(move |event| {
-        for index in &filing {
-            index.observe(&event);
-        }
-        event
-    });
+    let health = ctx.resource_watch.clone();
+    let events = watcher(main_api, watcher::Config::default())
+        .inspect(move |event| match event {
+            Ok(_) => health.works(),
+            Err(e) => health.failed(e),
+        })
+        .map_ok(move |event| {
+            for index in &filing {
+                index.observe(&event);
+            }
+            event
+        });
     let own = ctx.clone();
     let changes = kube::runtime::reflector(writer, events)
         .applied_objects()
