@@ -14,6 +14,10 @@ use tokio::sync::watch;
 /// The Ready reason of a WasmOperator one of whose watches fails.
 pub const WATCH_FAILING: &str = "WatchFailing";
 
+/// How long a watch fails before it is reported: one that recovers sooner (a relist after
+/// `410 Gone`, a dropped connection) is not worth a Ready=False and an Event.
+const FAILING_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The most of a watch's error a message quotes.
 const ERROR_BYTES: usize = 512;
 
@@ -99,8 +103,8 @@ pub struct RunningReport {
 }
 
 /// Reports the operator's watches on its WasmOperator for as long as its controller runs:
-/// `Ready=False` (`WatchFailing`, a Warning Event and a log line) when one fails, back to the
-/// running message when all work again.
+/// `Ready=False` (`WatchFailing`, a Warning Event and a log line) when one has failed for
+/// [`FAILING_FOR`], back to the running message when all work again.
 pub async fn report(
     client: Client,
     recorder: Recorder,
@@ -109,7 +113,11 @@ pub async fn report(
 ) {
     let mut reported: Option<KindRef> = None;
     while watches.changed().await {
-        let failing = watches.failing();
+        let mut failing = watches.failing();
+        if failing.is_some() && reported.is_none() {
+            tokio::time::sleep(FAILING_FOR).await;
+            failing = watches.failing();
+        }
         let kind = failing.as_ref().map(|(kind, _)| kind.clone());
         if kind == reported {
             continue;
