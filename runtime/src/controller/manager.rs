@@ -149,7 +149,8 @@ struct Running {
     /// spec is this one.
     digests: BTreeMap<String, String>,
     message: String,
-    /// Its watches: while one fails, `Ready` says so (see [`watch_health`]).
+    /// Its watches: while one fails, `Ready` says so (see
+    /// [`crate::controller::watch_health`]).
     watches: crate::controller::watch_health::OperatorWatches,
     shutdown: Option<oneshot::Sender<()>>,
     /// The controller task; it ends once the graceful shutdown has finished.
