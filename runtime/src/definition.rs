@@ -713,6 +713,41 @@ fn check_kind(k: &KindRef, field: &str) -> Result<(), DefinitionError> {
     if k.kind.trim().is_empty() {
         return Err(invalid(format!("{field}.kind"), "must not be empty"));
     }
+    let (group, version) = k
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", &k.api_version));
+    let dns_label = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 63
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !part.starts_with('-')
+            && !part.ends_with('-')
+    };
+    let group_ok = group.is_empty() || (group.len() <= 253 && group.split('.').all(dns_label));
+    if !group_ok || !dns_label(version) {
+        return Err(invalid(
+            format!("{field}.apiVersion"),
+            format!(
+                "{:?} is not a group (a DNS subdomain) and version",
+                crate::worker_text::bounded(&k.api_version, crate::worker_text::NAME_BYTES)
+            ),
+        ));
+    }
+    let kind_ok = k.kind.len() <= 63
+        && k.kind.starts_with(|c: char| c.is_ascii_alphabetic())
+        && k.kind.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !kind_ok {
+        return Err(invalid(
+            format!("{field}.kind"),
+            format!(
+                "{:?} is not a kind (at most 63 letters and digits, starting with a letter)",
+                crate::worker_text::bounded(&k.kind, crate::worker_text::NAME_BYTES)
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -860,6 +895,28 @@ mod tests {
         p.outputs.push(KindRef::new("", "Service"));
         let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
         assert_eq!(e.field, "spec.phases[0].outputs[0].apiVersion");
+        // A kind and a group as Kubernetes names them (and no 40 KB of either in a message).
+        for (kind, field) in [
+            (KindRef::new("v1", "K".repeat(40_000)), "spec.resource.kind"),
+            (KindRef::new("v1", "Config Map"), "spec.resource.kind"),
+            (
+                KindRef::new("Examples.IO/v1", "Route"),
+                "spec.resource.apiVersion",
+            ),
+            (
+                KindRef::new(format!("{}.io/v1", "g".repeat(40_000)), "Route"),
+                "spec.resource.apiVersion",
+            ),
+        ] {
+            let mut s = spec(vec![phase("A", true, false)]);
+            s.resource = kind;
+            let e = OperatorDefinition::validate("a", &s).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.to_string().len() < 1024, "{} bytes", e.to_string().len());
+        }
+        let mut s = spec(vec![phase("A", true, false)]);
+        s.resource = KindRef::new("networking.istio.io/v1alpha3", "VirtualService");
+        assert!(OperatorDefinition::validate("a", &s).is_ok());
 
         let mut p = phase("A", true, false);
         let input: crate::crd::InputSpec = serde_json::from_value(serde_json::json!({

@@ -9,6 +9,7 @@ use crate::controller::operator_removal;
 use crate::controller::schedule::Backoff;
 use crate::controller::shadow::{LaneHandles, Shadows};
 use crate::controller::watch;
+use crate::controller::watch_health;
 use crate::crd::{KindRef, WasmOperator, WasmOperatorSpec};
 use crate::definition::{OperatorDefinition, FINALIZER_ROLE};
 use crate::evidence::record::RecordSink;
@@ -151,7 +152,7 @@ struct Running {
     message: String,
     /// Its watches: while one fails, `Ready` says so (see
     /// [`crate::controller::watch_health`]).
-    watches: crate::controller::watch_health::OperatorWatches,
+    watches: watch_health::OperatorWatches,
     shutdown: Option<oneshot::Sender<()>>,
     /// The controller task; it ends once the graceful shutdown has finished.
     task: Option<JoinHandle<()>>,
@@ -800,11 +801,11 @@ impl ManagerContext {
         let task_name = name.clone();
         let synced = operator.clone();
         let watches = operator.watches();
-        let report = crate::controller::watch_health::report(
+        let report = report_watches(
             self.client.clone(),
             self.recorder.clone(),
             watches.clone(),
-            crate::controller::watch_health::RunningReport {
+            RunningReport {
                 operator: name.clone(),
                 message: message.clone(),
                 digests: digests.clone(),
@@ -1296,6 +1297,81 @@ pub fn report_patch(
         return None;
     }
     Some(json!({ "status": body }))
+}
+
+/// What the WasmOperator's `Ready` says while its watches work.
+struct RunningReport {
+    operator: String,
+    message: String,
+    digests: BTreeMap<String, String>,
+}
+
+/// Reports the operator's watches on its WasmOperator for as long as its controller runs:
+/// `Ready=False` (`WatchFailing`, a Warning Event and a log line) when one has failed for
+/// [`watch_health::FAILING_FOR`], back to the running message when all work again.
+async fn report_watches(
+    client: Client,
+    recorder: Recorder,
+    mut watches: watch_health::OperatorWatches,
+    running: RunningReport,
+) {
+    let mut reported: Option<KindRef> = None;
+    while watches.changed().await {
+        let mut failing = watches.failing();
+        if failing.is_some() && reported.is_none() {
+            tokio::time::sleep(watch_health::FAILING_FOR).await;
+            failing = watches.failing();
+        }
+        let kind = failing.as_ref().map(|(kind, _)| kind.clone());
+        if kind == reported {
+            continue;
+        }
+        reported = kind;
+        let name = &running.operator;
+        let api: Api<WasmOperator> = Api::all(client.clone());
+        let op = match api.get(name).await {
+            Ok(op) => op,
+            Err(e) => {
+                tracing::warn!(operator = %name, error = %e, "could not read the WasmOperator to report its watches");
+                continue;
+            }
+        };
+        let now = crate::pipeline::step::now_rfc3339();
+        let patch = match &failing {
+            Some((_, message)) => {
+                tracing::warn!(operator = %name, reason = watch_health::WATCH_FAILING, "{message}");
+                status::publish_operator_event(
+                    &recorder,
+                    name,
+                    op.uid(),
+                    true,
+                    watch_health::WATCH_FAILING,
+                    "Watch",
+                    message.clone(),
+                )
+                .await;
+                report_patch(
+                    &op,
+                    Some(watch_health::WATCH_FAILING),
+                    message,
+                    &running.digests,
+                    &now,
+                )
+            }
+            None => {
+                tracing::info!(operator = %name, "its watches work again");
+                report_patch(&op, None, &running.message, &running.digests, &now)
+            }
+        };
+        if let Some(body) = patch {
+            if let Err(e) = api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+            {
+                tracing::warn!(operator = %name, error = %e, "could not report its watches on the WasmOperator");
+            }
+        }
+    }
 }
 
 /// Whether the WasmOperator's status already reports its current generation as running:

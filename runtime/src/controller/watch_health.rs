@@ -1,12 +1,8 @@
 //! Whether the watches an operator depends on work: one that fails (its kind's CRD deleted, the
-//! host's read right revoked) is reported on the WasmOperator until it recovers.
+//! host's read right revoked) is named here, for the manager to report on the WasmOperator.
 
-use crate::crd::{KindRef, WasmOperator};
+use crate::crd::KindRef;
 use futures::FutureExt;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::Recorder;
-use kube::{Api, Client, ResourceExt};
-use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -16,7 +12,7 @@ pub const WATCH_FAILING: &str = "WatchFailing";
 
 /// How long a watch fails before it is reported: one that recovers sooner (a relist after
 /// `410 Gone`, a dropped connection) is not worth a Ready=False and an Event.
-const FAILING_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+pub const FAILING_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The most of a watch's error a message quotes.
 const ERROR_BYTES: usize = 512;
@@ -80,7 +76,7 @@ impl OperatorWatches {
     }
 
     /// Waits until a watch's state changes; `false` once every watch has stopped.
-    async fn changed(&mut self) -> bool {
+    pub async fn changed(&mut self) -> bool {
         loop {
             self.0.retain(|(_, rx)| rx.has_changed().is_ok());
             if self.0.is_empty() {
@@ -90,81 +86,6 @@ impl OperatorWatches {
             let (result, _, _) = futures::future::select_all(changes).await;
             if result.is_ok() {
                 return true;
-            }
-        }
-    }
-}
-
-/// What the WasmOperator's `Ready` says while its watches work.
-pub struct RunningReport {
-    pub operator: String,
-    pub message: String,
-    pub digests: BTreeMap<String, String>,
-}
-
-/// Reports the operator's watches on its WasmOperator for as long as its controller runs:
-/// `Ready=False` (`WatchFailing`, a Warning Event and a log line) when one has failed for
-/// [`FAILING_FOR`], back to the running message when all work again.
-pub async fn report(
-    client: Client,
-    recorder: Recorder,
-    mut watches: OperatorWatches,
-    running: RunningReport,
-) {
-    let mut reported: Option<KindRef> = None;
-    while watches.changed().await {
-        let mut failing = watches.failing();
-        if failing.is_some() && reported.is_none() {
-            tokio::time::sleep(FAILING_FOR).await;
-            failing = watches.failing();
-        }
-        let kind = failing.as_ref().map(|(kind, _)| kind.clone());
-        if kind == reported {
-            continue;
-        }
-        reported = kind;
-        let name = &running.operator;
-        let api: Api<WasmOperator> = Api::all(client.clone());
-        let op = match api.get(name).await {
-            Ok(op) => op,
-            Err(e) => {
-                tracing::warn!(operator = %name, error = %e, "could not read the WasmOperator to report its watches");
-                continue;
-            }
-        };
-        let now = crate::pipeline::step::now_rfc3339();
-        let patch = match &failing {
-            Some((_, message)) => {
-                tracing::warn!(operator = %name, reason = WATCH_FAILING, "{message}");
-                crate::pipeline::status::publish_operator_event(
-                    &recorder,
-                    name,
-                    op.uid(),
-                    true,
-                    WATCH_FAILING,
-                    "Watch",
-                    message.clone(),
-                )
-                .await;
-                super::manager::report_patch(
-                    &op,
-                    Some(WATCH_FAILING),
-                    message,
-                    &running.digests,
-                    &now,
-                )
-            }
-            None => {
-                tracing::info!(operator = %name, "its watches work again");
-                super::manager::report_patch(&op, None, &running.message, &running.digests, &now)
-            }
-        };
-        if let Some(body) = patch {
-            if let Err(e) = api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-            {
-                tracing::warn!(operator = %name, error = %e, "could not report its watches on the WasmOperator");
             }
         }
     }

@@ -186,9 +186,10 @@ pub enum ModuleRefError {
     ConfigMapNameOrKeyMissing,
     #[error("must be 1 to 64")]
     ConfigMapPartsOutOfRange,
-    /// `field` is `configMap.name`, `configMap.namespace` or `configMap.key`.
+    /// `field` is that of a name: `configMap.name`, `configMap.namespace`, `configMap.key`,
+    /// `oci.pullSecret.name` or `oci.pullSecret.namespace`.
     #[error("{value} is not a valid {what}")]
-    ConfigMapField {
+    NotAName {
         field: &'static str,
         what: &'static str,
         value: String,
@@ -215,7 +216,7 @@ impl ModuleRefError {
             ModuleRefError::Url(_) => "url.url",
             ModuleRefError::ConfigMapNameOrKeyMissing => "configMap",
             ModuleRefError::ConfigMapPartsOutOfRange => "configMap.parts",
-            ModuleRefError::ConfigMapField { field, .. } => field,
+            ModuleRefError::NotAName { field, .. } => field,
             ModuleRefError::EmptyFilePath => "file.path",
             ModuleRefError::Digest { field, .. } => field,
         }
@@ -254,6 +255,15 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
     let digest = |field: &'static str, d: &str| {
         normalize_digest(d).map_err(|source| ModuleRefError::Digest { field, source })
     };
+    let refused = |field, what, value: &str| ModuleRefError::NotAName {
+        field,
+        what,
+        value: format!(
+            "{:?}",
+            crate::worker_text::bounded(value, crate::worker_text::NAME_BYTES)
+        ),
+    };
+    let namespace = "namespace (lowercase alphanumerics and '-', at most 63)";
     if let Some(o) = &m.oci {
         oci::parse_reference(&o.reference)?;
         if let Some(d) = &o.sha256 {
@@ -262,6 +272,16 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
         if let Some(s) = &o.pull_secret {
             if s.name.is_empty() {
                 return Err(ModuleRefError::EmptyPullSecretName);
+            }
+            if !is_dns_subdomain(&s.name) {
+                return Err(refused(
+                    "oci.pullSecret.name",
+                    "Secret name (lowercase alphanumerics, '-' and '.', at most 253)",
+                    &s.name,
+                ));
+            }
+            if let Some(ns) = s.namespace.as_deref().filter(|ns| !is_dns_label(ns)) {
+                return Err(refused("oci.pullSecret.namespace", namespace, ns));
             }
         }
     }
@@ -273,14 +293,6 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
         if cm.name.is_empty() || cm.key.is_empty() {
             return Err(ModuleRefError::ConfigMapNameOrKeyMissing);
         }
-        let refused = |field, what, value: &str| ModuleRefError::ConfigMapField {
-            field,
-            what,
-            value: format!(
-                "{:?}",
-                crate::worker_text::bounded(value, crate::worker_text::NAME_BYTES)
-            ),
-        };
         if !is_dns_subdomain(&cm.name) {
             return Err(refused(
                 "configMap.name",
@@ -289,11 +301,7 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
             ));
         }
         if let Some(ns) = cm.namespace.as_deref().filter(|ns| !is_dns_label(ns)) {
-            return Err(refused(
-                "configMap.namespace",
-                "namespace (lowercase alphanumerics and '-', at most 63)",
-                ns,
-            ));
+            return Err(refused("configMap.namespace", namespace, ns));
         }
         let key_chars = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
         if cm.key.len() > 253 || !cm.key.bytes().all(key_chars) {
@@ -1397,6 +1405,24 @@ mod tests {
             e.to_string().contains("\"nope\" is not a sha256 digest"),
             "{e}"
         );
+        for (secret, field) in [
+            (("regcred", Some("Team A")), "oci.pullSecret.namespace"),
+            ((&*"s".repeat(40_000), None), "oci.pullSecret.name"),
+        ] {
+            let r = ModuleRef {
+                oci: Some(OciModule {
+                    pull_secret: Some(crate::crd::SecretRef {
+                        name: secret.0.into(),
+                        namespace: secret.1.map(str::to_string),
+                    }),
+                    ..oci.clone()
+                }),
+                ..Default::default()
+            };
+            let e = check_ref(&r).unwrap_err();
+            assert_eq!(e.field(), field, "{e}");
+            assert!(e.to_string().len() < 512, "{} bytes", e.to_string().len());
+        }
         let bad_ref = ModuleRef {
             oci: Some(OciModule {
                 reference: "Not A Reference".into(),
