@@ -717,17 +717,8 @@ fn check_kind(k: &KindRef, field: &str) -> Result<(), DefinitionError> {
         .api_version
         .rsplit_once('/')
         .unwrap_or(("", &k.api_version));
-    let dns_label = |part: &str| {
-        !part.is_empty()
-            && part.len() <= 63
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !part.starts_with('-')
-            && !part.ends_with('-')
-    };
-    let group_ok = group.is_empty() || (group.len() <= 253 && group.split('.').all(dns_label));
-    if !group_ok || !dns_label(version) {
+    let group_ok = group.is_empty() || crate::object_names::is_dns_subdomain(group);
+    if !group_ok || !crate::object_names::is_dns_label(version) {
         return Err(invalid(
             format!("{field}.apiVersion"),
             format!(

@@ -34,6 +34,7 @@ pub mod metrics;
 #[cfg(any(test, feature = "testing"))]
 pub mod mock_api_server;
 pub mod modules;
+pub mod object_names;
 pub mod pipeline;
 pub mod promql;
 pub mod rbac;

@@ -11,6 +11,7 @@ pub mod oci;
 pub mod url;
 
 use crate::crd::{ConfigMapModule, ModuleRef};
+use crate::object_names::{is_dns_label, is_dns_subdomain};
 use crate::sandbox::{FinalizerModule, LimitOverride, LoadError, PhaseModule, Randomness, Sandbox};
 use compile_cache::{CompileCache, Loaded};
 use compile_process::CompileProcess;
@@ -325,25 +326,6 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
         }
     }
     Ok(())
-}
-
-/// An RFC 1123 subdomain: the rule for ConfigMap names.
-fn is_dns_subdomain(name: &str) -> bool {
-    name.len() <= 253 && name.split('.').all(is_dns_label_part)
-}
-
-/// An RFC 1123 label of at most 63 bytes: the rule for namespace names.
-fn is_dns_label(name: &str) -> bool {
-    name.len() <= 63 && is_dns_label_part(name)
-}
-
-fn is_dns_label_part(part: &str) -> bool {
-    !part.is_empty()
-        && part
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !part.starts_with('-')
-        && !part.ends_with('-')
 }
 
 pub use crate::egress::install_crypto_provider;

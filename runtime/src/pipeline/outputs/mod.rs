@@ -199,7 +199,7 @@ pub fn check(
                     .join(", "),
             });
         }
-        if !valid_name(&name) {
+        if !crate::object_names::is_dns_subdomain(&name) {
             return Err(OutputError::InvalidName {
                 index,
                 name: shown(&name),
@@ -323,17 +323,6 @@ fn without_server_set_metadata(metadata: &mut Value) -> Vec<String> {
 /// A worker-supplied name or kind as it may appear in a message: bounded.
 fn shown(text: &str) -> String {
     crate::worker_text::bounded(text, crate::worker_text::NAME_BYTES).into_owned()
-}
-
-/// RFC 1123 subdomain, the rule for most object names.
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 /// Labels an output with the operator and the phase that returned it: how pruning (and
