@@ -760,6 +760,48 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
             .is_err_and(|e| format!("{e:#}").contains("resyncInterval")),
         "invalid duration accepted: {refused:?}"
     );
+    // The host's limits are in the schema too: past one, `kubectl apply` is refused, naming
+    // the field, before any host sees the definition.
+    let many_phases: Vec<Value> = std::iter::once(start(file.clone()))
+        .chain(
+            (1..=wasmpilot::crd::MAX_PHASES)
+                .map(|i| json!({"name": format!("P{i}"), "final": true})),
+        )
+        .collect();
+    let wide_outputs: Vec<Value> = (0..=wasmpilot::crd::MAX_PER_PHASE)
+        .map(|i| json!({"apiVersion": "v1", "kind": format!("Kind{i}")}))
+        .collect();
+    let mut wide = start(file.clone());
+    wide["outputs"] = json!(wide_outputs);
+    let long_input = json!({"name": "x".repeat(254), "apiVersion": "v1", "kind": "ConfigMap"});
+    let mut long = start(file.clone());
+    long["inputs"] = json!([long_input]);
+    // (Kubernetes 1.20 says `spec.phases.outputs in body should have at most 32 items`, later
+    // versions `spec.phases[0].outputs: Too many: 33: must have at most 32 items`.)
+    for (name, phases, field, limit) in [
+        (
+            "bad-many-phases",
+            json!(many_phases),
+            "spec.phases",
+            "at most 100",
+        ),
+        ("bad-wide-outputs", json!([wide]), "outputs", "at most 32"),
+        ("bad-long-input", json!([long]), "inputs", "at most 253"),
+    ] {
+        let op = json!({"apiVersion": ops.0, "kind": ops.1, "metadata": {"name": name},
+            "spec": {"resource": scripted, "phases": phases}});
+        let refused = apply_yaml(client, &op.to_string(), None).await;
+        let said = refused.as_ref().err().map(|e| format!("{e:#}"));
+        ensure!(
+            said.as_deref()
+                .is_some_and(|e| e.contains(field) && e.contains(limit)),
+            "{name}: a definition past the host's limits was accepted, or refused without naming {field} ({limit}): {said:?}"
+        );
+        ensure!(
+            get(client, ops.0, ops.1, None, name).await?.is_none(),
+            "{name} was stored"
+        );
+    }
 
     // Fixing the object recovers without a restart: pin the right digest.
     let fixed = json!({"spec": {"phases": [start(cm("tampered-module", &sha256_hex(&component))), {"name": "Done", "final": true}]}});

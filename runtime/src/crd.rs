@@ -7,6 +7,22 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The most phases a definition declares: the host keeps gauges and a graph per phase.
+pub const MAX_PHASES: usize = 100;
+/// The most inputs, outputs or metric queries one phase (or the finalizer) declares, and the
+/// most `allowSensitiveKinds` entries.
+pub const MAX_PER_PHASE: usize = 32;
+/// The longest input or query name, `selectorFrom` path and query parameter.
+pub const MAX_NAME_BYTES: usize = 253;
+/// The longest URL (a module's, Prometheus') and OCI reference.
+pub const MAX_URL_BYTES: usize = 2048;
+/// The longest `apiVersion`: a group (a DNS subdomain, 253) and a version (a DNS label, 63).
+pub const MAX_API_VERSION_BYTES: usize = 253 + 1 + 63;
+/// The longest PromQL query text, before its parameters are filled in.
+pub const MAX_QUERY_BYTES: usize = 4096;
+/// The longest module file path.
+pub const MAX_PATH_BYTES: usize = 4096;
+
 /// Declares an operator: the top-level resource it manages, the phases that resource
 /// moves through, and the Wasm component that decides each phase.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
@@ -26,7 +42,7 @@ pub struct WasmOperatorSpec {
     /// The top-level custom resource this operator reconciles.
     pub resource: KindRef,
     /// The phases the resource moves through. Exactly one must be `initial`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_PHASES))]
     pub phases: Vec<PhaseSpec>,
     /// Runs when a resource is deleted; the host holds the finalizer `wasmpilot.io/<operator>` until it reports done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,6 +64,7 @@ pub struct WasmOperatorSpec {
     /// CertificateSigningRequests, Nodes, PersistentVolumes, and any cluster-scoped output. A
     /// definition using one that is not listed here is refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PER_PHASE))]
     pub allow_sensitive_kinds: Vec<KindRef>,
 }
 
@@ -66,6 +83,7 @@ pub enum RandomnessSpec {
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusSpec {
     /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.istio-system:9090`.
+    #[schemars(length(max = MAX_URL_BYTES))]
     pub url: String,
     /// Per-query timeout (default 5s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,13 +97,16 @@ pub struct PrometheusSpec {
 #[serde(rename_all = "camelCase")]
 pub struct QuerySpec {
     /// The input name the worker reads the samples by.
+    #[schemars(length(min = 1, max = MAX_NAME_BYTES))]
     pub name: String,
     /// PromQL with `{{param}}` placeholders, e.g.
     /// `sum(rate(requests_total{deployment="{{target}}",code!~"5.."}[1m]))`.
+    #[schemars(length(min = 1, max = MAX_QUERY_BYTES))]
     pub query: String,
     /// Placeholder → dotted field path into the resource (`spec.targetRef.name`, `metadata.namespace`).
     /// Values are inserted escaped for a PromQL string literal; nothing else is templated.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_PER_PHASE))]
     pub params: BTreeMap<String, String>,
 }
 
@@ -96,7 +117,9 @@ pub struct QuerySpec {
 #[serde(rename_all = "camelCase")]
 pub struct KindRef {
     /// `group/version`, or `v1` for the core group.
+    #[schemars(length(min = 1, max = MAX_API_VERSION_BYTES))]
     pub api_version: String,
+    #[schemars(length(min = 1, max = 63))]
     pub kind: String,
 }
 
@@ -105,6 +128,7 @@ pub struct KindRef {
 #[serde(rename_all = "camelCase")]
 pub struct PhaseSpec {
     /// The value of `.status.phase` while the resource is in this phase, e.g. `Syncing`.
+    #[schemars(length(min = 1, max = 63))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -124,12 +148,15 @@ pub struct PhaseSpec {
     pub module: Option<ModuleRef>,
     /// Objects handed to the worker, read from the host's watch caches in the resource's namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PER_PHASE))]
     pub inputs: Vec<InputSpec>,
     /// Kinds the worker may return as outputs; the host watches them and applies them owned by the resource.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PER_PHASE))]
     pub outputs: Vec<KindRef>,
     /// Phases this phase's worker may move to (besides staying). Empty: any declared phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PHASES))]
     pub next: Vec<String>,
     /// Per-call limits for this phase's worker, overriding the host's defaults (never beyond
     /// the host's ceilings).
@@ -137,6 +164,7 @@ pub struct PhaseSpec {
     pub limits: Option<WorkerLimits>,
     /// Metric queries run by the host (against Prometheus) before this phase's worker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PER_PHASE))]
     pub queries: Vec<QuerySpec>,
     /// Where the worker's WASI random bytes come from (default `seeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,8 +214,11 @@ pub struct WorkerLimits {
 #[serde(rename_all = "camelCase")]
 pub struct InputSpec {
     /// The name the worker reads it by, e.g. `deployments`.
+    #[schemars(length(min = 1, max = MAX_NAME_BYTES))]
     pub name: String,
+    #[schemars(length(min = 1, max = MAX_API_VERSION_BYTES))]
     pub api_version: String,
+    #[schemars(length(min = 1, max = 63))]
     pub kind: String,
     /// Only objects whose labels match all of these.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -201,6 +232,7 @@ pub struct InputSpec {
     /// `spec.deploymentSelector` (each resource selects its own; an invalid or missing selector
     /// is a `InvalidSelector` Condition naming the field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_NAME_BYTES))]
     pub selector_from: Option<String>,
     /// Only objects this resource controls (the outputs the host applied for it), e.g. for a
     /// steady phase that checks its outputs were not changed by hand. A change requeues only
@@ -213,6 +245,7 @@ pub struct InputSpec {
     /// each element). A change to other fields reconciles nothing. Left out: whole objects
     /// (without managedFields and kubectl's last-applied annotation).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = wasmpilot_selection::projection::MAX_PATHS), inner(length(min = 1, max = wasmpilot_selection::projection::MAX_PATH_BYTES)))]
     pub fields: Vec<String>,
 }
 
@@ -225,6 +258,7 @@ pub struct FinalizerSpec {
     /// `finalizer-inputs` import returns them), e.g. the leases to release before the resource
     /// goes. A change to one requeues a resource still being deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PER_PHASE))]
     pub inputs: Vec<InputSpec>,
     /// Per-call limits for the finalizer worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -307,7 +341,7 @@ impl ModuleRef {
 #[serde(rename_all = "camelCase")]
 pub struct OciModule {
     /// `registry/repository:tag` or `registry/repository@sha256:<manifest digest>`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_URL_BYTES))]
     pub reference: String,
     /// Hex sha256 of the component bytes (the Wasm layer). Unset: the digest the manifest names,
     /// verified while pulling; pin it (or reference the manifest by digest) for reproducibility.
@@ -326,9 +360,11 @@ pub struct OciModule {
 #[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// Namespace of the Secret. Default: the host's namespace (`wasmpilot-system`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
     pub namespace: Option<String>,
 }
 
@@ -336,7 +372,7 @@ pub struct SecretRef {
 #[serde(rename_all = "camelCase")]
 pub struct UrlModule {
     /// An `https://` URL of the component bytes (at most 64 MiB).
-    #[schemars(regex(pattern = r"^https://"))]
+    #[schemars(regex(pattern = r"^https://"), length(max = MAX_URL_BYTES))]
     pub url: String,
     /// Hex sha256 of the component bytes (required: a URL names no digest).
     #[schemars(regex(pattern = r"^(sha256:)?[0-9a-f]{64}$"))]
@@ -347,11 +383,14 @@ pub struct UrlModule {
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapModule {
     /// ConfigMap name.
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// Namespace of the ConfigMap. Default: the host's namespace (`wasmpilot-system`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
     pub namespace: Option<String>,
     /// Key in `binaryData`.
+    #[schemars(length(min = 1, max = 253))]
     pub key: String,
     /// Hex sha256 of the component bytes; a module whose bytes differ is refused.
     #[schemars(regex(pattern = r"^(sha256:)?[0-9a-f]{64}$"))]
@@ -368,6 +407,8 @@ pub struct ConfigMapModule {
 #[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct FileModule {
+    /// Relative to the host's `--module-dir` (development hosts only).
+    #[schemars(length(min = 1, max = MAX_PATH_BYTES))]
     pub path: String,
     /// Optional pin: when set, a file whose bytes differ is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -441,6 +482,68 @@ pub struct ShadowStatus {
 mod tests {
     use super::*;
     use kube::CustomResourceExt;
+
+    /// The schema states the host's limits, so the API server refuses a definition past one at
+    /// `kubectl apply` (the host checks them again, for a CRD installed without them).
+    #[test]
+    fn the_schema_states_the_hosts_limits() {
+        let crd = serde_json::to_value(WasmOperator::crd()).expect("the CRD as JSON");
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let phase = &spec["properties"]["phases"]["items"];
+        let input = &phase["properties"]["inputs"]["items"];
+        let query = &phase["properties"]["queries"]["items"];
+        for (at, key, limit) in [
+            (&spec["properties"]["phases"], "maxItems", MAX_PHASES),
+            (
+                &spec["properties"]["allowSensitiveKinds"],
+                "maxItems",
+                MAX_PER_PHASE,
+            ),
+            (&phase["properties"]["name"], "maxLength", 63),
+            (&phase["properties"]["next"], "maxItems", MAX_PHASES),
+            (&phase["properties"]["inputs"], "maxItems", MAX_PER_PHASE),
+            (&phase["properties"]["outputs"], "maxItems", MAX_PER_PHASE),
+            (&phase["properties"]["queries"], "maxItems", MAX_PER_PHASE),
+            (&input["properties"]["name"], "maxLength", MAX_NAME_BYTES),
+            (
+                &input["properties"]["selectorFrom"],
+                "maxLength",
+                MAX_NAME_BYTES,
+            ),
+            (&input["properties"]["kind"], "maxLength", 63),
+            (&query["properties"]["query"], "maxLength", MAX_QUERY_BYTES),
+            (
+                &query["properties"]["params"],
+                "maxProperties",
+                MAX_PER_PHASE,
+            ),
+            (
+                &spec["properties"]["prometheus"]["properties"]["url"],
+                "maxLength",
+                MAX_URL_BYTES,
+            ),
+            (
+                &spec["properties"]["finalizer"]["properties"]["inputs"],
+                "maxItems",
+                MAX_PER_PHASE,
+            ),
+        ] {
+            assert_eq!(at[key], limit, "{key} of {at}");
+        }
+        let module = &phase["properties"]["module"]["properties"];
+        assert_eq!(
+            module["oci"]["properties"]["reference"]["maxLength"],
+            MAX_URL_BYTES
+        );
+        assert_eq!(
+            module["url"]["properties"]["url"]["maxLength"],
+            MAX_URL_BYTES
+        );
+        assert_eq!(
+            module["file"]["properties"]["path"]["maxLength"],
+            MAX_PATH_BYTES
+        );
+    }
 
     /// No `enum` of the schema lists `null`: kubectl's validation and the API server (1.20)
     /// refuse such a CRD ("unknown object type nil"). An optional enum whose variants are

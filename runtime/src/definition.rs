@@ -19,12 +19,11 @@ pub struct DefinitionError {
     pub more: Vec<DefinitionError>,
 }
 
-/// The most phases a definition declares: the host keeps gauges and a graph per phase.
-pub const MAX_PHASES: usize = 100;
-/// The most inputs, outputs or metric queries one phase (or the finalizer) declares.
-pub const MAX_PER_PHASE: usize = 32;
-/// The longest input name and `selectorFrom` path.
-const MAX_NAME_BYTES: usize = 253;
+// The limits live with the CRD's schema, which states them to the API server too (a
+// definition past one is refused at `kubectl apply`); the host checks them again for a CRD
+// installed without them.
+pub use crate::crd::{MAX_NAME_BYTES, MAX_PER_PHASE, MAX_PHASES};
+use crate::crd::{MAX_QUERY_BYTES, MAX_URL_BYTES};
 
 /// At most this many problems are named in one error; the rest are counted.
 const MAX_PROBLEMS_NAMED: usize = 10;
@@ -218,7 +217,12 @@ fn prometheus(
 ) -> Option<(String, Duration)> {
     let p = spec.prometheus.as_ref()?;
     let url_problem = !(p.url.starts_with("http://") || p.url.starts_with("https://"));
-    if url_problem {
+    if p.url.len() > MAX_URL_BYTES {
+        problems.push(invalid(
+            "spec.prometheus.url",
+            format!("is {} bytes, more than {MAX_URL_BYTES}", p.url.len()),
+        ));
+    } else if url_problem {
         problems.push(invalid(
             "spec.prometheus.url",
             format!("{:?} is not an http(s) URL", p.url),
@@ -382,6 +386,7 @@ impl OperatorDefinition {
                 let mut input_names = check_inputs(&p.inputs, &field)?;
                 for (j, q) in p.queries.iter().enumerate() {
                     let f = format!("{field}.queries[{j}]");
+                    check_query_size(q, &f)?;
                     if !input_names.insert(q.name.as_str()) {
                         return Err(invalid(
                             format!("{f}.name"),
@@ -687,6 +692,44 @@ fn check_inputs<'a>(
         }
     }
     Ok(input_names)
+}
+
+/// A query's name, text and parameters are within the host's limits (what a name or parameter
+/// says is checked by [`crate::promql::check`]).
+fn check_query_size(q: &crate::crd::QuerySpec, field: &str) -> Result<(), DefinitionError> {
+    let too_long = |part: &str, len: usize, limit: usize| {
+        invalid(
+            format!("{field}.{part}"),
+            format!("is {len} bytes, more than {limit}"),
+        )
+    };
+    if q.name.trim().is_empty() {
+        return Err(invalid(format!("{field}.name"), "must not be empty"));
+    }
+    if q.name.len() > MAX_NAME_BYTES {
+        return Err(too_long("name", q.name.len(), MAX_NAME_BYTES));
+    }
+    if q.query.len() > MAX_QUERY_BYTES {
+        return Err(too_long("query", q.query.len(), MAX_QUERY_BYTES));
+    }
+    if q.params.len() > MAX_PER_PHASE {
+        return Err(invalid(
+            format!("{field}.params"),
+            format!(
+                "{} entries, more than the host's limit of {MAX_PER_PHASE}",
+                q.params.len()
+            ),
+        ));
+    }
+    for (param, path) in &q.params {
+        if param.len() > MAX_NAME_BYTES || path.len() > MAX_NAME_BYTES {
+            return Err(invalid(
+                format!("{field}.params"),
+                format!("a parameter or its field path is more than {MAX_NAME_BYTES} bytes"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The role name the finalizer module is reported under.
@@ -1084,6 +1127,57 @@ mod tests {
             "{e}"
         );
         assert_eq!(e.more[0].field, "spec.phases[0].outputs", "{e}");
+        // Lengths are bounded: a Prometheus URL, a query's name, text and parameters, an OCI
+        // reference, a module file's path.
+        let mut queried = phase("A", true, false);
+        let query = |name: String, text: String| crate::crd::QuerySpec {
+            name,
+            query: text,
+            params: Default::default(),
+        };
+        queried.queries = vec![query("q".repeat(MAX_NAME_BYTES + 1), "up".into())];
+        let mut long_text = phase("B", false, false);
+        long_text.queries = vec![query("q".into(), "u".repeat(MAX_QUERY_BYTES + 1))];
+        let mut long_ref = phase("C", false, false);
+        long_ref.module = Some(ModuleRef {
+            oci: Some(crate::crd::OciModule {
+                reference: format!("registry.example/{}:1", "r".repeat(MAX_URL_BYTES)),
+                sha256: None,
+                pull_secret: None,
+                insecure: false,
+            }),
+            ..Default::default()
+        });
+        let mut long_path = phase("D", false, false);
+        long_path.module = Some(ModuleRef {
+            file: Some(crate::crd::FileModule {
+                path: "p/".repeat(crate::crd::MAX_PATH_BYTES),
+                sha256: None,
+            }),
+            ..Default::default()
+        });
+        let mut s = spec(vec![queried, long_text, long_ref, long_path]);
+        s.prometheus = Some(crate::crd::PrometheusSpec {
+            url: format!("http://prometheus/{}", "x".repeat(MAX_URL_BYTES)),
+            timeout: None,
+        });
+        let e = OperatorDefinition::validate("a", &s).unwrap_err();
+        let fields: Vec<&str> = std::iter::once(&e)
+            .chain(&e.more)
+            .map(|p| p.field.as_str())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.phases[0].queries[0].name",
+                "spec.phases[1].queries[0].query",
+                "spec.phases[2].module.oci.reference",
+                "spec.phases[3].module.file.path",
+                "spec.prometheus.url",
+            ],
+            "{e}"
+        );
+        assert!(e.to_string().len() < 2048, "{e}");
         // Without a phase, only that is said of the phases.
         let mut s = spec(vec![]);
         s.resync_interval = Some("soon".into());

@@ -197,6 +197,13 @@ pub enum ModuleRefError {
     },
     #[error("must not be empty")]
     EmptyFilePath,
+    /// `field` is `oci.reference` or `file.path`.
+    #[error("is {bytes} bytes, more than {limit}")]
+    TooLong {
+        field: &'static str,
+        bytes: usize,
+        limit: usize,
+    },
     /// `field` is the pin's field, e.g. `oci.sha256`.
     #[error("{source}")]
     Digest {
@@ -219,6 +226,7 @@ impl ModuleRefError {
             ModuleRefError::ConfigMapPartsOutOfRange => "configMap.parts",
             ModuleRefError::NotAName { field, .. } => field,
             ModuleRefError::EmptyFilePath => "file.path",
+            ModuleRefError::TooLong { field, .. } => field,
             ModuleRefError::Digest { field, .. } => field,
         }
     }
@@ -265,7 +273,19 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
         ),
     };
     let namespace = "namespace (lowercase alphanumerics and '-', at most 63)";
+    let too_long = |field, text: &str, limit| ModuleRefError::TooLong {
+        field,
+        bytes: text.len(),
+        limit,
+    };
     if let Some(o) = &m.oci {
+        if o.reference.len() > crate::crd::MAX_URL_BYTES {
+            return Err(too_long(
+                "oci.reference",
+                &o.reference,
+                crate::crd::MAX_URL_BYTES,
+            ));
+        }
         oci::parse_reference(&o.reference)?;
         if let Some(d) = &o.sha256 {
             digest("oci.sha256", d)?;
@@ -320,6 +340,9 @@ pub fn check_ref(m: &ModuleRef) -> Result<(), ModuleRefError> {
     if let Some(f) = &m.file {
         if f.path.is_empty() {
             return Err(ModuleRefError::EmptyFilePath);
+        }
+        if f.path.len() > crate::crd::MAX_PATH_BYTES {
+            return Err(too_long("file.path", &f.path, crate::crd::MAX_PATH_BYTES));
         }
         if let Some(d) = &f.sha256 {
             digest("file.sha256", d)?;

@@ -10,7 +10,7 @@ use std::time::Duration;
 const MAX_REDIRECTS: usize = 5;
 
 /// The longest module URL accepted (what common servers and proxies accept).
-pub const MAX_URL_BYTES: usize = 2048;
+pub use crate::crd::MAX_URL_BYTES;
 
 /// Why `Url::parse` refused a string (the `url` crate's `ParseError`, named through reqwest).
 pub type UrlParseError = <reqwest::Url as std::str::FromStr>::Err;
