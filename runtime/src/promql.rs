@@ -18,6 +18,10 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest answer read from Prometheus for one query.
 pub const MAX_ANSWER_BYTES: usize = 4 << 20;
 
+/// The longest query sent, once a resource's fields fill its placeholders: the fields are the
+/// resource author's text, and the query goes into a URL.
+pub const MAX_RENDERED_BYTES: usize = 16 << 10;
+
 /// Bytes of a Prometheus error message kept in a Condition.
 const ERROR_MESSAGE_BYTES: usize = 256;
 
@@ -30,6 +34,9 @@ pub enum QueryError {
         param: String,
         path: String,
     },
+    /// The resource's fields made the query longer than the host sends.
+    #[error("query {query}: with the resource's fields filled in it is {bytes} bytes, more than {MAX_RENDERED_BYTES}")]
+    TooLong { query: String, bytes: usize },
     #[error("query {query}: no Prometheus configured (set `wasmpilot run --prometheus-url` or spec.prometheus.url)")]
     NoPrometheus { query: String },
     #[error("query {query} against {url}: {problem}")]
@@ -85,7 +92,9 @@ impl QueryError {
     pub fn is_fatal(&self) -> bool {
         matches!(
             self,
-            QueryError::MissingField { .. } | QueryError::NoPrometheus { .. }
+            QueryError::MissingField { .. }
+                | QueryError::NoPrometheus { .. }
+                | QueryError::TooLong { .. }
         )
     }
 }
@@ -158,6 +167,15 @@ pub fn render(q: &QuerySpec, resource: &Value) -> Result<String, QueryError> {
         };
         let escaped = escape(&text);
         for form in [format!("{{{{{param}}}}}"), format!("{{{{ {param} }}}}")] {
+            // Measured before it is built: a long field in many placeholders would be large.
+            let uses = out.matches(&form).count();
+            let bytes = out.len() - uses * form.len() + uses.saturating_mul(escaped.len());
+            if bytes > MAX_RENDERED_BYTES {
+                return Err(QueryError::TooLong {
+                    query: q.name.clone(),
+                    bytes,
+                });
+            }
             out = out.replace(&form, &escaped);
         }
     }
@@ -405,6 +423,16 @@ mod tests {
         let missing = render(&q, &json!({"metadata": {"namespace": "x"}})).unwrap_err();
         assert!(missing.to_string().contains("spec.target"), "{missing}");
         assert!(missing.is_fatal());
+        // A long field is refused before the query is built (its size is counted, not made).
+        let many = query(&"{{target}}".repeat(400), &[("target", "spec.target")]);
+        let long = json!({"spec": {"target": "t".repeat(1 << 20)}});
+        let too_long = render(&many, &long).unwrap_err();
+        assert!(
+            matches!(too_long, QueryError::TooLong { bytes, .. } if bytes == 400 << 20),
+            "{too_long}"
+        );
+        assert!(too_long.to_string().len() < 256, "{too_long}");
+        assert!(too_long.is_fatal());
     }
 
     #[test]
