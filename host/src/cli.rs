@@ -350,10 +350,9 @@ fn operator_rbac_yaml(
         .ok_or_else(|| anyhow::anyhow!("{}: metadata.name is required", path.display()))?;
     let mut out = String::new();
     // Sensitive kinds get the admin's attention: on stderr, and atop what is applied.
-    let mut sensitive: Vec<String> = wasmpilot::definition::declared_kinds(&op.spec)
+    let mut sensitive: Vec<String> = wasmpilot::definition::sensitive_uses(&op.spec)
         .into_iter()
-        .filter(|(k, _)| wasmpilot::definition::is_sensitive(k))
-        .map(|(k, field)| format!("{} {} ({field})", k.api_version, k.kind))
+        .map(|(k, field, _)| format!("{} {} ({field})", k.api_version, k.kind))
         .collect();
     sensitive.dedup();
     if !sensitive.is_empty() {

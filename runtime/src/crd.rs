@@ -61,8 +61,9 @@ pub struct WasmOperatorSpec {
     pub history_limit: Option<u32>,
     /// Sensitive kinds this operator reads or writes, listed for an admin to review: Secrets,
     /// RBAC kinds, admission webhook configurations and policies, CustomResourceDefinitions,
-    /// CertificateSigningRequests, Nodes, PersistentVolumes, and any cluster-scoped output. A
-    /// definition using one that is not listed here is refused.
+    /// CertificateSigningRequests, Nodes, PersistentVolumes, any cluster-scoped output, and an
+    /// output of the operator's own resource kind (its resources could create more without end).
+    /// A definition using one that is not listed here is refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_PER_PHASE))]
     pub allow_sensitive_kinds: Vec<KindRef>,

@@ -112,15 +112,9 @@ pub fn is_sensitive(kind: &KindRef) -> bool {
 
 /// Whether the definition lists `kind` (group and kind; any version) as allowed.
 pub fn allows_sensitive(spec: &WasmOperatorSpec, kind: &KindRef) -> bool {
-    let group = |k: &KindRef| {
-        k.api_version
-            .rsplit_once('/')
-            .map_or("", |(g, _)| g)
-            .to_string()
-    };
     spec.allow_sensitive_kinds
         .iter()
-        .any(|a| a.kind == kind.kind && group(a) == group(kind))
+        .any(|a| same_kind(a, kind))
 }
 
 /// Every kind the definition names, with the field naming it.
@@ -142,17 +136,48 @@ pub fn declared_kinds(spec: &WasmOperatorSpec) -> Vec<(KindRef, String)> {
     kinds
 }
 
-/// A sensitive kind is used only when listed in `spec.allowSensitiveKinds`: one problem for each
-/// field naming one that is not.
-fn sensitive_kinds_not_allowed(spec: &WasmOperatorSpec) -> Vec<DefinitionError> {
+/// Whether `a` and `b` are one kind (group and kind; any version).
+fn same_kind(a: &KindRef, b: &KindRef) -> bool {
+    let group = |k: &KindRef| {
+        k.api_version
+            .rsplit_once('/')
+            .map_or("", |(g, _)| g)
+            .to_owned()
+    };
+    a.kind == b.kind && group(a) == group(b)
+}
+
+/// Every use of a kind the admin must allow, with the field naming it and why: a sensitive
+/// kind anywhere, and an output of the operator's own resource kind (each resource a worker
+/// creates runs the operator again and may create more, without end).
+pub fn sensitive_uses(spec: &WasmOperatorSpec) -> Vec<(KindRef, String, &'static str)> {
     declared_kinds(spec)
         .into_iter()
-        .filter(|(kind, _)| is_sensitive(kind) && !allows_sensitive(spec, kind))
-        .map(|(kind, field)| {
+        .filter_map(|(kind, field)| {
+            if is_sensitive(&kind) {
+                return Some((kind, field, "is a sensitive kind"));
+            }
+            let own_output = field.contains(".outputs[") && same_kind(&kind, &spec.resource);
+            own_output.then_some((
+                kind,
+                field,
+                "is the operator's own resource kind: each resource its worker creates runs it again and may create more, without end",
+            ))
+        })
+        .collect()
+}
+
+/// A sensitive use is allowed only when its kind is listed in `spec.allowSensitiveKinds`: one
+/// problem for each field naming one that is not.
+fn sensitive_kinds_not_allowed(spec: &WasmOperatorSpec) -> Vec<DefinitionError> {
+    sensitive_uses(spec)
+        .into_iter()
+        .filter(|(kind, _, _)| !allows_sensitive(spec, kind))
+        .map(|(kind, field, why)| {
             invalid(
                 field,
                 format!(
-                    "{} {} is a sensitive kind: list it in spec.allowSensitiveKinds (a field an admin reviews) to use it",
+                    "{} {} {why}: list it in spec.allowSensitiveKinds (a field an admin reviews) to use it",
                     kind.api_version, kind.kind
                 ),
             )
@@ -990,6 +1015,40 @@ mod tests {
         // Groups that only end like the host's are anyone's.
         let mut s = spec(vec![phase("A", true, false)]);
         s.resource = KindRef::new("test.wasmpilot.io/v1", "Probe");
+        assert!(OperatorDefinition::validate("a", &s).is_ok());
+    }
+
+    /// An output of the operator's own resource kind (any version) would let each resource a
+    /// worker creates create more, without end: the admin allows it or it is refused. Reading
+    /// its own kind is anyone's.
+    #[test]
+    fn outputs_of_its_own_kind_are_the_admins_to_allow() {
+        let mut p = phase("A", true, false);
+        p.outputs.push(KindRef::new("examples.io/v2", "AutoRoute"));
+        p.inputs.push(
+            serde_json::from_value(serde_json::json!({
+                "name": "siblings", "apiVersion": "examples.io/v1", "kind": "AutoRoute",
+            }))
+            .unwrap(),
+        );
+        let mut s = spec(vec![p]);
+        let e = OperatorDefinition::validate("a", &s).unwrap_err();
+        assert_eq!(e.field, "spec.phases[0].outputs[0]", "{e}");
+        assert!(
+            e.problem
+                .contains("examples.io/v2 AutoRoute is the operator's own resource kind"),
+            "{e}"
+        );
+        assert!(e.more.is_empty(), "{e}");
+        assert_eq!(
+            sensitive_uses(&s)
+                .into_iter()
+                .map(|(_, field, _)| field)
+                .collect::<Vec<_>>(),
+            ["spec.phases[0].outputs[0]"]
+        );
+        s.allow_sensitive_kinds
+            .push(KindRef::new("examples.io/v1", "AutoRoute"));
         assert!(OperatorDefinition::validate("a", &s).is_ok());
     }
 
