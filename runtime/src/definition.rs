@@ -367,103 +367,11 @@ impl OperatorDefinition {
         let mut seen = BTreeSet::new();
         let mut phases = Vec::with_capacity(spec.phases.len());
         for (i, p) in spec.phases.iter().enumerate() {
-            let mut check_phase = || -> Result<PhaseDefinition, DefinitionError> {
-                let field = format!("spec.phases[{i}]");
-                // Declared even when invalid: a `next` naming it is not reported again.
-                let first_of_its_name = seen.insert(p.name.as_str());
-                if p.name.trim().is_empty() {
-                    return Err(invalid(format!("{field}.name"), "must not be empty"));
-                }
-                if !is_label_value(&p.name) {
-                    return Err(invalid(
-                        format!("{field}.name"),
-                        format!("{:?} must be at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric (it labels outputs)", p.name),
-                    ));
-                }
-                if !first_of_its_name {
-                    return Err(invalid(
-                        format!("{field}.name"),
-                        format!("duplicate phase name {:?}", p.name),
-                    ));
-                }
-                match (&p.module, p.is_final) {
-                    (None, false) => {
-                        return Err(invalid(
-                            format!("{field}.module"),
-                            format!("phase {:?} is not final, so it needs a module", p.name),
-                        ))
-                    }
-                    (Some(m), _) => check_module(m, &format!("{field}.module"))?,
-                    (None, true) => {}
-                }
-                for (part, count, limit) in [
-                    ("outputs", p.outputs.len(), MAX_PER_PHASE),
-                    ("queries", p.queries.len(), MAX_PER_PHASE),
-                    ("next", p.next.len(), MAX_PHASES),
-                ] {
-                    if count > limit {
-                        return Err(invalid(
-                            format!("{field}.{part}"),
-                            format!("{count} entries, more than the host's limit of {limit}"),
-                        ));
-                    }
-                }
-                let mut input_names = check_inputs(&p.inputs, &field)?;
-                for (j, q) in p.queries.iter().enumerate() {
-                    let f = format!("{field}.queries[{j}]");
-                    check_query_size(q, &f)?;
-                    if !input_names.insert(q.name.as_str()) {
-                        return Err(invalid(
-                            format!("{f}.name"),
-                            format!(
-                                "{:?} is already the name of an input or query of this phase",
-                                q.name
-                            ),
-                        ));
-                    }
-                    crate::promql::check(q)
-                        .map_err(|e| invalid(format!("{f}.query"), e.to_string()))?;
-                }
-                for (j, output) in p.outputs.iter().enumerate() {
-                    check_kind(output, &format!("{field}.outputs[{j}]"))?;
-                }
-                if let Some(shadow) = &p.shadow {
-                    let f = format!("{field}.shadow");
-                    if p.is_final {
-                        return Err(invalid(
-                            f,
-                            format!("phase {:?} is final: it runs no worker to shadow", p.name),
-                        ));
-                    }
-                    check_module(shadow, &f)?;
-                    if let Some(oci) = shadow
-                        .oci
-                        .as_ref()
-                        .filter(|o| o.sha256.is_none() && !o.reference.contains("@sha256:"))
-                    {
-                        return Err(invalid(
-                            format!("{f}.oci"),
-                            format!("a shadow module must be pinned: set sha256, or reference {} by manifest digest (@sha256:…)", oci.reference),
-                        ));
-                    }
-                }
-                Ok(PhaseDefinition {
-                    name: p.name.clone(),
-                    is_final: p.is_final,
-                    ready: p.is_final || p.ready,
-                    module: p.module.clone(),
-                    inputs: p.inputs.clone(),
-                    outputs: p.outputs.clone(),
-                    next: p.next.clone(),
-                    queries: p.queries.clone(),
-                    limits: limit_override(p.limits.as_ref(), &format!("{field}.limits"))?,
-                    randomness: randomness(p.randomness),
-                    shadow: p.shadow.clone(),
-                })
-            };
-            match check_phase() {
+            // Declared even when invalid: a `next` naming it is not reported again.
+            let first_of_its_name = seen.insert(p.name.as_str());
+            match check_phase(i, p, first_of_its_name) {
                 Ok(phase) => phases.push(phase),
-                Err(e) => problems.push(e),
+                Err(found) => problems.extend(found),
             }
         }
         for (i, p) in spec.phases.iter().enumerate() {
@@ -717,6 +625,138 @@ fn check_inputs<'a>(
         }
     }
     Ok(input_names)
+}
+
+/// Checks one phase (`spec.phases[i]`), part by part: its name, module, counts, inputs and
+/// queries, outputs, shadow and limits; every part's problem is reported, not only the first.
+fn check_phase(
+    i: usize,
+    p: &crate::crd::PhaseSpec,
+    first_of_its_name: bool,
+) -> Result<PhaseDefinition, Vec<DefinitionError>> {
+    let field = format!("spec.phases[{i}]");
+    let name = || -> Result<(), DefinitionError> {
+        if p.name.trim().is_empty() {
+            return Err(invalid(format!("{field}.name"), "must not be empty"));
+        }
+        if !is_label_value(&p.name) {
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("{:?} must be at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric (it labels outputs)", p.name),
+            ));
+        }
+        if !first_of_its_name {
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("duplicate phase name {:?}", p.name),
+            ));
+        }
+        Ok(())
+    };
+    let module = || -> Result<(), DefinitionError> {
+        match (&p.module, p.is_final) {
+            (None, false) => Err(invalid(
+                format!("{field}.module"),
+                format!("phase {:?} is not final, so it needs a module", p.name),
+            )),
+            (Some(m), _) => check_module(m, &format!("{field}.module")),
+            (None, true) => Ok(()),
+        }
+    };
+    let counts = || -> Result<(), DefinitionError> {
+        for (part, count, limit) in [
+            ("outputs", p.outputs.len(), MAX_PER_PHASE),
+            ("queries", p.queries.len(), MAX_PER_PHASE),
+            ("next", p.next.len(), MAX_PHASES),
+        ] {
+            if count > limit {
+                return Err(invalid(
+                    format!("{field}.{part}"),
+                    format!("{count} entries, more than the host's limit of {limit}"),
+                ));
+            }
+        }
+        Ok(())
+    };
+    let inputs_and_queries = || -> Result<(), DefinitionError> {
+        let mut input_names = check_inputs(&p.inputs, &field)?;
+        for (j, q) in p.queries.iter().enumerate() {
+            let f = format!("{field}.queries[{j}]");
+            check_query_size(q, &f)?;
+            if !input_names.insert(q.name.as_str()) {
+                return Err(invalid(
+                    format!("{f}.name"),
+                    format!(
+                        "{:?} is already the name of an input or query of this phase",
+                        q.name
+                    ),
+                ));
+            }
+            crate::promql::check(q).map_err(|e| invalid(format!("{f}.query"), e.to_string()))?;
+        }
+        Ok(())
+    };
+    let outputs = || -> Result<(), DefinitionError> {
+        for (j, output) in p.outputs.iter().enumerate() {
+            check_kind(output, &format!("{field}.outputs[{j}]"))?;
+        }
+        Ok(())
+    };
+    let shadow = || -> Result<(), DefinitionError> {
+        let Some(shadow) = &p.shadow else {
+            return Ok(());
+        };
+        let f = format!("{field}.shadow");
+        if p.is_final {
+            return Err(invalid(
+                f,
+                format!("phase {:?} is final: it runs no worker to shadow", p.name),
+            ));
+        }
+        check_module(shadow, &f)?;
+        if let Some(oci) = shadow
+            .oci
+            .as_ref()
+            .filter(|o| o.sha256.is_none() && !o.reference.contains("@sha256:"))
+        {
+            return Err(invalid(
+                format!("{f}.oci"),
+                format!("a shadow module must be pinned: set sha256, or reference {} by manifest digest (@sha256:…)", oci.reference),
+            ));
+        }
+        Ok(())
+    };
+    let mut found: Vec<DefinitionError> = [
+        name(),
+        module(),
+        counts(),
+        inputs_and_queries(),
+        outputs(),
+        shadow(),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    let limits = gathered(
+        &mut found,
+        limit_override(p.limits.as_ref(), &format!("{field}.limits")),
+    );
+    match limits {
+        Some(limits) if found.is_empty() => Ok(PhaseDefinition {
+            name: p.name.clone(),
+            is_final: p.is_final,
+            ready: p.is_final || p.ready,
+            module: p.module.clone(),
+            inputs: p.inputs.clone(),
+            outputs: p.outputs.clone(),
+            next: p.next.clone(),
+            queries: p.queries.clone(),
+            limits,
+            randomness: randomness(p.randomness),
+            shadow: p.shadow.clone(),
+        }),
+        _ => Err(found),
+    }
 }
 
 /// A query's name, text and parameters are within the host's limits (what a name or parameter
@@ -1068,7 +1108,9 @@ mod tests {
         assert_eq!(
             fields,
             [
+                // Both of this phase's problems, not only the first.
                 "spec.phases[2].name",
+                "spec.phases[2].module",
                 "spec.phases[0].next[1]",
                 "spec.phases"
             ],
@@ -1083,6 +1125,36 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("2 phases are marked initial"), "{text}");
+        // Within one phase, each part's problem: name, inputs, outputs, shadow, limits.
+        let mut crowded = phase("bad name", true, false);
+        crowded.inputs.push(
+            serde_json::from_value(serde_json::json!({
+                "name": "", "apiVersion": "v1", "kind": "ConfigMap",
+            }))
+            .unwrap(),
+        );
+        crowded.outputs.push(KindRef::new("v1", "not-a-kind"));
+        crowded.shadow = Some(ModuleRef::default());
+        crowded.limits = Some(WorkerLimits {
+            deadline: Some("soon".into()),
+            ..Default::default()
+        });
+        let e = OperatorDefinition::validate("a", &spec(vec![crowded])).unwrap_err();
+        let fields: Vec<&str> = std::iter::once(&e)
+            .chain(&e.more)
+            .map(|m| m.field.as_str())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.phases[0].name",
+                "spec.phases[0].inputs[0].name",
+                "spec.phases[0].outputs[0].kind",
+                "spec.phases[0].shadow",
+                "spec.phases[0].limits.deadline",
+            ],
+            "{e}"
+        );
 
         let many: Vec<PhaseSpec> = (0..30)
             .map(|i| {
