@@ -44,7 +44,10 @@ impl WatchHealth {
 
     /// The watch delivered an event: it works.
     pub fn works(&self) {
-        self.0.send_if_modified(|state| state.take().is_some());
+        // Read first: while nothing failed (nearly always), an event takes no write lock.
+        if self.0.borrow().is_some() {
+            self.0.send_if_modified(|state| state.take().is_some());
+        }
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Option<String>> {
