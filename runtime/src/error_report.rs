@@ -9,13 +9,36 @@ pub fn messages(error: &(dyn Error + 'static)) -> Vec<String> {
     let mut said: Vec<String> = Vec::new();
     let mut next = Some(error);
     while let Some(e) = next {
-        let text = e.to_string();
+        // The API server's answer is said once, briefly; its `Status` below says it again.
+        let (text, cause) = match e.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(_)) => (api_text(e), None),
+            _ => (e.to_string(), e.source()),
+        };
         if !text.is_empty() && !said.iter().any(|outer| outer.contains(&text)) {
             said.push(text);
         }
-        next = e.source();
+        next = cause;
     }
     said
+}
+
+/// A Kubernetes client error as a person reads it: the API server's message, its reason and
+/// code (`services "web" is forbidden: exceeded quota: … (Forbidden, HTTP 403)`), where kube's
+/// own text adds the whole answer as Rust debug output (`ApiError: … (Status { status: …`).
+/// Any other error reads as its own text.
+pub fn api_text(error: &(dyn Error + 'static)) -> String {
+    match error.downcast_ref::<kube::Error>() {
+        Some(kube::Error::Api(status)) if status.reason.is_empty() => {
+            format!("{} (HTTP {})", status.message, status.code)
+        }
+        Some(kube::Error::Api(status)) => {
+            format!(
+                "{} ({}, HTTP {})",
+                status.message, status.reason, status.code
+            )
+        }
+        _ => error.to_string(),
+    }
 }
 
 /// `outer: cause: cause …` on one line (Conditions, reports, log fields).
@@ -47,6 +70,37 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("the API server refused it: quota exceeded")]
     struct Inner;
+
+    /// An API server's refusal reads as its message, reason and code, once: not kube's text
+    /// with the answer's debug output, nor the answer again as a cause.
+    #[test]
+    fn an_api_servers_answer_is_said_once_without_debug_output() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("could not apply Service q/web: {}", api_text(.source))]
+        struct Applying {
+            source: kube::Error,
+        }
+        let refused = || {
+            kube::Error::Api(Box::new(kube::core::Status {
+                message: "services \"web\" is forbidden: exceeded quota: few".into(),
+                reason: "Forbidden".into(),
+                code: 403,
+                ..Default::default()
+            }))
+        };
+        assert!(
+            refused().to_string().contains("Status {"),
+            "premise: kube's text carries debug output"
+        );
+        let e = Applying { source: refused() };
+        let expected = "could not apply Service q/web: services \"web\" is forbidden: exceeded quota: few (Forbidden, HTTP 403)";
+        assert_eq!(e.to_string(), expected);
+        assert_eq!(one_line(&e), expected);
+        assert_eq!(
+            one_line(&refused()),
+            "services \"web\" is forbidden: exceeded quota: few (Forbidden, HTTP 403)"
+        );
+    }
 
     #[test]
     fn a_cause_an_outer_message_already_says_is_left_out() {

@@ -61,7 +61,7 @@ pub enum NotServedCause {
     #[error("discovery lists no such kind")]
     Absent,
     /// Asking failed (unreachable, forbidden, …).
-    #[error("discovery failed: {0}")]
+    #[error("discovery failed: {}", crate::error_report::api_text(.0))]
     Request(#[source] kube::Error),
 }
 

@@ -383,13 +383,13 @@ pub fn missing_list(missing: &[Missing]) -> String {
 /// Why an operator's grants could not be settled.
 #[derive(Debug, thiserror::Error)]
 pub enum GrantCheckError {
-    #[error("the host may not act as the operator's account {account} (it needs `impersonate` on that ServiceAccount: apply the operator's grants with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`): {source}")]
+    #[error("the host may not act as the operator's account {account} (it needs `impersonate` on that ServiceAccount: apply the operator's grants with `wasmpilot rbac <operator.yaml> | kubectl apply -f -`): {}", crate::error_report::api_text(.source))]
     CannotImpersonate {
         account: String,
         #[source]
         source: kube::Error,
     },
-    #[error("asking the API server what {account} is granted: {source}")]
+    #[error("asking the API server what {account} is granted: {}", crate::error_report::api_text(.source))]
     Review {
         account: String,
         #[source]

@@ -75,7 +75,7 @@ pub(super) enum LoadFailure {
     MemoryBudget(#[from] crate::sandbox::MemoryBudgetExceeded),
     #[error("{0}")]
     GrantCheck(#[from] crate::rbac::GrantCheckError),
-    #[error("could not check the host's permissions: {0}")]
+    #[error("could not check the host's permissions: {}", crate::error_report::api_text(.0))]
     PermissionCheck(#[source] kube::Error),
     #[error("{kind} is managed by WasmOperator {by}, created before this one; one WasmOperator manages a resource kind: delete one of them, or give this one another kind")]
     KindClaimed { kind: String, by: String },
@@ -183,7 +183,7 @@ pub(super) enum OperatorLoadError {
     #[error("{0}")]
     Load(#[from] LoadFailure),
     /// The operator runs, but its status could not be written.
-    #[error("could not update the WasmOperator's status: {0}")]
+    #[error("could not update the WasmOperator's status: {}", crate::error_report::api_text(.0))]
     Status(#[source] kube::Error),
     /// The WasmOperator is being deleted and its resources are not all released yet.
     #[error("{0}")]

@@ -32,7 +32,7 @@ const PAGE: u32 = 500;
 /// Why releasing a deleted operator's resources did not finish (tried again with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
-    #[error("listing the {kind} resources to release: {source}")]
+    #[error("listing the {kind} resources to release: {}", crate::error_report::api_text(.source))]
     List {
         kind: String,
         #[source]
@@ -46,7 +46,7 @@ pub enum ReleaseError {
     },
     #[error("removing {RELEASE_FINALIZER} from the WasmOperator: {0}")]
     Operator(#[source] ReconcileError),
-    #[error("a client acting as the operator's account: {0}")]
+    #[error("a client acting as the operator's account: {}", crate::error_report::api_text(.0))]
     Identity(#[source] kube::Error),
 }
 

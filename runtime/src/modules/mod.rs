@@ -61,7 +61,7 @@ pub enum ModuleError {
     MultipleSources(String),
     #[error("{source_name}: no cluster connection to read it from (offline run)")]
     Offline { source_name: String },
-    #[error("ConfigMap {namespace}/{name} could not be read: {source}; store the module with `wasmpilot deploy <dir>`, or fix the configMap name/namespace")]
+    #[error("ConfigMap {namespace}/{name} could not be read: {}; store the module with `wasmpilot deploy <dir>`, or fix the configMap name/namespace", crate::error_report::api_text(.source))]
     ConfigMapUnreadable {
         namespace: String,
         name: String,

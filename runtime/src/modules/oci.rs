@@ -142,7 +142,7 @@ pub enum PullSecretError {
         host_namespace = DEFAULT_MODULE_NAMESPACE
     )]
     NotOffered,
-    #[error("could not be read: {source}")]
+    #[error("could not be read: {}", crate::error_report::api_text(.source))]
     Unreadable {
         #[source]
         source: kube::Error,

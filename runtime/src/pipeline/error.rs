@@ -35,7 +35,7 @@ pub enum ReconcileError {
         #[source]
         source: RunError,
     },
-    #[error("{action}: {source}")]
+    #[error("{action}: {}", crate::error_report::api_text(.source.as_ref()))]
     Effect {
         action: &'static str,
         #[source]
@@ -74,7 +74,8 @@ pub enum ReconcileError {
         source: Box<OutputError>,
     },
     #[error(
-        "outputs of phase {phase} not all applied ({applied} of {total} done, retrying): {}",
+        "outputs of phase {phase} not all applied ({applied} of {total} done, {}): {}",
+        retry_note(.failures),
         failure_list(.failures)
     )]
     Apply {
@@ -103,7 +104,7 @@ pub enum ReconcileError {
     StatusConflict,
     #[error("the resource changed after the decision was made from the cache; deciding again")]
     StaleDecision,
-    #[error("{action}: {source}")]
+    #[error("{action}: {}", crate::error_report::api_text(.source))]
     Api {
         action: &'static str,
         #[source]
@@ -197,6 +198,16 @@ impl ReconcileError {
 }
 
 /// The first few failures of a result, for one message.
+/// When an apply that failed is tried again: with backoff, or (every failure a refusal the
+/// API server will repeat, e.g. a quota or an invalid object) after a change or the resync.
+fn retry_note(failures: &[OutputError]) -> &'static str {
+    if failures.iter().all(OutputError::is_fatal) {
+        "tried again after a change or at the resync"
+    } else {
+        "retrying"
+    }
+}
+
 fn failure_list(failures: &[OutputError]) -> String {
     const SHOWN: usize = 5;
     let mut text = failures

@@ -94,19 +94,19 @@ pub enum OutputError {
     },
     #[error("{object} already exists and {holder}; the host does not take over objects it did not create for this resource: delete or rename it, or have the worker return another name")]
     NotOurs { object: String, holder: String },
-    #[error("could not delete {object}, which the worker no longer returns: {source}")]
+    #[error("could not delete {object}, which the worker no longer returns: {}", crate::error_report::api_text(.source))]
     PruneFailed {
         object: String,
         #[source]
         source: kube::Error,
     },
-    #[error("could not apply {object}: {source}")]
+    #[error("could not apply {object}: {}", crate::error_report::api_text(.source))]
     ApplyFailed {
         object: String,
         #[source]
         source: kube::Error,
     },
-    #[error("{object} differs in what server-side apply cannot change; {step} failed: {source}")]
+    #[error("{object} differs in what server-side apply cannot change; {step} failed: {}", crate::error_report::api_text(.source))]
     ConvergeFailed {
         object: String,
         step: &'static str,
