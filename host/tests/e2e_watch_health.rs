@@ -110,6 +110,11 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         message.contains("the watch of test.wasmpilot.io/v1 Mayfly fails") && message.len() < 2048,
         "the report names the kind, bounded: {message}"
     );
+    // The API server's answer as a person reads it, not kube's debug output of it.
+    ensure!(
+        message.contains("HTTP 404") && !message.contains("Status {"),
+        "the report quotes the API server briefly: {message}"
+    );
 
     // The CRD returns: the watch works again, and so does the operator.
     wasmpilot::deploy::apply_crd(client, crd()).await?;

@@ -12,7 +12,7 @@ pub fn messages(error: &(dyn Error + 'static)) -> Vec<String> {
         // The API server's answer is said once, briefly; its `Status` below says it again.
         let (text, cause) = match e.downcast_ref::<kube::Error>() {
             Some(kube::Error::Api(_)) => (api_text(e), None),
-            _ => (e.to_string(), e.source()),
+            _ => (briefly_quoting_its_cause(e), e.source()),
         };
         if !text.is_empty() && !said.iter().any(|outer| outer.contains(&text)) {
             said.push(text);
@@ -38,6 +38,27 @@ pub fn api_text(error: &(dyn Error + 'static)) -> String {
             )
         }
         _ => error.to_string(),
+    }
+}
+
+/// `error`'s text, where it quotes an API server's answer (its cause) in kube's words, with
+/// [`api_text`]'s instead (e.g. kube-runtime's `failed to start watching object: ApiError: …`).
+fn briefly_quoting_its_cause(error: &(dyn Error + 'static)) -> String {
+    let text = error.to_string();
+    match error.source() {
+        Some(cause) if matches!(cause.downcast_ref(), Some(kube::Error::Api(_))) => {
+            text.replace(&cause.to_string(), &api_text(cause))
+        }
+        _ => text,
+    }
+}
+
+/// An error shown as [`one_line`] (a log field: `error = %Brief(&e)`).
+pub struct Brief<'a>(pub &'a (dyn Error + 'static));
+
+impl std::fmt::Display for Brief<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&one_line(self.0))
     }
 }
 
@@ -99,6 +120,12 @@ mod tests {
         assert_eq!(
             one_line(&refused()),
             "services \"web\" is forbidden: exceeded quota: few (Forbidden, HTTP 403)"
+        );
+        // A library's error quoting kube's text: the quote is made brief too.
+        let watch = kube::runtime::watcher::Error::WatchStartFailed(refused());
+        assert_eq!(
+            Brief(&watch).to_string(),
+            "failed to start watching object: services \"web\" is forbidden: exceeded quota: few (Forbidden, HTTP 403)"
         );
     }
 

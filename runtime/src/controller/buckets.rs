@@ -716,7 +716,7 @@ impl Sharding {
             let pending = match self.tick().await {
                 Ok(pending) => pending,
                 Err(e) => {
-                    tracing::warn!(error = %e, "could not list or write bucket Leases; retrying");
+                    tracing::warn!(error = %crate::error_report::Brief(&e), "could not list or write bucket Leases; retrying");
                     0
                 }
             };
@@ -1066,7 +1066,7 @@ impl Sharding {
                         if conflict(&e) || stale {
                             shard.close(b);
                             mine.remove(&b);
-                            tracing::warn!(operator = %shard.operator, bucket = b, error = %e, "could not renew a bucket Lease: stopped reconciling there");
+                            tracing::warn!(operator = %shard.operator, bucket = b, error = %crate::error_report::Brief(&e), "could not renew a bucket Lease: stopped reconciling there");
                         }
                     }
                 },
@@ -1085,7 +1085,7 @@ impl Sharding {
                         }
                         Err(e) if conflict(&e) => {}
                         Err(e) => {
-                            tracing::warn!(operator = %shard.operator, bucket = b, error = %e, "could not acquire a bucket Lease")
+                            tracing::warn!(operator = %shard.operator, bucket = b, error = %crate::error_report::Brief(&e), "could not acquire a bucket Lease")
                         }
                     }
                 }
@@ -1160,7 +1160,7 @@ impl Sharding {
                 .unwrap_or_default(),
             Ok(None) => return,
             Err(e) => {
-                tracing::debug!(operator, error = %e, "could not read the WasmOperator's sharding status");
+                tracing::debug!(operator, error = %crate::error_report::Brief(&e), "could not read the WasmOperator's sharding status");
                 Vec::new()
             }
         };
@@ -1185,7 +1185,7 @@ impl Sharding {
                 );
             }
             Err(e) => {
-                tracing::warn!(operator, error = %e, "could not write the WasmOperator's sharding status")
+                tracing::warn!(operator, error = %crate::error_report::Brief(&e), "could not write the WasmOperator's sharding status")
             }
         }
     }
@@ -1210,7 +1210,7 @@ impl Sharding {
                 .write(leases.get(&name), &shard.operator, b, weight, now)
                 .await
             {
-                tracing::warn!(operator = %shard.operator, bucket = b, error = %e, "could not renew a bucket Lease");
+                tracing::warn!(operator = %shard.operator, bucket = b, error = %crate::error_report::Brief(&e), "could not renew a bucket Lease");
             } else if let Some(m) = self.held.lock().await.get_mut(&shard.operator) {
                 m.insert(b, Instant::now());
             }
@@ -1288,7 +1288,7 @@ impl Sharding {
             .replace(&name, &PostParams::default(), &lease)
             .await
         {
-            tracing::warn!(lease = %name, error = %e, "could not release a bucket Lease (it expires)");
+            tracing::warn!(lease = %name, error = %crate::error_report::Brief(&e), "could not release a bucket Lease (it expires)");
         }
     }
 

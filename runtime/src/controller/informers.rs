@@ -264,7 +264,7 @@ impl<T: Cached> Informer<T> {
                     };
                     match &event {
                         Ok(_) => watch_health.works(),
-                        Err(e) => watch_health.failed(e),
+                        Err(e) => watch_health.failed(&crate::error_report::Brief(e)),
                     }
                     let in_scope = |meta: &ObjectMeta| {
                         keeps(scope, kept.as_deref(), meta.namespace.as_deref())
@@ -355,7 +355,7 @@ impl<T: Cached> Informer<T> {
                             continue;
                         }
                         Err(e) => {
-                            tracing::warn!(kind = %label, error = %e, "watch failed; retrying with backoff");
+                            tracing::warn!(kind = %label, error = %crate::error_report::Brief(&e), "watch failed; retrying with backoff");
                             continue;
                         }
                     };

@@ -90,7 +90,7 @@ impl LeaderElection {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(lease = %self.name, error = %e, "could not read or write the Lease; retrying")
+                    tracing::warn!(lease = %self.name, error = %crate::error_report::Brief(&e), "could not read or write the Lease; retrying")
                 }
             }
             tokio::time::sleep(self.timing.retry_every).await;
@@ -118,7 +118,7 @@ impl LeaderElection {
                             last_error: e.to_string(),
                         };
                     }
-                    tracing::warn!(lease = %self.name, error = %e, "could not renew the Lease; retrying");
+                    tracing::warn!(lease = %self.name, error = %crate::error_report::Brief(&e), "could not renew the Lease; retrying");
                 }
             }
         }
@@ -136,7 +136,7 @@ impl LeaderElection {
                     .replace(&self.name, &PostParams::default(), &lease)
                     .await
                 {
-                    tracing::warn!(lease = %self.name, error = %e, "could not release the Lease");
+                    tracing::warn!(lease = %self.name, error = %crate::error_report::Brief(&e), "could not release the Lease");
                 } else {
                     tracing::info!(lease = %self.name, "released leadership");
                 }

@@ -453,7 +453,7 @@ impl Manager {
             .run(reconcile_operator, load_error_policy, ctx.clone())
             .for_each(|res| async move {
                 if let Err(e) = res {
-                    tracing::debug!(error = %e, "WasmOperator controller event");
+                    tracing::debug!(error = %crate::error_report::Brief(&e), "WasmOperator controller event");
                 }
             });
         tokio::pin!(controller);
@@ -537,7 +537,7 @@ pub(super) async fn reconcile_operator(
                 // Its resources get the operator's finalizer: deleting the WasmOperator must
                 // release them first. Without the grant to patch WasmOperators it still runs.
                 if let Err(e) = operator_removal::add_release_finalizer(&ctx.client, &op).await {
-                    tracing::warn!(operator = %name, error = %e, "could not add {}: deleting this WasmOperator will leave its finalizer on its resources", operator_removal::RELEASE_FINALIZER);
+                    tracing::warn!(operator = %name, error = %crate::error_report::Brief(&e), "could not add {}: deleting this WasmOperator will leave its finalizer on its resources", operator_removal::RELEASE_FINALIZER);
                 }
             }
             ctx.report(&op, None, &message, digests)
@@ -588,7 +588,7 @@ async fn release(
             {
                 Ok(loaded) => module = Some(loaded),
                 Err(e) => {
-                    tracing::warn!(operator = %name, error = %e, "the finalizer worker cannot run on removal; releasing without it")
+                    tracing::warn!(operator = %name, error = %crate::error_report::Brief(&e), "the finalizer worker cannot run on removal; releasing without it")
                 }
             }
         }
@@ -613,7 +613,7 @@ async fn release(
             Ok(Action::await_change())
         }
         Err(e) => {
-            tracing::warn!(operator = %name, error = %e, "releasing the deleted operator's resources; trying again");
+            tracing::warn!(operator = %name, error = %crate::error_report::Brief(&e), "releasing the deleted operator's resources; trying again");
             Err(e.into())
         }
     }
@@ -867,7 +867,7 @@ impl ManagerContext {
             .report(op, Some(failure.reason()), &message, BTreeMap::new())
             .await
         {
-            tracing::warn!(operator = %name, error = %e, "could not update WasmOperator status");
+            tracing::warn!(operator = %name, error = %crate::error_report::Brief(&e), "could not update WasmOperator status");
         }
         status::publish_operator_event(
             &self.recorder,
@@ -1332,7 +1332,7 @@ async fn report_watches(
         let op = match api.get(name).await {
             Ok(op) => op,
             Err(e) => {
-                tracing::warn!(operator = %name, error = %e, "could not read the WasmOperator to report its watches");
+                tracing::warn!(operator = %name, error = %crate::error_report::Brief(&e), "could not read the WasmOperator to report its watches");
                 continue;
             }
         };
@@ -1368,7 +1368,7 @@ async fn report_watches(
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
                 .await
             {
-                tracing::warn!(operator = %name, error = %e, "could not report its watches on the WasmOperator");
+                tracing::warn!(operator = %name, error = %crate::error_report::Brief(&e), "could not report its watches on the WasmOperator");
             }
         }
     }

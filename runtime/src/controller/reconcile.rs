@@ -605,7 +605,7 @@ async fn report_error(
             )
             .await;
             if let Err(e) = written {
-                tracing::warn!(error = %e, "could not record the failure in the status");
+                tracing::warn!(error = %crate::error_report::Brief(&e), "could not record the failure in the status");
             }
         }
         let reference = obj.object_ref(&ctx.resource.api);

@@ -259,7 +259,7 @@ impl CountsWriter {
                 self.refused = Some(why);
             }
             Err(e) => {
-                tracing::debug!(operator, error = %e, "could not write shadow counts (retrying later)")
+                tracing::debug!(operator, error = %crate::error_report::Brief(&e), "could not write shadow counts (retrying later)")
             }
         }
     }

@@ -56,7 +56,7 @@ pub async fn run(
     let events = watcher(main_api, watcher::Config::default())
         .inspect(move |event| match event {
             Ok(_) => health.works(),
-            Err(e) => health.failed(e),
+            Err(e) => health.failed(&crate::error_report::Brief(e)),
         })
         .map_ok(move |event| {
             for index in &filing {
@@ -139,7 +139,7 @@ pub async fn run(
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
-                tracing::debug!(error = %e, "controller event");
+                tracing::debug!(error = %crate::error_report::Brief(&e), "controller event");
             }
         })
         .await;

@@ -425,7 +425,7 @@ pub async fn publish_event(
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, reference).await {
-        tracing::warn!(error = %e, reason, "could not publish event");
+        tracing::warn!(error = %crate::error_report::Brief(&e), reason, "could not publish event");
     }
 }
 
