@@ -65,11 +65,12 @@ async fn operators_on_a_real_cluster() {
         .unwrap_or_else(|e| panic!("{e:#}"));
     }
 
-    let (a, b, c, e) = tokio::join!(
+    let (a, b, c, e, q) = tokio::join!(
         autoroute(&client),
         scripted(&client),
         broken_operator(&client),
         stale_decisions(&client, &host.log),
+        quota_refusal(&client),
     );
     let d = reconfigure_and_remove(&client).await;
     let results = [
@@ -77,6 +78,7 @@ async fn operators_on_a_real_cluster() {
         ("scripted", b),
         ("broken operator", c),
         ("stale decisions", e),
+        ("quota refusal", q),
         ("reconfigure and remove", d),
     ];
     let alive = host.is_alive();
@@ -668,6 +670,71 @@ async fn scripted(client: &Client) -> anyhow::Result<()> {
         },
     )
     .await?;
+    Ok(())
+}
+
+/// A namespace's ResourceQuota refuses an output: the resource stalls (kstatus `Stalled`),
+/// quoting the quota as the API server said it (not kube's debug output of its answer), and
+/// is not retried in a tight loop.
+async fn quota_refusal(client: &Client) -> anyhow::Result<()> {
+    let ns = create_namespace(client, "e2e-quota").await?;
+    let ns = ns.as_str();
+    // The quota admits what the namespace holds already (its kube-root-ca.crt), nothing more.
+    wait_for("the namespace's root CA ConfigMap", T, || async {
+        Ok(get(client, "v1", "ConfigMap", Some(ns), "kube-root-ca.crt")
+            .await?
+            .map(|_| ()))
+    })
+    .await?;
+    apply_yaml(
+        client,
+        r#"{"apiVersion":"v1","kind":"ResourceQuota","metadata":{"name":"one"},"spec":{"hard":{"configmaps":"1"}}}"#,
+        Some(ns),
+    )
+    .await?;
+    wait_for("the quota's usage counted", T, || async {
+        Ok(get(client, "v1", "ResourceQuota", Some(ns), "one")
+            .await?
+            .filter(|q| q["status"]["used"]["configmaps"] == "1")
+            .map(|_| ()))
+    })
+    .await?;
+    let out = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "over-quota"}});
+    apply_yaml(
+        client,
+        &scripted_yaml(
+            "s-quota",
+            json!({"mode": "ok", "next": "Done", "outputs": [out]}),
+            json!({"mode": "done"}),
+        ),
+        Some(ns),
+    )
+    .await?;
+    let o = wait_condition(
+        client,
+        SC,
+        Some(ns),
+        "s-quota",
+        ("Stalled", "True", "ApplyFailed"),
+        T,
+    )
+    .await?;
+    let message = condition(&o, "Stalled")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default();
+    ensure!(
+        message.contains("exceeded quota: one")
+            && message.contains("(Forbidden, HTTP 403)")
+            && message.contains("tried again after a change or at the resync")
+            && !message.contains("Status {"),
+        "the quota's refusal, said once and briefly: {message}"
+    );
+    ensure!(
+        get(client, "v1", "ConfigMap", Some(ns), "over-quota")
+            .await?
+            .is_none(),
+        "the output was created past the quota"
+    );
     Ok(())
 }
 

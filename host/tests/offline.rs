@@ -588,7 +588,8 @@ fn deploy_refuses_an_invalid_definition_before_touching_the_cluster() {
 }
 
 /// `wasmpilot rbac` gives the operator its own account and role, gives the host only reads and
-/// the right to act as that account, and names sensitive kinds in a warning an admin sees.
+/// the right to act as that account, and names sensitive kinds (and an output of its own
+/// resource kind) in a warning an admin sees.
 #[test]
 fn rbac_prints_the_operators_own_account_and_warns_of_sensitive_kinds() {
     let dir = tempfile::tempdir().unwrap();
@@ -600,13 +601,13 @@ kind: WasmOperator
 metadata: {name: reader}
 spec:
   resource: {apiVersion: test.wasmpilot.io/v1, kind: Probe}
-  allowSensitiveKinds: [{apiVersion: v1, kind: Secret}]
+  allowSensitiveKinds: [{apiVersion: v1, kind: Secret}, {apiVersion: test.wasmpilot.io/v1, kind: Probe}]
   phases:
     - name: Start
       initial: true
       module: {file: {path: x.wasm}}
       inputs: [{name: s, apiVersion: v1, kind: Secret}]
-      outputs: [{apiVersion: v1, kind: ConfigMap}]
+      outputs: [{apiVersion: v1, kind: ConfigMap}, {apiVersion: test.wasmpilot.io/v1, kind: Probe}]
 ",
     )
     .unwrap();
@@ -618,7 +619,7 @@ spec:
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("WARNING: operator reader is granted sensitive kinds cluster-wide: v1 Secret (spec.phases[0].inputs[0])"),
+        stderr.contains("WARNING: operator reader is granted sensitive kinds cluster-wide: v1 Secret (spec.phases[0].inputs[0]), test.wasmpilot.io/v1 Probe (spec.phases[0].outputs[1])"),
         "{stderr}"
     );
     let docs: Vec<Value> =
