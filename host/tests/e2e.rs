@@ -778,6 +778,12 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
             vec!["spec.phases[1].name", "duplicate"],
         ),
         (
+            "bad-builtin",
+            json!({"resource": {"apiVersion": "apps/v1", "kind": "Deployment"}, "phases": [start(file.clone())]}),
+            "InvalidDefinition",
+            vec!["spec.resource", "one of Kubernetes' own kinds"],
+        ),
+        (
             "bad-kind",
             json!({"resource": {"apiVersion": "test.wasmpilot.io/v1", "kind": "Nope"}, "phases": [start(file.clone())]}),
             "KindNotServed",

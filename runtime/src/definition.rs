@@ -201,9 +201,31 @@ fn gathered<T>(
     result.map_err(|e| problems.push(e)).ok()
 }
 
-/// The kind the operator manages: a valid kind, and none of the host's own.
+/// Whether `group` is one of Kubernetes' own API groups: the core group, the few without a
+/// domain, and `*.k8s.io` (reserved for them; a CRD there needs Kubernetes' approval).
+pub fn is_kubernetes_group(group: &str) -> bool {
+    matches!(
+        group,
+        "" | "apps" | "batch" | "autoscaling" | "policy" | "extensions"
+    ) || group.ends_with(".k8s.io")
+        || group == "k8s.io"
+}
+
+/// The kind the operator manages: a valid kind, a custom resource's (the host writes its
+/// status and finalizers, which Kubernetes' own kinds keep for their controllers), and none
+/// of the host's own.
 fn check_resource(resource: &KindRef) -> Result<(), DefinitionError> {
     check_kind(resource, "spec.resource")?;
+    let group = resource.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    if is_kubernetes_group(group) {
+        return Err(invalid(
+            "spec.resource",
+            format!(
+                "{} {} is one of Kubernetes' own kinds: an operator's resource is a custom resource (a CRD's kind), whose status (phase, Conditions) and finalizer the host writes; Kubernetes' own kinds keep theirs for their controllers. Read it as an input instead",
+                resource.api_version, resource.kind
+            ),
+        ));
+    }
     if resource.api_version.rsplit_once('/').map(|(g, _)| g) == Some(HOST_GROUP) {
         return Err(invalid(
             "spec.resource",
@@ -1027,6 +1049,37 @@ mod tests {
         let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
         assert_eq!(e.field, "spec.phases[0].inputs[0].fields[1]");
         assert!(e.problem.contains("'['"), "{e}");
+    }
+
+    /// Kubernetes' own kinds keep their status and finalizers for their controllers: no
+    /// operator's resource is one (a Deployment's Conditions would be overwritten).
+    #[test]
+    fn kubernetes_own_kinds_are_not_an_operators_resource() {
+        for (api_version, kind) in [
+            ("v1", "ConfigMap"),
+            ("v1", "Namespace"),
+            ("apps/v1", "Deployment"),
+            ("batch/v1", "Job"),
+            ("networking.k8s.io/v1", "Ingress"),
+            ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+        ] {
+            let mut s = spec(vec![phase("A", true, false)]);
+            s.resource = KindRef::new(api_version, kind);
+            let e = OperatorDefinition::validate("a", &s).unwrap_err();
+            assert_eq!(e.field, "spec.resource", "{e}");
+            assert!(e.problem.contains("one of Kubernetes' own kinds"), "{e}");
+        }
+        // Custom resources of any other group, including ones that end like Kubernetes'.
+        for group in [
+            "examples.io",
+            "networking.istio.io",
+            "k8s.example.org",
+            "fake-k8s.io",
+        ] {
+            let mut s = spec(vec![phase("A", true, false)]);
+            s.resource = KindRef::new(format!("{group}/v1"), "Thing");
+            assert!(OperatorDefinition::validate("a", &s).is_ok(), "{group}");
+        }
     }
 
     #[test]

@@ -232,8 +232,20 @@ pub fn init(args: &InitArgs) -> anyhow::Result<Scaffold> {
             );
         }
     }
+    let created = !args.dir.exists();
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
+    let scaffold = scaffold_into(args, &project);
+    // A directory made for a scaffold that failed before writing a file goes again (only if
+    // still empty: files written before a later failure stay, as the error's advice expects).
+    if scaffold.is_err() && created {
+        let _ = std::fs::remove_dir(&args.dir);
+    }
+    scaffold
+}
+
+/// Writes the project into `args.dir` (existing and empty).
+fn scaffold_into(args: &InitArgs, project: &Project) -> anyhow::Result<Scaffold> {
     let dir = args.dir.canonicalize().with_context(|| {
         format!(
             "resolving {}: check that it is a directory you can read, or choose another",

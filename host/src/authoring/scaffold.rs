@@ -97,6 +97,9 @@ impl Project {
         if !group.contains('.') || !is_dns_subdomain(group) {
             bail!("--group {group:?} must be a lowercase DNS name with at least one dot, e.g. examples.io");
         }
+        if crate::definition::is_kubernetes_group(group) {
+            bail!("--group {group:?} is reserved for Kubernetes' own APIs: use a domain of yours, e.g. examples.io");
+        }
         if !is_kube_version(version) {
             bail!("--version {version:?} must look like v1, v2beta1 or v1alpha1");
         }
@@ -751,6 +754,7 @@ mod tests {
         };
         assert!(p("autoRoute", "examples.io", "v1", &["A"]).contains("UpperCamelCase"));
         assert!(p("AutoRoute", "examples", "v1", &["A"]).contains("at least one dot"));
+        assert!(p("AutoRoute", "ops.k8s.io", "v1", &["A"]).contains("reserved for Kubernetes"));
         assert!(p("AutoRoute", "examples.io", "1", &["A"]).contains("v1alpha1"));
         assert!(p("AutoRoute", "examples.io", "v1", &["A b"]).contains("phase \"A b\""));
         assert!(
