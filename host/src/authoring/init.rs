@@ -253,7 +253,7 @@ fn scaffold_into(args: &InitArgs, project: &Project) -> anyhow::Result<Scaffold>
         )
     })?;
     if args.lang != Lang::Rust {
-        return init_guest(args, &project, &dir);
+        return init_guest(args, project, &dir);
     }
     let sdk = choose_sdk(&dir, args.sdk_path.as_deref(), args.sdk_version.as_deref())?;
     let workspace = match enclosing_workspace(&dir) {
