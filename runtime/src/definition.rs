@@ -151,20 +151,23 @@ fn same_kind(a: &KindRef, b: &KindRef) -> bool {
 /// kind anywhere, and an output of the operator's own resource kind (each resource a worker
 /// creates runs the operator again and may create more, without end).
 pub fn sensitive_uses(spec: &WasmOperatorSpec) -> Vec<(KindRef, String, &'static str)> {
-    declared_kinds(spec)
+    let mut uses: Vec<_> = declared_kinds(spec)
         .into_iter()
-        .filter_map(|(kind, field)| {
-            if is_sensitive(&kind) {
-                return Some((kind, field, "is a sensitive kind"));
+        .filter(|(kind, _)| is_sensitive(kind))
+        .map(|(kind, field)| (kind, field, "is a sensitive kind"))
+        .collect();
+    for (i, p) in spec.phases.iter().enumerate() {
+        for (j, kind) in p.outputs.iter().enumerate() {
+            if same_kind(kind, &spec.resource) {
+                uses.push((
+                    kind.clone(),
+                    format!("spec.phases[{i}].outputs[{j}]"),
+                    "is the operator's own resource kind: each resource its worker creates runs it again and may create more, without end",
+                ));
             }
-            let own_output = field.contains(".outputs[") && same_kind(&kind, &spec.resource);
-            own_output.then_some((
-                kind,
-                field,
-                "is the operator's own resource kind: each resource its worker creates runs it again and may create more, without end",
-            ))
-        })
-        .collect()
+        }
+    }
+    uses
 }
 
 /// A sensitive use is allowed only when its kind is listed in `spec.allowSensitiveKinds`: one

@@ -141,7 +141,7 @@ impl ReconcileError {
             ReconcileError::Worker { source, .. }
             | ReconcileError::FinalizerWorker { source, .. } => source.is_fatal(),
             ReconcileError::Outputs { source, .. } => source.is_fatal(),
-            ReconcileError::Apply { failures, .. } => failures.iter().all(OutputError::is_fatal),
+            ReconcileError::Apply { failures, .. } => all_fatal(failures),
             ReconcileError::Query { source, .. } => source.is_fatal(),
             _ => false,
         }
@@ -198,10 +198,15 @@ impl ReconcileError {
 }
 
 /// The first few failures of a result, for one message.
+/// Whether the API server will repeat every one of these refusals until something changes.
+fn all_fatal(failures: &[OutputError]) -> bool {
+    failures.iter().all(OutputError::is_fatal)
+}
+
 /// When an apply that failed is tried again: with backoff, or (every failure a refusal the
 /// API server will repeat, e.g. a quota or an invalid object) after a change or the resync.
 fn retry_note(failures: &[OutputError]) -> &'static str {
-    if failures.iter().all(OutputError::is_fatal) {
+    if all_fatal(failures) {
         "tried again after a change or at the resync"
     } else {
         "retrying"
