@@ -752,7 +752,15 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
     store_module(client, "tampered-module", &component).await?;
     let cm = |name: &str, sha: &str| json!({"configMap": {"name": name, "namespace": "wasmpilot-system", "key": "component.wasm.gz", "sha256": sha}});
 
+    // A name past a label value's 63 characters: every output carries it as a label.
+    let long_name = format!("bad-long-name-{}", "n".repeat(50));
     let cases: Vec<(&str, Value, &str, Vec<&str>)> = vec![
+        (
+            &long_name,
+            json!({"resource": scripted, "phases": [start(file.clone())]}),
+            "InvalidDefinition",
+            vec!["metadata.name", "is 64 characters", "at most 63"],
+        ),
         (
             "bad-missing",
             json!({"resource": scripted, "phases": [start(cm("does-not-exist", &zeros))]}),

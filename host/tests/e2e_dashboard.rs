@@ -35,6 +35,24 @@ fn operator() -> String {
     .to_string()
 }
 
+/// The HTTP status of `GET /api/overview` from the dashboard at `address`, naming `host`.
+fn status_for_host(address: &str, host: &str) -> anyhow::Result<u16> {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "GET /api/overview HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("no HTTP status in {answer:.200}"))
+}
+
 fn board(name: &str, phases: Value) -> String {
     json!({"apiVersion": BOARD.0, "kind": BOARD.1, "metadata": {"name": name}, "spec": {"phases": phases}})
         .to_string()
@@ -227,6 +245,18 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         .find(|w| w.starts_with("http://"))
         .with_context(|| format!("no URL in the dashboard's first line: {first:?}"))?
         .to_string();
+    // A page whose name was made to resolve to this machine (DNS rebinding) sends its own name
+    // as the Host: refused, where the same request naming the machine is answered.
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let local = status_for_host(&address, &address)?;
+    let rebound = status_for_host(&address, "rebound.example:80")?;
+    ensure!(
+        local == 200 && rebound == 403,
+        "GET /api/overview answered {local} naming {address}, {rebound} naming rebound.example"
+    );
     // Waiting has to be in Checking longer than --stuck-after before it counts as stuck.
     tokio::time::sleep(Duration::from_secs(4)).await;
 

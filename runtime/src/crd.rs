@@ -22,6 +22,8 @@ pub const MAX_API_VERSION_BYTES: usize = 253 + 1 + 63;
 pub const MAX_QUERY_BYTES: usize = 4096;
 /// The longest module file path.
 pub const MAX_PATH_BYTES: usize = 4096;
+/// The longest phase description (the generated APIs' comments carry it).
+pub const MAX_DESCRIPTION_BYTES: usize = 4096;
 
 /// Declares an operator: the top-level resource it manages, the phases that resource
 /// moves through, and the Wasm component that decides each phase.
@@ -131,7 +133,9 @@ pub struct PhaseSpec {
     /// The value of `.status.phase` while the resource is in this phase, e.g. `Syncing`.
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
+    /// What the phase does, for people (the generated typed APIs' comments).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_DESCRIPTION_BYTES))]
     pub description: Option<String>,
     /// The phase a new resource (empty `.status.phase`) starts in.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -501,6 +505,11 @@ mod tests {
                 MAX_PER_PHASE,
             ),
             (&phase["properties"]["name"], "maxLength", 63),
+            (
+                &phase["properties"]["description"],
+                "maxLength",
+                MAX_DESCRIPTION_BYTES,
+            ),
             (&phase["properties"]["next"], "maxItems", MAX_PHASES),
             (&phase["properties"]["inputs"], "maxItems", MAX_PER_PHASE),
             (&phase["properties"]["outputs"], "maxItems", MAX_PER_PHASE),

@@ -137,7 +137,7 @@ pub fn declared_kinds(spec: &WasmOperatorSpec) -> Vec<(KindRef, String)> {
 }
 
 /// Whether `a` and `b` are one kind (group and kind; any version).
-fn same_kind(a: &KindRef, b: &KindRef) -> bool {
+pub fn same_kind(a: &KindRef, b: &KindRef) -> bool {
     let group = |k: &KindRef| {
         k.api_version
             .rsplit_once('/')
@@ -365,6 +365,17 @@ impl OperatorDefinition {
     /// in one round, not one per apply).
     pub fn validate(name: &str, spec: &WasmOperatorSpec) -> Result<Self, DefinitionError> {
         let mut problems = Vec::new();
+        if name.len() > MAX_OPERATOR_NAME_BYTES {
+            problems.push(invalid(
+                "metadata.name",
+                format!(
+                    "{:?} is {} characters: the name labels the operator's outputs ({}) and Leases, and a label value is at most {MAX_OPERATOR_NAME_BYTES}",
+                    crate::worker_text::bounded(name, crate::worker_text::NAME_BYTES),
+                    name.len(),
+                    crate::OPERATOR_LABEL,
+                ),
+            ));
+        }
         if let Err(e) = check_resource(&spec.resource) {
             problems.push(e);
         }
@@ -443,7 +454,9 @@ impl OperatorDefinition {
                 &mut problems,
                 check_module(&f.module, "spec.finalizer.module"),
             );
-            gathered(&mut problems, check_inputs(&f.inputs, "spec.finalizer"));
+            if let Err(found) = check_inputs(&f.inputs, "spec.finalizer") {
+                problems.extend(found);
+            }
         }
         let resync = match &spec.resync_interval {
             None => Some(DEFAULT_RESYNC),
@@ -592,64 +605,84 @@ fn randomness(spec: Option<crate::crd::RandomnessSpec>) -> Randomness {
 
 /// Checks declared inputs (names, kinds, selectors, fields) at `field` (`spec.phases[0]`,
 /// `spec.finalizer`); returns their names.
+/// Checks declared inputs (of a phase or the finalizer, `field`), each on its own: one problem
+/// per input that has one. Returns the names declared.
 fn check_inputs<'a>(
     inputs: &'a [InputSpec],
     field: &str,
-) -> Result<BTreeSet<&'a str>, DefinitionError> {
+) -> Result<BTreeSet<&'a str>, Vec<DefinitionError>> {
     if inputs.len() > MAX_PER_PHASE {
-        return Err(invalid(
+        return Err(vec![invalid(
             format!("{field}.inputs"),
             format!(
                 "{} entries, more than the host's limit of {MAX_PER_PHASE}",
                 inputs.len()
             ),
-        ));
+        )]);
     }
     let mut input_names = BTreeSet::new();
-    for (j, input) in inputs.iter().enumerate() {
-        let f = format!("{field}.inputs[{j}]");
-        if input.name.trim().is_empty() {
-            return Err(invalid(format!("{f}.name"), "must not be empty"));
-        }
-        if input.name.len() > MAX_NAME_BYTES {
+    let problems: Vec<DefinitionError> = inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(j, input)| {
+            check_input(input, &format!("{field}.inputs[{j}]"), &mut input_names).err()
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(input_names)
+    } else {
+        Err(problems)
+    }
+}
+
+/// Checks one input (`field`): its name (not among `names`, where it is added), kind,
+/// selector, projection and `selectorFrom`.
+fn check_input<'a>(
+    input: &'a InputSpec,
+    f: &str,
+    names: &mut BTreeSet<&'a str>,
+) -> Result<(), DefinitionError> {
+    if input.name.trim().is_empty() {
+        return Err(invalid(format!("{f}.name"), "must not be empty"));
+    }
+    if input.name.len() > MAX_NAME_BYTES {
+        return Err(invalid(
+            format!("{f}.name"),
+            format!("is {} bytes, more than {MAX_NAME_BYTES}", input.name.len()),
+        ));
+    }
+    if !names.insert(input.name.as_str()) {
+        return Err(invalid(
+            format!("{f}.name"),
+            format!("duplicate input name {:?}", input.name),
+        ));
+    }
+    check_kind(&KindRef::new(&input.api_version, &input.kind), f)?;
+    wasmpilot_selection::LabelSelector::from_parts(
+        &input.match_labels,
+        &input.match_expressions,
+        f,
+    )
+    .map_err(|e| invalid(e.field, e.problem))?;
+    if !input.fields.is_empty() {
+        wasmpilot_selection::Projection::new(&input.fields)
+            .map_err(|e| invalid(format!("{f}.fields[{}]", e.index), e.problem))?;
+    }
+    if let Some(path) = &input.selector_from {
+        if path.len() > MAX_NAME_BYTES {
             return Err(invalid(
-                format!("{f}.name"),
-                format!("is {} bytes, more than {MAX_NAME_BYTES}", input.name.len()),
+                format!("{f}.selectorFrom"),
+                format!("is {} bytes, more than {MAX_NAME_BYTES}", path.len()),
             ));
         }
-        if !input_names.insert(input.name.as_str()) {
+        if path.is_empty() || path.split('.').any(str::is_empty) {
             return Err(invalid(
-                format!("{f}.name"),
-                format!("duplicate input name {:?}", input.name),
+                format!("{f}.selectorFrom"),
+                format!("{path:?} is not a field path like spec.deploymentSelector"),
             ));
-        }
-        check_kind(&KindRef::new(&input.api_version, &input.kind), &f)?;
-        wasmpilot_selection::LabelSelector::from_parts(
-            &input.match_labels,
-            &input.match_expressions,
-            &f,
-        )
-        .map_err(|e| invalid(e.field, e.problem))?;
-        if !input.fields.is_empty() {
-            wasmpilot_selection::Projection::new(&input.fields)
-                .map_err(|e| invalid(format!("{f}.fields[{}]", e.index), e.problem))?;
-        }
-        if let Some(path) = &input.selector_from {
-            if path.len() > MAX_NAME_BYTES {
-                return Err(invalid(
-                    format!("{f}.selectorFrom"),
-                    format!("is {} bytes, more than {MAX_NAME_BYTES}", path.len()),
-                ));
-            }
-            if path.is_empty() || path.split('.').any(str::is_empty) {
-                return Err(invalid(
-                    format!("{f}.selectorFrom"),
-                    format!("{path:?} is not a field path like spec.deploymentSelector"),
-                ));
-            }
         }
     }
-    Ok(input_names)
+    Ok(())
 }
 
 /// Checks one phase (`spec.phases[i]`), part by part: its name, module, counts, inputs and
@@ -703,29 +736,25 @@ fn check_phase(
         }
         Ok(())
     };
-    let inputs_and_queries = || -> Result<(), DefinitionError> {
-        let mut input_names = check_inputs(&p.inputs, &field)?;
+    // Each input, query and output on its own: one problem per entry that has one.
+    let inputs_and_queries = || -> Vec<DefinitionError> {
+        let (mut names, mut problems) = match check_inputs(&p.inputs, &field) {
+            Ok(names) => (names, Vec::new()),
+            // The names of the inputs that are well named still count below.
+            Err(problems) => (p.inputs.iter().map(|i| i.name.as_str()).collect(), problems),
+        };
         for (j, q) in p.queries.iter().enumerate() {
             let f = format!("{field}.queries[{j}]");
-            check_query_size(q, &f)?;
-            if !input_names.insert(q.name.as_str()) {
-                return Err(invalid(
-                    format!("{f}.name"),
-                    format!(
-                        "{:?} is already the name of an input or query of this phase",
-                        q.name
-                    ),
-                ));
-            }
-            crate::promql::check(q).map_err(|e| invalid(format!("{f}.query"), e.to_string()))?;
+            problems.extend(check_query(q, &f, &mut names).err());
         }
-        Ok(())
+        problems
     };
-    let outputs = || -> Result<(), DefinitionError> {
-        for (j, output) in p.outputs.iter().enumerate() {
-            check_kind(output, &format!("{field}.outputs[{j}]"))?;
-        }
-        Ok(())
+    let outputs = || -> Vec<DefinitionError> {
+        p.outputs
+            .iter()
+            .enumerate()
+            .filter_map(|(j, output)| check_kind(output, &format!("{field}.outputs[{j}]")).err())
+            .collect()
     };
     let shadow = || -> Result<(), DefinitionError> {
         let Some(shadow) = &p.shadow else {
@@ -751,17 +780,13 @@ fn check_phase(
         }
         Ok(())
     };
-    let mut found: Vec<DefinitionError> = [
-        name(),
-        module(),
-        counts(),
-        inputs_and_queries(),
-        outputs(),
-        shadow(),
-    ]
-    .into_iter()
-    .filter_map(Result::err)
-    .collect();
+    let mut found: Vec<DefinitionError> = [name(), module(), counts()]
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+    found.extend(inputs_and_queries());
+    found.extend(outputs());
+    found.extend(shadow().err());
     let limits = gathered(
         &mut found,
         limit_override(p.limits.as_ref(), &format!("{field}.limits")),
@@ -782,6 +807,26 @@ fn check_phase(
         }),
         _ => Err(found),
     }
+}
+
+/// Checks one metric query (`f`): its size, its name (not among the phase's input and query
+/// `names`, where it is added) and its placeholders.
+fn check_query<'a>(
+    q: &'a crate::crd::QuerySpec,
+    f: &str,
+    names: &mut BTreeSet<&'a str>,
+) -> Result<(), DefinitionError> {
+    check_query_size(q, f)?;
+    if !names.insert(q.name.as_str()) {
+        return Err(invalid(
+            format!("{f}.name"),
+            format!(
+                "{:?} is already the name of an input or query of this phase",
+                q.name
+            ),
+        ));
+    }
+    crate::promql::check(q).map_err(|e| invalid(format!("{f}.query"), e.to_string()))
 }
 
 /// A query's name, text and parameters are within the host's limits (what a name or parameter
@@ -821,6 +866,9 @@ fn check_query_size(q: &crate::crd::QuerySpec, field: &str) -> Result<(), Defini
     }
     Ok(())
 }
+
+/// The longest WasmOperator name: its outputs carry it as a label value.
+pub const MAX_OPERATOR_NAME_BYTES: usize = 63;
 
 /// The role name the finalizer module is reported under.
 pub const FINALIZER_ROLE: &str = "finalizer";
@@ -1181,15 +1229,22 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("2 phases are marked initial"), "{text}");
-        // Within one phase, each part's problem: name, inputs, outputs, shadow, limits.
+        // Within one phase, each part's problems: name, every input, query and output, shadow,
+        // limits.
         let mut crowded = phase("bad name", true, false);
-        crowded.inputs.push(
-            serde_json::from_value(serde_json::json!({
-                "name": "", "apiVersion": "v1", "kind": "ConfigMap",
-            }))
-            .unwrap(),
+        for input in [
+            serde_json::json!({"name": "", "apiVersion": "v1", "kind": "ConfigMap"}),
+            serde_json::json!({"name": "fine", "apiVersion": "v1", "kind": "ConfigMap"}),
+            serde_json::json!({"name": "x", "apiVersion": "v1", "kind": "ConfigMap", "selectorFrom": "spec..x"}),
+        ] {
+            crowded.inputs.push(serde_json::from_value(input).unwrap());
+        }
+        crowded.queries.push(
+            serde_json::from_value(serde_json::json!({"name": "fine", "query": "up"})).unwrap(),
         );
         crowded.outputs.push(KindRef::new("v1", "not-a-kind"));
+        crowded.outputs.push(KindRef::new("v1", "ConfigMap"));
+        crowded.outputs.push(KindRef::new("", "Widget"));
         crowded.shadow = Some(ModuleRef::default());
         crowded.limits = Some(WorkerLimits {
             deadline: Some("soon".into()),
@@ -1205,7 +1260,10 @@ mod tests {
             [
                 "spec.phases[0].name",
                 "spec.phases[0].inputs[0].name",
+                "spec.phases[0].inputs[2].selectorFrom",
+                "spec.phases[0].queries[0].name",
                 "spec.phases[0].outputs[0].kind",
+                "spec.phases[0].outputs[2].apiVersion",
                 "spec.phases[0].shadow",
                 "spec.phases[0].limits.deadline",
             ],
@@ -1228,6 +1286,17 @@ mod tests {
             10,
             "{text}"
         );
+    }
+
+    /// An operator's name labels its outputs: past a label value's 63 characters every apply
+    /// would fail, so the definition is refused.
+    #[test]
+    fn an_operator_name_must_fit_a_label_value() {
+        let s = spec(vec![phase("Init", true, false), phase("Done", false, true)]);
+        assert!(OperatorDefinition::validate(&"a".repeat(63), &s).is_ok());
+        let e = OperatorDefinition::validate(&"a".repeat(64), &s).unwrap_err();
+        assert_eq!(e.field, "metadata.name", "{e}");
+        assert!(e.problem.contains("is 64 characters"), "{e}");
     }
 
     /// Problems outside the phases (the resource, the finalizer, the resync interval,

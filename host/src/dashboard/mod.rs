@@ -93,6 +93,7 @@ pub async fn run(args: &DashboardArgs, client: Client) -> anyhow::Result<()> {
             "/operators/{operator}/resources/{namespace}/{name}",
             get(resource_page),
         )
+        .layer(axum::middleware::from_fn(only_local_names))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(args.address)
         .await
@@ -107,6 +108,40 @@ pub async fn run(args: &DashboardArgs, client: Client) -> anyhow::Result<()> {
         })
         .await?;
     Ok(())
+}
+
+/// Answers only requests naming this machine as `localhost` or by an IP address. A page from
+/// another site, whose name its DNS made resolve to 127.0.0.1 (DNS rebinding), names its own
+/// host, and would otherwise read the cluster through the user's credentials (as `kubectl
+/// proxy --accept-hosts` guards against).
+async fn only_local_names(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    if host_accepted(host) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::FORBIDDEN,
+        "the dashboard answers only to localhost or an IP address: a request naming another host may come from a page that made its name resolve to this machine",
+    )
+        .into_response()
+}
+
+/// Whether a `Host` header names `localhost` or an IP address (with or without a port).
+fn host_accepted(host: &str) -> bool {
+    if let Some(bracketed) = host.strip_prefix('[') {
+        return bracketed.split_once(']').is_some_and(|(ip, port)| {
+            (port.is_empty() || port.starts_with(':')) && ip.parse::<std::net::Ipv6Addr>().is_ok()
+        });
+    }
+    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
 /// Every WasmOperator with its resources, read now.
@@ -244,4 +279,35 @@ async fn resource_page(
         page::resource_fragment(&detail),
         wants_fragment(&query),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_accepted;
+
+    #[test]
+    fn only_this_machines_names_are_answered() {
+        for host in [
+            "127.0.0.1:8090",
+            "127.0.0.1",
+            "localhost:8090",
+            "LOCALHOST",
+            "[::1]:8090",
+            "[::1]",
+            "10.0.0.7:8090",
+        ] {
+            assert!(host_accepted(host), "{host}");
+        }
+        for host in [
+            "",
+            "rebound.example:8090",
+            "rebound.example",
+            "localhost.rebound.example",
+            "127.0.0.1.nip.io:8090",
+            "[::1]x",
+            "[rebound.example]:8090",
+        ] {
+            assert!(!host_accepted(host), "{host}");
+        }
+    }
 }

@@ -6,6 +6,7 @@
 use crate::controller::context::{InputCaches, OperatorContext, OutputCaches};
 use crate::controller::grants::{Identities, LoadRefusal, OperatorGrants, Reach};
 use crate::controller::operator_removal;
+use crate::controller::output_cycles;
 use crate::controller::schedule::Backoff;
 use crate::controller::shadow::{LaneHandles, Shadows};
 use crate::controller::watch;
@@ -79,6 +80,8 @@ pub(super) enum LoadFailure {
     PermissionCheck(#[source] kube::Error),
     #[error("{kind} is managed by WasmOperator {by}, created before this one; one WasmOperator manages a resource kind: delete one of them, or give this one another kind")]
     KindClaimed { kind: String, by: String },
+    #[error("its outputs and other operators' close a cycle: {cycle}. Each resource on it would create the next without end, so the youngest WasmOperator on the cycle is refused: change an output, or, if a worker ends the recursion, list that kind in the spec.allowSensitiveKinds of the operator outputting it")]
+    OutputCycle { cycle: String },
 }
 
 impl LoadFailure {
@@ -98,16 +101,19 @@ impl LoadFailure {
             LoadFailure::GrantCheck(GrantCheckError::Review { .. }) => "PermissionCheckFailed",
             LoadFailure::PermissionCheck(_) => "PermissionCheckFailed",
             LoadFailure::KindClaimed { .. } => "ResourceKindClaimed",
+            LoadFailure::OutputCycle { .. } => "OutputCycle",
         }
     }
 
-    /// Invalid definitions wait for an edit, a claimed kind for its holder to stop (the manager
-    /// then loads it again); the rest may fix themselves (CRD installed, ConfigMap created).
+    /// Invalid definitions wait for an edit, a claimed kind for its holder to stop, a cycle for
+    /// an operator on it to change or stop (the manager then loads it again); the rest may fix
+    /// themselves (CRD installed, ConfigMap created).
     fn retry(&self) -> bool {
         !matches!(
             self,
             LoadFailure::Invalid(_)
                 | LoadFailure::KindClaimed { .. }
+                | LoadFailure::OutputCycle { .. }
                 | LoadFailure::MemoryBudget(_)
         )
     }
@@ -199,9 +205,21 @@ struct KindClaimed {
     by: String,
 }
 
-impl From<KindClaimed> for LoadFailure {
-    fn from(KindClaimed { kind, by }: KindClaimed) -> Self {
-        LoadFailure::KindClaimed { kind, by }
+/// Why a loaded operator does not start: what another running operator does.
+#[derive(Debug)]
+enum StartRefusal {
+    /// An older operator manages its resource kind.
+    Kind(KindClaimed),
+    /// It is the youngest on this cycle of outputs (its message).
+    Cycle(String),
+}
+
+impl From<StartRefusal> for LoadFailure {
+    fn from(refusal: StartRefusal) -> Self {
+        match refusal {
+            StartRefusal::Kind(KindClaimed { kind, by }) => LoadFailure::KindClaimed { kind, by },
+            StartRefusal::Cycle(cycle) => LoadFailure::OutputCycle { cycle },
+        }
     }
 }
 
@@ -243,13 +261,22 @@ fn kind_text((group, kind): &(String, String)) -> String {
     }
 }
 
+/// Why a valid operator is not running: what another one does. It is loaded again when that
+/// other stops or changes.
+#[derive(Debug)]
+enum Refusal {
+    /// An older operator manages its resource kind (group, kind).
+    KindClaimed((String, String)),
+    /// It is the youngest on an output cycle with these operators.
+    OutputCycle(Vec<String>),
+}
+
 /// The per-operator controllers of this host, by WasmOperator name.
 #[derive(Default)]
 struct Controllers {
     running: HashMap<String, Running>,
-    /// Operators refused because another manages their kind, with that kind: loaded again
-    /// when the kind is free.
-    claimed_out: HashMap<String, (String, String)>,
+    /// Operators refused for what another running one does.
+    refused: HashMap<String, Refusal>,
     /// Stopped controllers that may still be finishing in-flight reconciles; a controller of the
     /// same name starts only after its predecessor's task ended.
     draining: HashMap<String, JoinHandle<()>>,
@@ -257,18 +284,22 @@ struct Controllers {
 
 impl Controllers {
     /// Stops the operator's controller (if any) and keeps its task to drain. Returns the
-    /// operators refused for the kind it managed, now free.
+    /// operators refused for what it did: for the kind it managed, now free, or for a cycle it
+    /// was on.
     fn stop(&mut self, name: &str) -> Vec<String> {
         self.draining.retain(|_, task| !task.is_finished());
-        self.claimed_out.remove(name);
+        self.refused.remove(name);
         let mut freed = Vec::new();
         if let Some(running) = self.running.remove(name) {
             tracing::info!(operator = %name, "stopping controller");
             let kind = managed_kind(&running.spec);
             freed = self
-                .claimed_out
+                .refused
                 .iter()
-                .filter(|(_, k)| **k == kind)
+                .filter(|(_, refusal)| match refusal {
+                    Refusal::KindClaimed(k) => *k == kind,
+                    Refusal::OutputCycle(others) => others.iter().any(|o| o == name),
+                })
                 .map(|(n, _)| n.clone())
                 .collect();
             if let Some(task) = running.stop() {
@@ -316,8 +347,8 @@ pub(super) struct ManagerContext {
     modules: Arc<ModuleCache>,
     recorder: Recorder,
     reporter: Reporter,
-    /// WasmOperators to reconcile again now: those refused for a kind another operator held,
-    /// once it is free (or taken by an older one).
+    /// WasmOperators to reconcile again now: those refused for what another operator did (held
+    /// their kind, closed a cycle) once it stopped or changed, and those just displaced.
     recheck: futures::channel::mpsc::UnboundedSender<ObjectRef<WasmOperator>>,
     metrics_source: crate::controller::context::MetricsSource,
     /// Watches and caches per kind, shared by the operators that use them.
@@ -708,11 +739,11 @@ impl ManagerContext {
         }
     }
 
-    /// Has the manager reconcile these WasmOperators again now: they were refused for a kind
-    /// that is free now.
+    /// Has the manager reconcile these WasmOperators again now: they were refused for what
+    /// another operator did (managed their kind, closed a cycle), and that one stopped or changed.
     fn recheck(&self, names: Vec<String>) {
         for name in names {
-            tracing::info!(operator = %name, "its resource kind is free: loading it again");
+            tracing::info!(operator = %name, "loading it again: an operator it was refused for (or displaced by) stopped or changed");
             // Err: the manager is shutting down.
             let _ = self.recheck.unbounded_send(ObjectRef::new(&name));
         }
@@ -733,7 +764,7 @@ impl ManagerContext {
         operator: Arc<OperatorContext>,
         digests: &BTreeMap<String, String>,
         reach: &Reach,
-    ) -> Result<Option<String>, KindClaimed> {
+    ) -> Result<Option<String>, StartRefusal> {
         let name = op.name_any();
         let mut controllers = self.lock();
         // A deletion is observed after the store forgets the object, under this lock: either
@@ -749,20 +780,62 @@ impl ManagerContext {
             if running.claim < claim {
                 // Still running a definition of another kind: that stops too.
                 let freed = controllers.stop(&name);
-                controllers.claimed_out.insert(name, kind.clone());
+                controllers
+                    .refused
+                    .insert(name, Refusal::KindClaimed(kind.clone()));
                 drop(controllers);
                 self.recheck(freed);
-                return Err(KindClaimed {
+                return Err(StartRefusal::Kind(KindClaimed {
                     kind: kind_text(&kind),
                     by: holder,
-                });
+                }));
             }
             tracing::info!(operator = %name, displaced = %holder, "an older WasmOperator takes over its resource kind");
-            controllers.stop(&holder);
-            controllers.claimed_out.insert(holder.clone(), kind.clone());
+            let freed = controllers.stop(&holder);
+            controllers
+                .refused
+                .insert(holder.clone(), Refusal::KindClaimed(kind.clone()));
+            self.recheck(freed);
             self.recheck(vec![holder]);
         }
-        controllers.claimed_out.remove(&name);
+        // Each cycle its outputs close: the youngest operator on it is refused (this one, or a
+        // running one, which stops; then look again).
+        while let Some(cycle) = output_cycles::through(
+            &name,
+            &op.spec,
+            controllers
+                .running
+                .iter()
+                .map(|(n, r)| (n.as_str(), &r.spec)),
+        ) {
+            let youngest = cycle
+                .operators()
+                .filter_map(|o| controllers.running.get(o).map(|r| (r.claim.clone(), o)))
+                .filter(|(c, o)| *o != name && *c > claim)
+                .max()
+                .map(|(_, o)| o.to_string());
+            let refused = youngest.clone().unwrap_or_else(|| name.clone());
+            let others = cycle
+                .operators()
+                .filter(|o| *o != refused)
+                .map(str::to_string)
+                .collect();
+            let freed = controllers.stop(&refused);
+            controllers
+                .refused
+                .insert(refused.clone(), Refusal::OutputCycle(others));
+            self.recheck(freed);
+            let cycle = crate::worker_text::bound_owned(
+                cycle.to_string(),
+                crate::worker_text::MESSAGE_BYTES,
+            );
+            let Some(youngest) = youngest else {
+                return Err(StartRefusal::Cycle(cycle));
+            };
+            tracing::info!(operator = %name, refused = %youngest, %cycle, "an older WasmOperator's outputs close a cycle: the youngest on it stops");
+            self.recheck(vec![youngest]);
+        }
+        controllers.refused.remove(&name);
         let (tx, mut rx) = oneshot::channel::<()>();
         let swapped = controllers.running.contains_key(&name);
         // The previous controller shuts down gracefully: its in-flight reconciles finish on

@@ -2,7 +2,8 @@
 //! controller per operator over shared `informers` (their caches an `object_index`; requeueing the resources a change concerns, found through `selector_index`),
 //! `schedule` paces retries, `reconcile` runs one [`crate::pipeline`] step on the cluster
 //! (`cluster_effects`, its `own_writes` waking nothing), `live_evidence` hands its worker call to
-//! the record sink and the `shadow` lane, `leader` elects the active host, `buckets` shares
+//! the record sink and the `shadow` lane, `output_cycles` finds operators creating each
+//! other's resources, `leader` elects the active host, `buckets` shares
 //! the resources among active replicas (each watch's `deletion_log` covering handover gaps), and
 //! `watch_health` reports a failing watch on its WasmOperator.
 
@@ -18,6 +19,7 @@ pub mod live_evidence;
 pub mod manager;
 pub mod object_index;
 pub mod operator_removal;
+pub mod output_cycles;
 pub mod own_writes;
 pub mod phase_gauges;
 pub mod reconcile;
