@@ -348,6 +348,14 @@ fn operator_rbac_yaml(
         .name
         .clone()
         .ok_or_else(|| anyhow::anyhow!("{}: metadata.name is required", path.display()))?;
+    // Grants for a definition the host refuses are no use (and a name too long for a label
+    // cannot even be applied).
+    wasmpilot::definition::OperatorDefinition::validate(&name, &op.spec).with_context(|| {
+        format!(
+            "{}: WasmOperator {name}: the host would refuse it, so no grants are printed",
+            path.display()
+        )
+    })?;
     let mut out = String::new();
     // Sensitive kinds get the admin's attention: on stderr, and atop what is applied.
     let mut sensitive: Vec<String> = wasmpilot::definition::sensitive_uses(&op.spec)

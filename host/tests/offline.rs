@@ -587,6 +587,37 @@ fn deploy_refuses_an_invalid_definition_before_touching_the_cluster() {
     );
 }
 
+/// `wasmpilot rbac` prints no grants for a definition the host would refuse: here a name longer
+/// than a label value, which its grants' labels could not even carry.
+#[test]
+fn rbac_refuses_a_definition_the_host_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("operator.yaml");
+    let name = format!("quill-{}", "q".repeat(60));
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: wasmpilot.io/v1alpha1
+kind: WasmOperator
+metadata: {{name: {name}}}
+spec:
+  resource: {{apiVersion: test.wasmpilot.io/v1, kind: Probe}}
+  phases:
+    - {{name: Start, initial: true, module: {{file: {{path: x.wasm}}}}}}
+"
+        ),
+    )
+    .unwrap();
+    let out = wasmpilot(&["rbac".as_ref(), manifest.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(out.stdout.is_empty(), "grants printed: {stderr}");
+    assert!(
+        stderr.contains("the host would refuse it") && stderr.contains("metadata.name"),
+        "{stderr}"
+    );
+}
+
 /// `wasmpilot rbac` gives the operator its own account and role, gives the host only reads and
 /// the right to act as that account, and names sensitive kinds (and an output of its own
 /// resource kind) in a warning an admin sees.
