@@ -155,6 +155,11 @@ enum Command {
         /// Grant nothing to the host (only the operator's account and its roles).
         #[arg(long)]
         no_host_grants: bool,
+        /// Ask no cluster for the kinds' plurals and scopes: guess them from the kinds' names
+        /// (by default the cluster of the kubeconfig is asked, and each kind it could not tell
+        /// is named on stderr).
+        #[arg(long)]
+        offline: bool,
     },
 }
 
@@ -228,6 +233,7 @@ impl Cli {
                 identity_namespace,
                 host_service_account,
                 no_host_grants,
+                offline,
             } => {
                 let host_account = if no_host_grants {
                     None
@@ -239,7 +245,18 @@ impl Cli {
                     host_account,
                     namespaces: namespace,
                 };
-                print!("{}", rbac_yaml(&operator, &target)?);
+                let client = if offline {
+                    None
+                } else {
+                    match kube::Client::try_default().await {
+                        Ok(client) => Some(client),
+                        Err(e) => {
+                            eprintln!("NOTE: no cluster to ask for the kinds' plurals ({}): they are guessed from the kinds' names and every kind is taken as namespaced", wasmpilot::error_report::Brief(&e));
+                            None
+                        }
+                    }
+                };
+                print!("{}", rbac_yaml(&operator, &target, client.as_ref()).await?);
                 Ok(())
             }
             Command::Init(args) => wasmpilot::authoring::init::init(&args).map(|_| ()),
@@ -326,13 +343,27 @@ fn host_account(text: &str) -> anyhow::Result<(String, String)> {
     Ok((ns.to_string(), name.to_string()))
 }
 
-fn rbac_yaml(
+/// The grants of every WasmOperator of the manifest at `operator`, each kind's plural and scope
+/// as `client`'s cluster serves it (guessed without one).
+async fn rbac_yaml(
     operator: &std::path::Path,
     target: &wasmpilot::rbac::GrantTarget,
+    client: Option<&kube::Client>,
 ) -> anyhow::Result<String> {
     let mut out = String::new();
     for op in wasmpilot::offline::read_operators(operator)? {
-        out.push_str(&operator_rbac_yaml(operator, &op, target)?);
+        let known = match client {
+            Some(client) => {
+                let (known, notes) = wasmpilot::rbac::served_kinds(client, &op.spec).await;
+                for note in notes {
+                    eprintln!("NOTE: {note}");
+                    out.push_str(&format!("# NOTE: {note}\n"));
+                }
+                known
+            }
+            None => Default::default(),
+        };
+        out.push_str(&operator_rbac_yaml(operator, &op, &known, target)?);
     }
     Ok(out)
 }
@@ -341,6 +372,7 @@ fn rbac_yaml(
 fn operator_rbac_yaml(
     path: &std::path::Path,
     op: &WasmOperator,
+    known: &std::collections::BTreeMap<wasmpilot::crd::KindRef, wasmpilot::rbac::KnownKind>,
     target: &wasmpilot::rbac::GrantTarget,
 ) -> anyhow::Result<String> {
     let name = op
@@ -376,7 +408,7 @@ fn operator_rbac_yaml(
         eprintln!("{warning}");
         out.push_str(&format!("# {warning}\n"));
     }
-    for doc in wasmpilot::rbac::grant_manifests(&name, &op.spec, &Default::default(), target) {
+    for doc in wasmpilot::rbac::grant_manifests(&name, &op.spec, known, target) {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&doc)?);
     }

@@ -196,6 +196,33 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
             "B wrote nothing outside its namespace"
         );
 
+        // The admin then grants B cluster-wide. With no edit of the WasmOperator, its Ready
+        // message stops saying it runs only where granted, and the resource refused elsewhere
+        // is reconciled: both ask for the grants again within GRANTS_RECHECK.
+        let generation = b["metadata"]["generation"].clone();
+        grant_operator(client, &operator(B, LAG), &[]).await?;
+        let slow = T + wasmpilot::controller::grants::GRANTS_RECHECK;
+        wait_for(
+            "B's Ready message follows its cluster-wide grant",
+            slow,
+            || async {
+                let b = must(get(client, OPS.0, OPS.1, None, B).await?, B)?;
+                let message = condition_message(&b, "Ready");
+                let follows = message.contains("acting as") && !message.contains("not granted");
+                Ok((follows && b["metadata"]["generation"] == generation).then_some(()))
+            },
+        )
+        .await?;
+        wait_for(
+            "Lag elsewhere Done once B is granted there",
+            slow,
+            || async {
+                let o = get(client, LAG.0, LAG.1, Some(&other), "elsewhere").await?;
+                Ok(o.filter(|o| o["status"]["phase"] == "Done"))
+            },
+        )
+        .await?;
+
         audit_shows_operator_accounts(ns).await
     }
     .await;

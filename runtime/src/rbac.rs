@@ -56,6 +56,59 @@ pub struct KnownKind {
     pub namespaced: bool,
 }
 
+/// How long `wasmpilot rbac` waits for the cluster to name one kind's plural and scope.
+const DISCOVERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the cluster serves of each kind `spec` names (plural, scope), for [`grant_manifests`],
+/// and a note for each it could not tell: that kind's plural is then guessed from its name and
+/// it is taken as namespaced (a CRD whose plural is not the English one would get grants that
+/// grant nothing). After a failed request, nothing more is asked.
+pub async fn served_kinds(
+    client: &Client,
+    spec: &WasmOperatorSpec,
+) -> (BTreeMap<KindRef, KnownKind>, Vec<String>) {
+    let mut known = BTreeMap::new();
+    let mut notes = Vec::new();
+    for (kind, field) in crate::definition::declared_kinds(spec) {
+        if known.contains_key(&kind) {
+            continue;
+        }
+        let guess = ApiResource::from_gvk(&kind.gvk()).plural;
+        match tokio::time::timeout(
+            DISCOVERY_TIMEOUT,
+            crate::kinds::resolve(client, &kind, &field),
+        )
+        .await
+        {
+            Ok(Ok(resolved)) => {
+                known.insert(
+                    kind,
+                    KnownKind {
+                        api: resolved.api,
+                        namespaced: resolved.namespaced,
+                    },
+                );
+            }
+            Ok(Err(e)) if matches!(e.cause, crate::kinds::NotServedCause::Absent) => {
+                notes.push(format!(
+                    "{kind} ({field}) is not served by the cluster yet: its plural is guessed as {guess:?} and it is taken as namespaced; apply its CRD first to be sure"
+                ));
+            }
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.cause.to_string(),
+                    _ => format!("no answer within {DISCOVERY_TIMEOUT:?}"),
+                };
+                notes.push(format!(
+                    "the cluster could not be asked for the kinds' plurals ({why}): they are guessed from the kinds' names and every kind is taken as namespaced"
+                ));
+                break;
+            }
+        }
+    }
+    (known, notes)
+}
+
 /// `group`, `plural` and scope of a kind. Uses what the API server reports when known
 /// (`known`), else kube's English pluralization (right for almost every kind), namespaced.
 fn group_plural(kind: &KindRef, known: &BTreeMap<KindRef, KnownKind>) -> (String, String, bool) {

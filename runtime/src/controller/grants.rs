@@ -92,6 +92,17 @@ impl OperatorGrants {
         Ok((grants, reach))
     }
 
+    /// Where the operator may reconcile now (asked again when the last answer is older than
+    /// [`GRANTS_RECHECK`]).
+    pub async fn current_reach(&self) -> Result<Reach, GrantCheckError> {
+        let missing = self.cluster_wide().await?;
+        Ok(if missing.is_empty() {
+            Reach::Everywhere
+        } else {
+            Reach::WhereGranted(missing_of(&missing))
+        })
+    }
+
     /// Grants known to cover everything (for a minute): the mock API server's tests of the
     /// reconcile, which script no review.
     #[cfg(any(test, feature = "testing"))]

@@ -4,7 +4,7 @@
 //! (its in-flight reconciles finish on the old modules), so two never reconcile at the same time.
 
 use crate::controller::context::{InputCaches, OperatorContext, OutputCaches};
-use crate::controller::grants::{Identities, LoadRefusal, OperatorGrants, Reach};
+use crate::controller::grants::{Identities, LoadRefusal, OperatorGrants, Reach, GRANTS_RECHECK};
 use crate::controller::operator_removal;
 use crate::controller::output_cycles;
 use crate::controller::schedule::Backoff;
@@ -156,6 +156,13 @@ struct Running {
     /// spec is this one.
     digests: BTreeMap<String, String>,
     message: String,
+    /// The Ready message without what it says of the grants, and where the operator is granted:
+    /// while only in some namespaces, asked again every [`GRANTS_RECHECK`] so the message
+    /// follows an admin's change of the grants.
+    base_message: String,
+    reach: Reach,
+    /// Its context, for the grants.
+    operator: Arc<OperatorContext>,
     /// Its watches: while one fails, `Ready` says so (see
     /// [`crate::controller::watch_health`]).
     watches: watch_health::OperatorWatches,
@@ -516,6 +523,28 @@ impl Manager {
     }
 }
 
+/// What the Ready message says of an operator granted only in some namespaces (nothing when
+/// granted everywhere).
+fn reach_text(reach: &Reach) -> String {
+    match reach {
+        Reach::Everywhere => String::new(),
+        Reach::WhereGranted(missing) => format!(
+            "; not granted cluster-wide ({}): it reconciles only in namespaces where it is granted, resources elsewhere get a NotGranted Condition",
+            crate::rbac::missing_list(missing)
+        ),
+    }
+}
+
+/// How long until a running operator's WasmOperator is reconciled again without a change:
+/// while it is granted only in some namespaces, after [`GRANTS_RECHECK`] (its message follows
+/// the grants); otherwise at its next change.
+fn until_grants_asked(reach: &Reach) -> Action {
+    match reach {
+        Reach::Everywhere => Action::await_change(),
+        Reach::WhereGranted(_) => Action::requeue(GRANTS_RECHECK),
+    }
+}
+
 /// Makes the running controller match the WasmOperator's spec: loads and starts (or swaps to)
 /// its definition, or reports why it could not; the error policy decides on a retry.
 pub(super) async fn reconcile_operator(
@@ -531,8 +560,16 @@ pub(super) async fn reconcile_operator(
         .running
         .get(&name)
         .filter(|r| r.spec == op.spec)
-        .map(|r| (r.message.clone(), r.digests.clone(), r.watches.failing()));
-    if let Some((message, digests, failing)) = running {
+        .map(|r| {
+            (
+                r.message.clone(),
+                r.digests.clone(),
+                r.watches.failing(),
+                r.reach.clone(),
+                r.operator.clone(),
+            )
+        });
+    if let Some((mut message, digests, failing, mut reach, operator)) = running {
         if failing.is_some() {
             // A watch fails: its report stands until the watch works again.
             return Ok(Action::await_change());
@@ -540,23 +577,48 @@ pub(super) async fn reconcile_operator(
         // The spec is the running one (e.g. a bad edit reverted): nothing to load, but this
         // generation gets its status, so a failure of the edit in between does not linger.
         ctx.retries.reset(&name);
-        if !reports_generation(&op) {
+        let mut changed = false;
+        if reach != Reach::Everywhere {
+            // Granted in some namespaces only: the admin may have granted more (or less).
+            match operator.grants.current_reach().await {
+                Ok(now) if now != reach => {
+                    tracing::info!(operator = %name, "its Ready message follows its grants' change");
+                    let mut controllers = ctx.lock();
+                    if let Some(r) = controllers
+                        .running
+                        .get_mut(&name)
+                        .filter(|r| Arc::ptr_eq(&r.operator, &operator))
+                    {
+                        r.message = format!("{}{}", r.base_message, reach_text(&now));
+                        r.reach = now.clone();
+                        message = r.message.clone();
+                        changed = true;
+                    }
+                    reach = now;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(operator = %name, error = %crate::error_report::Brief(&e), "asking for its grants again")
+                }
+            }
+        }
+        if changed || !reports_generation(&op) {
             tracing::info!(operator = %name, "the definition is the running one");
             ctx.report(&op, None, &message, digests)
                 .await
                 .map_err(OperatorLoadError::Status)?;
         }
-        return Ok(Action::await_change());
+        return Ok(until_grants_asked(&reach));
     }
     let started = match ctx.load(&name, &op.spec).await {
         Ok((operator, digests, reach)) => ctx
             .start(&op, operator, &digests, &reach)
-            .map(|message| (message, digests))
+            .map(|message| (message, digests, reach))
             .map_err(LoadFailure::from),
         Err(failure) => Err(failure),
     };
     match started {
-        Ok((message, digests)) => {
+        Ok((message, digests, reach)) => {
             let Some(message) = message else {
                 tracing::info!(operator = %name, "deleted while loading; not started");
                 crate::metrics::READINESS.synced(&name);
@@ -574,7 +636,7 @@ pub(super) async fn reconcile_operator(
             ctx.report(&op, None, &message, digests)
                 .await
                 .map_err(OperatorLoadError::Status)?;
-            Ok(Action::await_change())
+            Ok(until_grants_asked(&reach))
         }
         Err(failure) => {
             ctx.report_failure(&op, &failure).await;
@@ -865,12 +927,8 @@ impl ManagerContext {
                 "; limits capped at this host's ceilings: {capped}"
             ));
         }
-        if let Reach::WhereGranted(missing) = reach {
-            message.push_str(&format!(
-                "; not granted cluster-wide ({}): it reconciles only in namespaces where it is granted, resources elsewhere get a NotGranted Condition",
-                crate::rbac::missing_list(missing)
-            ));
-        }
+        let base_message = message.clone();
+        message.push_str(&reach_text(reach));
         let task_name = name.clone();
         let synced = operator.clone();
         let watches = operator.watches();
@@ -906,6 +964,9 @@ impl ManagerContext {
                 claim,
                 digests: digests.clone(),
                 message: message.clone(),
+                base_message,
+                reach: reach.clone(),
+                operator: synced.clone(),
                 watches,
                 shutdown: Some(tx),
                 task: Some(task),
