@@ -1065,3 +1065,50 @@ phases:
     server.await.expect("the API server's script");
     assert!(result.is_ok(), "{result:?}");
 }
+
+/// A controller stopped before its resource's first listing has ended (a swap or a refusal
+/// right after a start) ends at once. kube's runner holds every reconcile until that listing is
+/// in the store, and the shutdown stops the listing, so it used to wait until the drain's grace
+/// ran out (60 s) before the next controller of the operator could start.
+#[tokio::test]
+async fn a_controller_stopped_before_its_first_listing_ends_at_once() {
+    use std::sync::Arc;
+    let (service, handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let client = kube::Client::new(service, "default");
+    let bytes = crate::mock_api_server::scripted_component();
+    let ctx = Arc::new(widget_context(&client, &bytes, true, WIDGET_OPERATOR));
+    // The API server takes the Widgets' list and never answers it.
+    let (listed_tx, listed) = tokio::sync::oneshot::channel::<String>();
+    let server = tokio::spawn(async move {
+        let mut handle = std::pin::pin!(handle);
+        let mut listed_tx = Some(listed_tx);
+        let mut held = Vec::new();
+        while let Some((request, send)) = handle.next_request().await {
+            if let Some(tx) = listed_tx.take() {
+                let _ = tx.send(request.uri().to_string());
+            }
+            held.push(send);
+        }
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(crate::controller::watch::run(ctx, async move {
+        let _ = stopped.await;
+    }));
+    let uri = tokio::time::timeout(std::time::Duration::from_secs(10), listed)
+        .await
+        .expect("the controller lists its resources")
+        .expect("a request");
+    assert!(
+        uri.contains("widgets"),
+        "the first request lists Widgets: {uri}"
+    );
+    let _ = stop.send(());
+    tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .expect("the controller ended without waiting for the listing")
+        .expect("the controller task");
+    server.abort();
+}

@@ -8,7 +8,7 @@ use crate::controller::reconcile;
 use crate::controller::selector_index::SelectorIndex;
 use crate::crd::{InputSpec, KindRef};
 use crate::pipeline::inputs;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, ObjectMeta, PartialObjectMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -132,17 +132,35 @@ pub async fn run(
         owners.clone(),
     ));
     let definition = ctx.definition.clone();
-    controller
+    let shutdown = shutdown.boxed().shared();
+    let running = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(16))
         .trigger_backoff(crate::controller::schedule::watch_backoff())
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %crate::error_report::Brief(&e), "controller event");
             }
-        })
-        .await;
+        });
+    // kube's runner holds every reconcile until the resource's first listing is in the store,
+    // and a graceful shutdown stops that listing: stopped before it ended, the controller would
+    // wait for it for ever (a swap or a refusal right after a start waited out the drain's
+    // grace). Nothing has run then, so it ends at once. The store changes only while `running`
+    // is polled, after this check.
+    let stopped_before_listing = async {
+        shutdown.await;
+        if owners.wait_until_ready().now_or_never().is_some() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        biased;
+        () = stopped_before_listing => {
+            tracing::debug!(operator = %name, "stopped before its first listing ended: nothing ran");
+        }
+        () = running => {}
+    }
     gauges.abort();
     crate::controller::phase_gauges::forget(&definition);
     tracing::info!(operator = %name, "controller stopped");
