@@ -265,8 +265,9 @@ fn rules_json(rules: &[Rule]) -> Vec<Value> {
 }
 
 /// The operator's ServiceAccount, its ClusterRole and bindings (cluster-wide, or RoleBindings
-/// in `target.namespaces` plus a cluster-wide binding of its reporting rules), and for the host:
-/// read access to the operator's kinds and `impersonate` on exactly this account.
+/// in `target.namespaces` plus a cluster-wide binding of its reporting rules and of its rules on
+/// cluster-scoped kinds, which no RoleBinding grants), and for the host: read access to the
+/// operator's kinds and `impersonate` on exactly this account.
 pub fn grant_manifests(
     operator: &str,
     spec: &WasmOperatorSpec,
@@ -280,6 +281,11 @@ pub fn grant_manifests(
     let id_ns = &target.identity_namespace;
     let subject = json!([{"kind": "ServiceAccount", "namespace": id_ns, "name": account}]);
     let role_ref = |kind: &str, name: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name});
+    // Bound in namespaces, a rule on a cluster-scoped kind grants nothing: it goes with the
+    // reporting rules, bound cluster-wide.
+    let (in_namespaces, cluster_scoped): (Vec<Rule>, Vec<Rule>) = rules_for(spec, known)
+        .into_iter()
+        .partition(|r| target.namespaces.is_empty() || r.namespaced);
     let mut docs = vec![
         json!({
             "apiVersion": "v1",
@@ -292,7 +298,7 @@ pub fn grant_manifests(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": name, "labels": labels},
-            "rules": rules_json(&rules_for(spec, known)),
+            "rules": rules_json(&in_namespaces),
         }),
     ];
     if target.namespaces.is_empty() {
@@ -318,7 +324,7 @@ pub fn grant_manifests(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": reporting, "labels": labels},
-            "rules": rules_json(&reporting_rules(spec, known)),
+            "rules": rules_json(&[reporting_rules(spec, known), cluster_scoped].concat()),
         }));
         docs.push(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -834,6 +840,50 @@ mod tests {
                 "/wasmpilot-operator-autoroute".to_string()
             )),
             "no cluster-wide binding of the operator's role"
+        );
+    }
+
+    /// Granted in some namespaces, a rule on a cluster-scoped kind is bound cluster-wide (a
+    /// RoleBinding would grant nothing of it): with the reporting rules, not the namespaced role.
+    #[test]
+    fn a_cluster_scoped_kind_is_granted_cluster_wide_where_the_rest_is_in_namespaces() {
+        let gateway = KindRef::new("networking.istio.io/v1alpha3", "Gateway");
+        let known = BTreeMap::from([(
+            gateway.clone(),
+            KnownKind {
+                api: ApiResource::from_gvk(&gateway.gvk()),
+                namespaced: false,
+            },
+        )]);
+        let docs = grant_manifests("autoroute", &spec(), &known, &target(&["a"]));
+        let resources = |name: &str| -> Vec<String> {
+            docs.iter()
+                .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name)
+                .and_then(|d| d["rules"].as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["resources"][0].as_str().map(str::to_string))
+                .collect()
+        };
+        let bound_in_namespaces = resources("wasmpilot-operator-autoroute");
+        let cluster_wide = resources("wasmpilot-operator-autoroute-reporting");
+        assert!(
+            !bound_in_namespaces.contains(&"gateways".to_string())
+                && cluster_wide.contains(&"gateways".to_string()),
+            "{bound_in_namespaces:?} / {cluster_wide:?}"
+        );
+        assert!(bound_in_namespaces.contains(&"services".to_string()));
+        assert!(!cluster_wide.contains(&"services".to_string()));
+        // Granted cluster-wide, one role holds everything.
+        let docs = grant_manifests("autoroute", &spec(), &known, &target(&[]));
+        let all = docs
+            .iter()
+            .find(|d| d["metadata"]["name"] == "wasmpilot-operator-autoroute")
+            .map(|d| d["rules"].to_string())
+            .unwrap_or_default();
+        assert!(
+            all.contains("gateways") && all.contains("services"),
+            "{all}"
         );
     }
 
