@@ -363,15 +363,13 @@ async fn rbac_yaml(
             }
             None => Default::default(),
         };
-        let cluster_scoped = known.get(&op.spec.resource).is_some_and(|k| !k.namespaced);
-        if cluster_scoped && !target.namespaces.is_empty() {
-            anyhow::bail!(
-                "{}: WasmOperator {}: its resource {} is cluster-scoped: its resources live in no namespace, so the operator can only be granted cluster-wide (leave out --namespace)",
+        wasmpilot::rbac::check_target(&op.spec, &known, target).with_context(|| {
+            format!(
+                "{}: WasmOperator {}",
                 operator.display(),
-                op.metadata.name.as_deref().unwrap_or_default(),
-                op.spec.resource
-            );
-        }
+                op.metadata.name.as_deref().unwrap_or_default()
+            )
+        })?;
         out.push_str(&operator_rbac_yaml(operator, &op, &known, target)?);
     }
     Ok(out)

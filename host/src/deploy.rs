@@ -278,32 +278,12 @@ pub async fn apply_grants(
     spec: &crate::crd::WasmOperatorSpec,
     target: &crate::rbac::GrantTarget,
 ) -> anyhow::Result<()> {
-    let mut kinds = vec![spec.resource.clone()];
-    for p in &spec.phases {
-        kinds.extend(
-            p.inputs
-                .iter()
-                .map(|i| crate::crd::KindRef::new(&i.api_version, &i.kind)),
-        );
-        kinds.extend(p.outputs.iter().cloned());
+    let (known, notes) = crate::rbac::served_kinds(client, spec).await;
+    for note in notes {
+        eprintln!("NOTE: {note}");
     }
-    if let Some(f) = &spec.finalizer {
-        kinds.extend(
-            f.inputs
-                .iter()
-                .map(|i| crate::crd::KindRef::new(&i.api_version, &i.kind)),
-        );
-    }
-    let mut known = BTreeMap::new();
-    for kind in kinds {
-        if let Ok(r) = crate::kinds::resolve(client, &kind, "kind").await {
-            let k = crate::rbac::KnownKind {
-                api: r.api,
-                namespaced: r.namespaced,
-            };
-            known.insert(kind, k);
-        }
-    }
+    crate::rbac::check_target(spec, &known, target)
+        .with_context(|| format!("granting operator {op_name}"))?;
     ensure_namespace(client, &target.identity_namespace).await?;
     eprintln!(
         "granting operator {op_name} its own account {} …",

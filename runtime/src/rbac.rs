@@ -109,6 +109,29 @@ pub async fn served_kinds(
     (known, notes)
 }
 
+/// Grants asked only in some namespaces for an operator whose resource is cluster-scoped: its
+/// resources live in no namespace, so none of them could be reconciled.
+#[derive(Debug, thiserror::Error)]
+#[error("its resource {resource} is cluster-scoped: its resources live in no namespace, so the operator can only be granted cluster-wide (leave out --namespace)")]
+pub struct ClusterScopedResource {
+    pub resource: KindRef,
+}
+
+/// Whether `target` can grant the operator of `spec` anything it can use, its kinds as `known`.
+pub fn check_target(
+    spec: &WasmOperatorSpec,
+    known: &BTreeMap<KindRef, KnownKind>,
+    target: &GrantTarget,
+) -> Result<(), ClusterScopedResource> {
+    let cluster_scoped = known.get(&spec.resource).is_some_and(|k| !k.namespaced);
+    if cluster_scoped && !target.namespaces.is_empty() {
+        return Err(ClusterScopedResource {
+            resource: spec.resource.clone(),
+        });
+    }
+    Ok(())
+}
+
 /// `group`, `plural` and scope of a kind. Uses what the API server reports when known
 /// (`known`), else kube's English pluralization (right for almost every kind), namespaced.
 fn group_plural(kind: &KindRef, known: &BTreeMap<KindRef, KnownKind>) -> (String, String, bool) {
