@@ -35,6 +35,11 @@ pub struct DashboardArgs {
     /// How often the open page refreshes itself.
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     pub refresh: Duration,
+    /// Host names the page may be opened by, besides `localhost` and IP addresses
+    /// (comma-separated, e.g. `ops-laptop.example.com`): a request naming any other is refused,
+    /// so a web page whose own name resolves to this machine cannot read it.
+    #[arg(long, value_delimiter = ',')]
+    pub accept_host: Vec<String>,
 }
 
 struct Dashboard {
@@ -93,7 +98,10 @@ pub async fn run(args: &DashboardArgs, client: Client) -> anyhow::Result<()> {
             "/operators/{operator}/resources/{namespace}/{name}",
             get(resource_page),
         )
-        .layer(axum::middleware::from_fn(only_local_names))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(args.accept_host.clone()),
+            only_local_names,
+        ))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(args.address)
         .await
@@ -115,6 +123,7 @@ pub async fn run(args: &DashboardArgs, client: Client) -> anyhow::Result<()> {
 /// host, and would otherwise read the cluster through the user's credentials (as `kubectl
 /// proxy --accept-hosts` guards against).
 async fn only_local_names(
+    State(accepted): State<Arc<Vec<String>>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -123,25 +132,30 @@ async fn only_local_names(
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or_default();
-    if host_accepted(host) {
+    if host_accepted(host, &accepted) {
         return next.run(request).await;
     }
     (
         StatusCode::FORBIDDEN,
-        "the dashboard answers only to localhost or an IP address: a request naming another host may come from a page that made its name resolve to this machine",
+        "the dashboard answers only to localhost, an IP address or a name given with --accept-host: a request naming another host may come from a page that made its name resolve to this machine",
     )
         .into_response()
 }
 
-/// Whether a `Host` header names `localhost` or an IP address (with or without a port).
-fn host_accepted(host: &str) -> bool {
+/// Whether a `Host` header names `localhost`, an IP address or one of the `accepted` names
+/// (with or without a port).
+fn host_accepted(host: &str, accepted: &[String]) -> bool {
     if let Some(bracketed) = host.strip_prefix('[') {
         return bracketed.split_once(']').is_some_and(|(ip, port)| {
             (port.is_empty() || port.starts_with(':')) && ip.parse::<std::net::Ipv6Addr>().is_ok()
         });
     }
     let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
-    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::Ipv4Addr>().is_ok()
+        || accepted
+            .iter()
+            .any(|a| !a.is_empty() && name.eq_ignore_ascii_case(a))
 }
 
 /// Every WasmOperator with its resources, read now.
@@ -296,7 +310,7 @@ mod tests {
             "[::1]",
             "10.0.0.7:8090",
         ] {
-            assert!(host_accepted(host), "{host}");
+            assert!(host_accepted(host, &[]), "{host}");
         }
         for host in [
             "",
@@ -307,7 +321,12 @@ mod tests {
             "[::1]x",
             "[rebound.example]:8090",
         ] {
-            assert!(!host_accepted(host), "{host}");
+            assert!(!host_accepted(host, &[]), "{host}");
         }
+        // Names the user accepts, and only those.
+        let accepted = ["ops-laptop.example.com".to_string()];
+        assert!(host_accepted("OPS-laptop.example.com:8090", &accepted));
+        assert!(!host_accepted("rebound.example:8090", &accepted));
+        assert!(!host_accepted("laptop.example.com:8090", &accepted));
     }
 }
