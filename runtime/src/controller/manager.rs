@@ -160,6 +160,9 @@ struct Running {
     /// while only in some namespaces, asked again every [`GRANTS_RECHECK`] so the message
     /// follows an admin's change of the grants.
     base_message: String,
+    /// The message as the watches' report restores it when they work again (kept equal to
+    /// `message`).
+    reported_message: Arc<Mutex<String>>,
     reach: Reach,
     /// Its context, for the grants.
     operator: Arc<OperatorContext>,
@@ -590,6 +593,8 @@ pub(super) async fn reconcile_operator(
                         .filter(|r| Arc::ptr_eq(&r.operator, &operator))
                     {
                         r.message = format!("{}{}", r.base_message, reach_text(&now));
+                        *r.reported_message.lock().unwrap_or_else(|p| p.into_inner()) =
+                            r.message.clone();
                         r.reach = now.clone();
                         message = r.message.clone();
                         changed = true;
@@ -929,6 +934,7 @@ impl ManagerContext {
         }
         let base_message = message.clone();
         message.push_str(&reach_text(reach));
+        let reported_message = Arc::new(Mutex::new(message.clone()));
         let task_name = name.clone();
         let synced = operator.clone();
         let watches = operator.watches();
@@ -938,7 +944,7 @@ impl ManagerContext {
             watches.clone(),
             RunningReport {
                 operator: name.clone(),
-                message: message.clone(),
+                message: reported_message.clone(),
                 digests: digests.clone(),
             },
         );
@@ -965,6 +971,7 @@ impl ManagerContext {
                 digests: digests.clone(),
                 message: message.clone(),
                 base_message,
+                reported_message,
                 reach: reach.clone(),
                 operator: synced.clone(),
                 watches,
@@ -1436,7 +1443,8 @@ pub fn report_patch(
 /// What the WasmOperator's `Ready` says while its watches work.
 struct RunningReport {
     operator: String,
-    message: String,
+    /// The Ready message, which follows the operator's grants.
+    message: Arc<Mutex<String>>,
     digests: BTreeMap<String, String>,
 }
 
@@ -1494,7 +1502,12 @@ async fn report_watches(
             }
             None => {
                 tracing::info!(operator = %name, "its watches work again");
-                report_patch(&op, None, &running.message, &running.digests, &now)
+                let message = running
+                    .message
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                report_patch(&op, None, &message, &running.digests, &now)
             }
         };
         if let Some(body) = patch {
