@@ -352,6 +352,17 @@ async fn rbac_yaml(
 ) -> anyhow::Result<String> {
     let mut out = String::new();
     for op in wasmpilot::offline::read_operators(operator)? {
+        let name = operator_name(operator, &op)?;
+        // Grants for a definition the host refuses are no use (and a name too long for a label
+        // cannot even be applied): refused before the cluster is asked anything.
+        wasmpilot::definition::OperatorDefinition::validate(&name, &op.spec).with_context(
+            || {
+                format!(
+                    "{}: WasmOperator {name}: the host would refuse it, so no grants are printed",
+                    operator.display()
+                )
+            },
+        )?;
         let known = match client {
             Some(client) => {
                 let (known, notes) = wasmpilot::rbac::served_kinds(client, &op.spec).await;
@@ -363,38 +374,29 @@ async fn rbac_yaml(
             }
             None => Default::default(),
         };
-        wasmpilot::rbac::check_target(&op.spec, &known, target).with_context(|| {
-            format!(
-                "{}: WasmOperator {}",
-                operator.display(),
-                op.metadata.name.as_deref().unwrap_or_default()
-            )
-        })?;
+        wasmpilot::rbac::check_target(&op.spec, &known, target)
+            .with_context(|| format!("{}: WasmOperator {name}", operator.display()))?;
         out.push_str(&operator_rbac_yaml(operator, &op, &known, target)?);
     }
     Ok(out)
 }
 
-/// The grants of one WasmOperator of the manifest at `path`.
+/// The name of a WasmOperator of the manifest at `path`, which it must have.
+fn operator_name(path: &std::path::Path, op: &WasmOperator) -> anyhow::Result<String> {
+    op.metadata
+        .name
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("{}: metadata.name is required", path.display()))
+}
+
+/// The grants of one WasmOperator of the manifest at `path` (a valid definition).
 fn operator_rbac_yaml(
     path: &std::path::Path,
     op: &WasmOperator,
     known: &std::collections::BTreeMap<wasmpilot::crd::KindRef, wasmpilot::rbac::KnownKind>,
     target: &wasmpilot::rbac::GrantTarget,
 ) -> anyhow::Result<String> {
-    let name = op
-        .metadata
-        .name
-        .clone()
-        .ok_or_else(|| anyhow::anyhow!("{}: metadata.name is required", path.display()))?;
-    // Grants for a definition the host refuses are no use (and a name too long for a label
-    // cannot even be applied).
-    wasmpilot::definition::OperatorDefinition::validate(&name, &op.spec).with_context(|| {
-        format!(
-            "{}: WasmOperator {name}: the host would refuse it, so no grants are printed",
-            path.display()
-        )
-    })?;
+    let name = operator_name(path, op)?;
     let mut out = String::new();
     // Sensitive kinds get the admin's attention: on stderr, and atop what is applied.
     let mut sensitive: Vec<String> = wasmpilot::definition::sensitive_uses(&op.spec)

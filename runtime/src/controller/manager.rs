@@ -155,14 +155,12 @@ struct Running {
     /// The module digests by role and the Ready message, reported for every generation whose
     /// spec is this one.
     digests: BTreeMap<String, String>,
-    message: String,
+    /// Shared with the watches' report, which restores it when they work again.
+    message: Arc<Mutex<String>>,
     /// The Ready message without what it says of the grants, and where the operator is granted:
     /// while only in some namespaces, asked again every [`GRANTS_RECHECK`] so the message
     /// follows an admin's change of the grants.
     base_message: String,
-    /// The message as the watches' report restores it when they work again (kept equal to
-    /// `message`).
-    reported_message: Arc<Mutex<String>>,
     reach: Reach,
     /// Its context, for the grants.
     operator: Arc<OperatorContext>,
@@ -526,6 +524,11 @@ impl Manager {
     }
 }
 
+/// The Ready message of a running operator as it stands now.
+fn current_message(message: &Mutex<String>) -> String {
+    message.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 /// What the Ready message says of an operator granted only in some namespaces (nothing when
 /// granted everywhere).
 fn reach_text(reach: &Reach) -> String {
@@ -565,7 +568,7 @@ pub(super) async fn reconcile_operator(
         .filter(|r| r.spec == op.spec)
         .map(|r| {
             (
-                r.message.clone(),
+                current_message(&r.message),
                 r.digests.clone(),
                 r.watches.failing(),
                 r.reach.clone(),
@@ -592,11 +595,9 @@ pub(super) async fn reconcile_operator(
                         .get_mut(&name)
                         .filter(|r| Arc::ptr_eq(&r.operator, &operator))
                     {
-                        r.message = format!("{}{}", r.base_message, reach_text(&now));
-                        *r.reported_message.lock().unwrap_or_else(|p| p.into_inner()) =
-                            r.message.clone();
+                        message = format!("{}{}", r.base_message, reach_text(&now));
+                        *r.message.lock().unwrap_or_else(|p| p.into_inner()) = message.clone();
                         r.reach = now.clone();
-                        message = r.message.clone();
                         changed = true;
                     }
                     reach = now;
@@ -934,7 +935,7 @@ impl ManagerContext {
         }
         let base_message = message.clone();
         message.push_str(&reach_text(reach));
-        let reported_message = Arc::new(Mutex::new(message.clone()));
+        let shared_message = Arc::new(Mutex::new(message.clone()));
         let task_name = name.clone();
         let synced = operator.clone();
         let watches = operator.watches();
@@ -944,7 +945,7 @@ impl ManagerContext {
             watches.clone(),
             RunningReport {
                 operator: name.clone(),
-                message: reported_message.clone(),
+                message: shared_message.clone(),
                 digests: digests.clone(),
             },
         );
@@ -969,9 +970,8 @@ impl ManagerContext {
                 spec: op.spec.clone(),
                 claim,
                 digests: digests.clone(),
-                message: message.clone(),
+                message: shared_message,
                 base_message,
-                reported_message,
                 reach: reach.clone(),
                 operator: synced.clone(),
                 watches,
@@ -1502,11 +1502,7 @@ async fn report_watches(
             }
             None => {
                 tracing::info!(operator = %name, "its watches work again");
-                let message = running
-                    .message
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
+                let message = current_message(&running.message);
                 report_patch(&op, None, &message, &running.digests, &now)
             }
         };
