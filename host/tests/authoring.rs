@@ -257,8 +257,8 @@ fn simulate_scripted_with(operator: &str, spec: &str, extra: &[&str]) -> (bool, 
 
 #[test]
 fn the_virtual_clock_follows_requeue_after_and_final_phases_stop() {
-    // Staying with a requeue-after: the first step writes the status (again at once), then
-    // nothing changes and the clock moves by the worker's delay.
+    // Staying with a requeue-after: the clock moves by the worker's delay at every step, the
+    // first's status write included (the host's own writes wake nothing), as the host runs it.
     let (ok, stdout) = simulate_scripted(
         "{phases: {Start: {mode: ok, requeueAfterMs: 15000, statusInfo: {waiting: true}}}}",
         "4",
@@ -272,18 +272,40 @@ fn the_virtual_clock_follows_requeue_after_and_final_phases_stop() {
         times,
         [
             "2025-01-01T00:00:00Z",
-            "2025-01-01T00:00:00Z",
             "2025-01-01T00:00:15Z",
-            "2025-01-01T00:00:30Z"
+            "2025-01-01T00:00:30Z",
+            "2025-01-01T00:00:45Z"
         ],
         "{stdout}"
     );
     assert!(
-        stdout.contains("then: 'reconcile again at once: the status (conditions, moduleDigest, observedGeneration, phase, waiting) changed'"),
+        stdout.contains("then: 'reconcile again after 15s (requeue-after), at 2025-01-01T00:00:15Z; the status (conditions, moduleDigest, observedGeneration, phase, waiting) changed, which wakes nothing: the host''s own writes'"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("then: reconcile again after 15s (requeue-after), at 2025-01-01T00:00:15Z"),
+        stdout
+            .contains("then: reconcile again after 15s (requeue-after), at 2025-01-01T00:00:30Z\n"),
+        "{stdout}"
+    );
+    // A shorter ask is raised to the host's 1 s, as the host raises it.
+    let (ok, stdout) = simulate_scripted("{phases: {Start: {mode: ok, requeueAfterMs: 0}}}", "2");
+    assert!(ok, "{stdout}");
+    assert!(
+        stdout.contains("reconcile again after 1s (requeue-after), at 2025-01-01T00:00:01Z"),
+        "{stdout}"
+    );
+
+    // A status changed at every call with no requeue-after: the host runs it again at the
+    // resync interval, not at once.
+    let (ok, stdout) = simulate_scripted(
+        "{phases: {Start: {mode: ok, statusInfo: {waiting: true}}}}",
+        "3",
+    );
+    assert!(ok, "{stdout}");
+    assert!(
+        stdout.contains(
+            "reconcile again after 1m (resync interval), at 2025-01-01T00:01:00Z; the status"
+        ),
         "{stdout}"
     );
 
@@ -383,13 +405,14 @@ fn simulate_delete_runs_the_finalizer_after_the_phases() {
         "{}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Ready writes its status once and converges at the next resync (1m), when it is deleted.
     let deleted = stdout
-        .find("# deleted at 2026-11-21T12:00:00Z")
+        .find("# deleted at 2026-11-21T12:01:00Z")
         .unwrap_or_else(|| panic!("no deletion after the phases:\n{stdout}"));
     let after = &stdout[deleted..];
     assert!(after.contains("phase: finalizer"), "{after}");
     assert!(
-        after.contains("finalizedAt: 2026-11-21T12:00:00Z"),
+        after.contains("finalizedAt: 2026-11-21T12:01:00Z"),
         "the finalizer's status info, merged into the resource: {after}"
     );
     assert!(

@@ -16,6 +16,7 @@ use crate::diff::{diff, without_bookkeeping, Change};
 use crate::kinds::{self, ResolvedKind};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
+use crate::pipeline::decision;
 use crate::pipeline::effects::{Effects, PhaseReads, StatusWrite, WorkerCall, WorkerReads};
 use crate::pipeline::outputs::{self, drift, ApplyReport, CheckedOutput, OutputError};
 use crate::pipeline::status::{self, StatusUpdate};
@@ -303,20 +304,20 @@ pub async fn plan(
     };
     let decision = &decided.decision;
     summary.next_phase = Some(decision.next_phase.clone());
-    let then = if status_changed || summary.create + summary.update + summary.delete > 0 {
-        "at once (the host watches what it writes)".to_string()
-    } else {
-        let wait = decision
-            .requeue_after_ms
-            .map(std::time::Duration::from_millis)
-            .unwrap_or(def.resync);
+    let then = if decision.next_phase != phase_name {
         format!(
-            "after {} ({})",
+            "at once: the phase moves to {}, and the host follows it in the same reconcile",
+            decision.next_phase
+        )
+    } else {
+        let (wait, why) = decision::wait_after_staying(decision.requeue_after_ms, def.resync);
+        format!(
+            "after {} ({why}{})",
             humantime::format_duration(wait),
-            if decision.requeue_after_ms.is_some() {
-                "requeue-after"
+            if status_changed || summary.create + summary.update + summary.delete > 0 {
+                "; what it writes wakes nothing: the host's own writes"
             } else {
-                "resync interval"
+                ""
             }
         )
     };

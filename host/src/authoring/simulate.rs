@@ -10,10 +10,13 @@
 //!   refused, as the host refuses it;
 //! - the status info is merged into `.status` with phase, observedGeneration, moduleDigest and
 //!   the `Synced` condition ([`crate::pipeline::status::status_patch`]);
-//! - the virtual clock moves like the host's schedule: a write (status or objects) triggers the
-//!   next reconcile at once (the host watches both); otherwise it waits for the worker's
-//!   requeue-after, or the resync interval. A step that changes nothing and asks for no requeue
-//!   has converged: the host would decide the same on every resync.
+//! - the virtual clock moves like the host's schedule: a phase change is followed at once (the
+//!   host decides the next phase in the same reconcile, up to
+//!   [`MAX_CHAINED_PHASES`](crate::pipeline::decision::MAX_CHAINED_PHASES) changes after the
+//!   first, then 1 s later); a step that stays waits for the worker's requeue-after (within 1 s
+//!   and 24 h) or the resync interval, whatever it wrote: the host's own writes wake nothing. A
+//!   step that stays, changes nothing and asks for no requeue has converged: the host would
+//!   decide the same on every resync.
 //!
 //! A final phase stops the run (unless the generation changed: then the resource restarts at
 //! the initial phase, as the host does). The clock starts at `--now`, by default
@@ -23,6 +26,7 @@ use crate::crd::KindRef;
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
+use crate::pipeline::decision::{self, MAX_CHAINED_PHASES, MIN_REQUEUE_AFTER};
 use crate::pipeline::effects::{Effects, PhaseReads, StatusWrite, WorkerCall, WorkerReads};
 use crate::pipeline::outputs::{
     self, describe, ApplyReport, CheckedOutput, ExistingObjects, ObjectKey, OutputError,
@@ -38,7 +42,6 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The clock a simulation starts at unless `--now` says otherwise (the SDK's test clock).
 pub const DEFAULT_NOW: &str = "2025-01-01T00:00:00Z";
@@ -378,6 +381,9 @@ pub async fn simulate(
         namespaced: &namespaced,
     };
     let mut last_phase = step::current_phase(&def, &world.resource).to_string();
+    // Phase changes made since the clock last moved: one reconcile of the host follows at most
+    // MAX_CHAINED_PHASES of them after its first decision.
+    let mut moves_in_reconcile = 0;
     let end = 'phases: {
         for step_number in 1..=args.steps {
             let time = now.to_string();
@@ -439,6 +445,7 @@ pub async fn simulate(
                     break 'phases End::Final { phase: phase_name };
                 }
                 Ok(StepOutcome::Restarted { .. }) => {
+                    moves_in_reconcile += 1;
                     report.next_phase = Some(def.initial_phase.clone());
                     report.status = world.status();
                     report.then = format!(
@@ -470,36 +477,55 @@ pub async fn simulate(
             let objects_changed = !report.changes.is_empty();
             let status_changed_what = format!("the status ({})", status_changed.join(", "));
             let status_changed = !status_changed.is_empty();
-            let wait = match decision.requeue_after_ms {
-                Some(ms) => (Duration::from_millis(ms), "requeue-after"),
-                None => (def.resync, "resync interval"),
+            let wrote = match (status_changed, objects_changed) {
+                (true, true) => Some(format!("{status_changed_what} and outputs")),
+                (true, false) => Some(status_changed_what),
+                (false, true) => Some("outputs".to_string()),
+                (false, false) => None,
             };
             last_phase = decision.next_phase.clone();
-            if status_changed || objects_changed {
-                report.then = format!(
-                    "reconcile again at once: {} changed",
-                    match (status_changed, objects_changed) {
-                        (true, true) => format!("{status_changed_what} and outputs"),
-                        (true, false) => status_changed_what,
-                        _ => "outputs".to_string(),
-                    }
-                );
-            } else if decision.requeue_after_ms.is_none() {
-                report.then = format!(
-                    "stop: converged; nothing changed, the host would decide the same every {}",
-                    humantime::format_duration(def.resync)
-                );
-                print_step(out, &report)?;
-                break 'phases End::Converged { phase: last_phase };
+            let moved = decision.next_phase != phase_name;
+            let wait = if moved {
+                moves_in_reconcile += 1;
+                (moves_in_reconcile > MAX_CHAINED_PHASES).then_some((
+                    MIN_REQUEUE_AFTER,
+                    format!("{MAX_CHAINED_PHASES} phase changes followed in one reconcile"),
+                ))
             } else {
-                now = now
-                    .checked_add(wait.0)
-                    .map_err(|e| anyhow!("the virtual clock overflowed: {e}"))?;
-                report.then = format!(
-                    "reconcile again after {} ({}), at {now}",
-                    humantime::format_duration(wait.0),
-                    wait.1
-                );
+                let (delay, why) =
+                    decision::wait_after_staying(decision.requeue_after_ms, def.resync);
+                Some((delay, why.to_string()))
+            };
+            match wait {
+                None => {
+                    report.then = format!(
+                        "reconcile again at once: the phase moved to {} (the host follows it in the same reconcile)",
+                        decision.next_phase
+                    );
+                }
+                Some(_) if wrote.is_none() && decision.requeue_after_ms.is_none() && !moved => {
+                    report.then = format!(
+                        "stop: converged; nothing changed, the host would decide the same every {}",
+                        humantime::format_duration(def.resync)
+                    );
+                    print_step(out, &report)?;
+                    break 'phases End::Converged { phase: last_phase };
+                }
+                Some((delay, why)) => {
+                    moves_in_reconcile = 0;
+                    now = now
+                        .checked_add(delay)
+                        .map_err(|e| anyhow!("the virtual clock overflowed: {e}"))?;
+                    report.then = format!(
+                        "reconcile again after {} ({why}), at {now}{}",
+                        humantime::format_duration(delay),
+                        wrote
+                            .map(|w| format!(
+                                "; {w} changed, which wakes nothing: the host's own writes"
+                            ))
+                            .unwrap_or_default()
+                    );
+                }
             }
             print_step(out, &report)?;
         }

@@ -87,7 +87,7 @@ pub async fn reconcile(
         // A phase that moved on is followed at once, from the object as written (or with its
         // status held), rather than after the watch brings it back (bounded, so a cycling
         // operator yields its worker). The last phase of the bound holds nothing.
-        for chained in 1..=MAX_CHAINED_PHASES {
+        for chained in 1..=decision::MAX_CHAINED_PHASES {
             let Ok(Step {
                 next: Some(next),
                 held,
@@ -104,7 +104,7 @@ pub async fn reconcile(
             } else {
                 Versions::read(next.clone(), Read::FromApiServer)
             };
-            let may_hold = chained < MAX_CHAINED_PHASES;
+            let may_hold = chained < decision::MAX_CHAINED_PHASES;
             decided = decide_fresh(&ctx, &api, versions, may_hold, &mut changes).await;
         }
         if !changes.is_empty() {
@@ -137,9 +137,6 @@ pub async fn reconcile(
     .instrument(span)
     .await
 }
-
-/// Phase changes one reconcile follows before it leaves the rest to the watch.
-const MAX_CHAINED_PHASES: usize = 4;
 
 /// What one decision led to: the controller's next action, and the resource as written (or
 /// with its status held, `held`) when its phase changed, to be decided on in the same
@@ -503,10 +500,9 @@ async fn run_phase(
     } else if decided.written.is_some() {
         tracing::debug!(phase = %current, "status updated");
     }
-    Ok(match decision.requeue_after_ms {
-        Some(ms) => Action::requeue(decision::requeue_after(ms)),
-        None => Action::requeue(def.resync),
-    })
+    Ok(Action::requeue(
+        decision::wait_after_staying(decision.requeue_after_ms, def.resync).0,
+    ))
 }
 
 async fn run_finalizer(

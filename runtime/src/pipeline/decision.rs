@@ -199,9 +199,47 @@ pub const MAX_REQUEUE_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// its status on every call writes at most this often per resource.
 pub const MIN_REQUEUE_AFTER: Duration = Duration::from_secs(1);
 
+/// Phase changes one reconcile follows at once, from the object as written, after the first
+/// decision; a phase still moving after them goes on [`MIN_REQUEUE_AFTER`] later (so a cycling
+/// operator yields its worker).
+pub const MAX_CHAINED_PHASES: usize = 4;
+
 /// A worker's requeue-after, within [`MIN_REQUEUE_AFTER`] and [`MAX_REQUEUE_AFTER`].
 pub fn requeue_after(ms: u64) -> Duration {
     Duration::from_millis(ms).clamp(MIN_REQUEUE_AFTER, MAX_REQUEUE_AFTER)
+}
+
+/// Why the host waits as long as it does before it decides on a resource again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReason {
+    /// The worker asked for it ([`requeue_after`]).
+    RequeueAfter,
+    /// The worker asked for nothing: the operator's `resyncInterval`.
+    ResyncInterval,
+}
+
+impl std::fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WaitReason::RequeueAfter => "requeue-after",
+            WaitReason::ResyncInterval => "resync interval",
+        })
+    }
+}
+
+/// How long the host waits, after a decision that stays in its phase, before it decides on the
+/// resource again unless something else changes: the worker's requeue-after or the resync
+/// interval. What the decision wrote (status, outputs) does not shorten it: the watch events
+/// of the host's own writes wake nothing. (A decision that moves to another phase is followed
+/// at once instead, up to [`MAX_CHAINED_PHASES`] times in one reconcile.)
+pub fn wait_after_staying(
+    requeue_after_ms: Option<u64>,
+    resync: Duration,
+) -> (Duration, WaitReason) {
+    match requeue_after_ms {
+        Some(ms) => (requeue_after(ms), WaitReason::RequeueAfter),
+        None => (resync, WaitReason::ResyncInterval),
+    }
 }
 
 /// The worker's status info: a JSON object (or nothing), else the host's error naming the phase.

@@ -234,6 +234,8 @@ impl Api {
             }
         }
         let finalizer = if def.finalizer.is_some() && !def.finalizer_inputs.is_empty() {
+            // Claimed here, not reserved up front: reserving it made this claim clash with
+            // the reservation, so no operator with finalizer inputs could generate its API.
             module.claim("spec.finalizer", "finalizer", "FinalizerInputs".into())?;
             Some(inputs_api(
                 "spec.finalizer",
@@ -776,7 +778,7 @@ fn dts_phase(w: &mut String, p: &PhaseApi) {
 }
 
 /// Module-level names the generated files define or import themselves.
-const MODULE_NAMES: [&str; 21] = [
+const MODULE_NAMES: [&str; 20] = [
     "Phase",
     "PhaseName",
     "R",
@@ -797,7 +799,6 @@ const MODULE_NAMES: [&str; 21] = [
     "PhaseOutcome",
     "TypedPhaseWorker",
     "Context",
-    "FinalizerInputs",
 ];
 
 /// What an outcome builder has besides the generated methods.
@@ -1477,6 +1478,40 @@ spec:
             );
         }
         assert!(!dts.text.contains("static done(): WaitingForDbOutcome"));
+    }
+
+    #[test]
+    fn the_finalizers_inputs_get_their_class() {
+        let with_finalizer = format!(
+            "{OPERATOR}  finalizer:\n    module: {{file: {{path: f.wasm}}}}\n    inputs:\n      - {{name: leftovers, apiVersion: v1, kind: ConfigMap, owned: true}}\n"
+        );
+        let (op, def) = load(&with_finalizer);
+        let code = python(&op, &def).unwrap().text;
+        for expected in [
+            "class FinalizerInputs(InputsView):",
+            "    def leftovers(self) -> list[ConfigMap]: ...",
+        ] {
+            assert!(code.contains(expected), "no `{expected}` in\n{code}");
+        }
+        let [js, dts] = javascript(&op, &def).unwrap();
+        assert!(js
+            .text
+            .contains("export class FinalizerInputs extends InputsView {"));
+        assert!(dts
+            .text
+            .contains("export declare class FinalizerInputs extends InputsView {"));
+        // A phase whose inputs class takes the name is refused, naming both.
+        let clash = with_finalizer
+            .replace("name: Ready,", "name: Finalizer,")
+            .replace("next: [Ready]", "next: [Finalizer]");
+        let (op, def) = load(&clash);
+        for err in [python(&op, &def).err(), javascript(&op, &def).err()] {
+            let err = err.map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                err.contains("spec.finalizer") && err.contains("`Finalizer`"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
