@@ -245,18 +245,7 @@ impl Cli {
                     host_account,
                     namespaces: namespace,
                 };
-                let client = if offline {
-                    None
-                } else {
-                    match kube::Client::try_default().await {
-                        Ok(client) => Some(client),
-                        Err(e) => {
-                            eprintln!("NOTE: no cluster to ask for the kinds' plurals ({}): they are guessed from the kinds' names and every kind is taken as namespaced", wasmpilot::error_report::Brief(&e));
-                            None
-                        }
-                    }
-                };
-                print!("{}", rbac_yaml(&operator, &target, client.as_ref()).await?);
+                print!("{}", rbac_yaml(&operator, &target, !offline).await?);
                 Ok(())
             }
             Command::Init(args) => wasmpilot::authoring::init::init(&args).map(|_| ()),
@@ -348,10 +337,12 @@ fn host_account(text: &str) -> anyhow::Result<(String, String)> {
 async fn rbac_yaml(
     operator: &std::path::Path,
     target: &wasmpilot::rbac::GrantTarget,
-    client: Option<&kube::Client>,
+    ask_cluster: bool,
 ) -> anyhow::Result<String> {
     let mut out = String::new();
-    for op in wasmpilot::offline::read_operators(operator)? {
+    let operators = wasmpilot::offline::read_operators(operator)?;
+    let mut named = Vec::with_capacity(operators.len());
+    for op in operators {
         let name = operator_name(operator, &op)?;
         // Grants for a definition the host refuses are no use (and a name too long for a label
         // cannot even be applied): refused before the cluster is asked anything.
@@ -363,7 +354,23 @@ async fn rbac_yaml(
                 )
             },
         )?;
-        let known = match client {
+        named.push((name, op));
+    }
+    let client = if ask_cluster {
+        match kube::Client::try_default().await {
+            Ok(client) => Some(client),
+            Err(e) => {
+                let note = format!("no cluster to ask for the kinds' plurals ({}): they are guessed from the kinds' names and every kind is taken as namespaced", wasmpilot::error_report::Brief(&e));
+                eprintln!("NOTE: {note}");
+                out.push_str(&format!("# NOTE: {note}\n"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    for (name, op) in named {
+        let known = match &client {
             Some(client) => {
                 let (known, notes) = wasmpilot::rbac::served_kinds(client, &op.spec).await;
                 for note in notes {

@@ -608,13 +608,41 @@ spec:
         ),
     )
     .unwrap();
-    let out = wasmpilot(&["rbac".as_ref(), manifest.as_os_str()]);
+    // With no cluster to reach, so that asking one would show as a NOTE.
+    let rbac_without_cluster = |manifest: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+            .args(["rbac".as_ref(), manifest.as_os_str()])
+            .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .expect("running wasmpilot")
+    };
+    let out = rbac_without_cluster(&manifest);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(out.stdout.is_empty(), "grants printed: {stderr}");
     assert!(
         stderr.contains("the host would refuse it") && stderr.contains("metadata.name"),
         "{stderr}"
+    );
+    // Refused before any cluster was looked for: no note about the cluster.
+    assert!(!stderr.contains("NOTE"), "{stderr}");
+    // The same with a valid name looks for one, and says it found none.
+    let valid = dir.path().join("valid.yaml");
+    std::fs::write(
+        &valid,
+        std::fs::read_to_string(&manifest)
+            .unwrap()
+            .replace(&name, "quill"),
+    )
+    .unwrap();
+    let out = rbac_without_cluster(&valid);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("NOTE: no cluster to ask"), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("# NOTE: no cluster to ask"),
+        "the note atop the grants too"
     );
 }
 
