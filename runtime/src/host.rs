@@ -181,7 +181,12 @@ where
         .with_target(false)
         .with_writer(writer);
     match format {
-        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
+        LogFormat::Text => Box::new(
+            builder
+                .fmt_fields(one_line_fields())
+                .with_ansi(ansi)
+                .finish(),
+        ),
         LogFormat::Json => Box::new(
             builder
                 .json()
@@ -191,6 +196,44 @@ where
                 .finish(),
         ),
     }
+}
+
+/// Text logs' fields as tracing writes them (the message bare, others `name=value`, strings
+/// quoted), each value kept on one line: line breaks and other control characters are escaped
+/// (`\n`, `\u{1b}`). A worker controls much logged text (its log lines, stdout and stderr, its
+/// error messages), and a line break in it would start a line of its own that reads as the host's,
+/// naming any operator. (JSON logs escape them as JSON does.)
+fn one_line_fields(
+) -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + Send + Sync + 'static {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = format!("{value:?}");
+        let text = escape_control_characters(&text);
+        if field.name() == "message" {
+            write!(writer, "{text}")
+        } else {
+            write!(writer, "{}={text}", field.name())
+        }
+    })
+    .delimited(" ")
+}
+
+/// `text` with its control characters (tab aside) written as escapes, so it stays one line.
+fn escape_control_characters(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => escaped.push_str("\\n"),
+            '\r' => escaped.push_str("\\r"),
+            '\t' => escaped.push('\t'),
+            c if c.is_control() => escaped.extend(c.escape_unicode()),
+            c => escaped.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 /// Runs the host until SIGTERM or SIGINT (or, under leader election, until leadership is lost).
@@ -486,5 +529,40 @@ mod tests {
         assert_eq!(line["span"]["resource"], "team-a/r1", "{line}");
         assert_eq!(line["span"]["phase"], "Syncing", "{line}");
         assert!(line["timestamp"].is_string(), "{line}");
+    }
+
+    /// Text logs: what a worker wrote with line breaks (here, a forged host line naming another
+    /// operator) stays inside the one line of the reconcile that logged it.
+    #[test]
+    fn text_logs_keep_worker_text_on_one_line() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = log_subscriber("info", LogFormat::Text, false, move || writer.clone());
+        let forged = "2026-11-29T15:10:38Z ERROR reconcile{operator=victim}: forged";
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("reconcile", operator = "attacker");
+            let _entered = span.enter();
+            tracing::info!(fields = %format!("k=v\n{forged}"), "fine\r\n{forged}\u{1b}[31m");
+            tracing::info!(stream = "stderr", "Traceback:\n  File \"app.py\"\tline 1");
+        });
+        let text =
+            String::from_utf8(captured.0.lock().expect("the buffer").clone()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.contains("reconcile{operator=\"attacker\"}")
+                    || l.contains("reconcile{operator=attacker}")),
+            "each line is the attacker's reconcile's: {text}"
+        );
+        assert!(
+            lines[0].contains("fine\\r\\n2026-11-29T15:10:38Z ERROR reconcile{operator=victim}: forged\\u{1b}[31m fields=k=v\\n2026"),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains("Traceback:\\n  File \"app.py\"\tline 1 stream=\"stderr\""),
+            "{text}"
+        );
     }
 }
