@@ -346,7 +346,7 @@ impl<S: ObjectSource> WorkerReads for OfflineReads<'_, S> {
         };
         let module = self
             .modules
-            .phase_worker(module_ref, &phase.limits, phase.randomness)
+            .phase_worker(CLI_LOADS, module_ref, &phase.limits, phase.randomness)
             .await
             .map_err(|source| ReconcileError::ModuleNotLoaded {
                 phase: phase.name.clone(),
@@ -375,6 +375,10 @@ impl<S: ObjectSource> WorkerReads for OfflineReads<'_, S> {
     }
 }
 
+/// Whom the CLI's tools load modules for: one user's, so the module cache's turns between
+/// operators (see `ModuleCache::phase`) have no one else to serve.
+const CLI_LOADS: &str = "wasmpilot CLI";
+
 /// Loads `module_ref` as `phase`'s component, with the phase's limits and randomness, as the
 /// controller does.
 pub async fn phase_module(
@@ -383,7 +387,7 @@ pub async fn phase_module(
     module_ref: &crate::crd::ModuleRef,
 ) -> anyhow::Result<crate::sandbox::PhaseModule> {
     modules
-        .phase_worker(module_ref, &phase.limits, phase.randomness)
+        .phase_worker(CLI_LOADS, module_ref, &phase.limits, phase.randomness)
         .await
         .with_context(|| format!("loading the module of phase {}", phase.name))
 }
@@ -395,7 +399,12 @@ pub async fn finalizer_module(
     module_ref: &crate::crd::ModuleRef,
 ) -> anyhow::Result<crate::sandbox::FinalizerModule> {
     modules
-        .finalizer_worker(module_ref, &def.finalizer_limits, def.finalizer_randomness)
+        .finalizer_worker(
+            CLI_LOADS,
+            module_ref,
+            &def.finalizer_limits,
+            def.finalizer_randomness,
+        )
         .await
         .context("loading the finalizer's component")
 }

@@ -179,11 +179,11 @@ async fn wait_behind_a_slow_compile(in_process: bool, timeout: Duration) -> Dura
     let slow = {
         let modules = modules.clone();
         let r = file("slow.wasm");
-        tokio::spawn(async move { modules.phase(&r).await.map(|_| ()) })
+        tokio::spawn(async move { modules.phase("test", &r).await.map(|_| ()) })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
-    let linked = modules.phase(&file("small.wasm")).await.map(|_| ());
+    let linked = modules.phase("test", &file("small.wasm")).await.map(|_| ());
     let waited = started.elapsed();
     let text = linked.expect_err("no worker").to_string();
     assert!(
@@ -212,5 +212,61 @@ async fn a_module_stopped_at_its_compile_timeout_does_not_hold_up_the_next() {
         in_process < in_thread * 2 / 3,
         "behind a compile process stopped at {:?}, the next module waited {in_process:?} (behind a thread: {in_thread:?})",
         in_thread / 5
+    );
+}
+
+/// One operator loading many modules that compile slowly delays another operator's module by
+/// about one of its compiles, not all: each operator loads one module at a time past the cache,
+/// and the compile slot goes to the operators in turn.
+#[tokio::test]
+async fn an_operators_many_compiles_do_not_hold_up_anothers() {
+    use std::sync::{Arc, Mutex};
+    use wasmpilot::crd::{FileModule, ModuleRef};
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // Three distinct slow modules (their digests differ) and a small one.
+    for (i, functions) in [60, 61, 62].into_iter().enumerate() {
+        std::fs::write(
+            dir.path().join(format!("busy-{i}.wasm")),
+            big_component(functions, 2_000),
+        )
+        .expect("written");
+    }
+    let small = wat::parse_str("(component (core module (func (export \"g\"))))").expect("valid");
+    std::fs::write(dir.path().join("small.wasm"), small).expect("written");
+    let file = |path: String| ModuleRef {
+        file: Some(FileModule { path, sha256: None }),
+        ..Default::default()
+    };
+    let sandbox = Sandbox::new(Default::default()).expect("a sandbox");
+    let modules = Arc::new(wasmpilot::modules::ModuleCache::new(
+        sandbox,
+        None,
+        Some(dir.path().to_path_buf()),
+    ));
+    let done: Arc<Mutex<Vec<String>>> = Arc::default();
+    let load = |operator: &'static str, path: String| {
+        let (modules, done) = (modules.clone(), done.clone());
+        tokio::spawn(async move {
+            // Compiled, then refused as a worker (none of them is one): either way, loaded.
+            let _ = modules.phase(operator, &file(path.clone())).await;
+            done.lock().expect("the order").push(path);
+        })
+    };
+    // The busy operator asks for all three at once, as an operator's phases load.
+    let busy: Vec<_> = (0..3)
+        .map(|i| load("busy", format!("busy-{i}.wasm")))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = load("other", "small.wasm".into());
+    other.await.expect("joined");
+    for b in busy {
+        b.await.expect("joined");
+    }
+    let order = done.lock().expect("the order").clone();
+    let position = order.iter().position(|p| p == "small.wasm");
+    // First come, first served, it would be last, behind all three.
+    assert!(
+        position.is_some_and(|p| p <= 1),
+        "the other operator's module waited for more than the busy operator's compile running: {order:?}"
     );
 }

@@ -99,7 +99,7 @@ async fn url_modules_download_verify_and_compile() -> anyhow::Result<()> {
         .allow_plain_http_urls()
         .with_egress(loopback);
     let m = cache
-        .phase(&module(&digest))
+        .phase("test", &module(&digest))
         .await
         .expect("url module loads");
     assert_eq!(m.digest, digest);
@@ -111,7 +111,11 @@ async fn url_modules_download_verify_and_compile() -> anyhow::Result<()> {
     assert_eq!(r.next_phase, "Done");
 
     let zeros = "0".repeat(64);
-    let e = cache.phase(&module(&zeros)).await.err().expect("mismatch");
+    let e = cache
+        .phase("test", &module(&zeros))
+        .await
+        .err()
+        .expect("mismatch");
     let msg = e.to_string();
     assert!(
         msg.contains("sha256 mismatch") && msg.contains(&zeros) && msg.contains("URL http://"),
@@ -121,14 +125,18 @@ async fn url_modules_download_verify_and_compile() -> anyhow::Result<()> {
 
     // Without the explicit switch, plain http is refused.
     let strict = ModuleCache::new(sandbox(), None, None);
-    let e = strict.phase(&module(&digest)).await.err().expect("refused");
+    let e = strict
+        .phase("test", &module(&digest))
+        .await
+        .err()
+        .expect("refused");
     assert!(e.to_string().contains("must be https"), "{e}");
     // And a loopback address, unless the host's policy allows it (`--allow-fetch-from`).
     let public_only = ModuleCache::new(sandbox(), None, None)
         .allow_plain_http_urls()
         .with_egress(wasmpilot::egress::EgressPolicy::default());
     let e = public_only
-        .phase(&module(&digest))
+        .phase("test", &module(&digest))
         .await
         .err()
         .expect("refused");
@@ -161,13 +169,13 @@ async fn compile_cache_makes_restarts_fast() {
     };
     let cold = start(cache_dir.path());
     let t = Instant::now();
-    cold.phase(&module).await.expect("cold load");
+    cold.phase("test", &module).await.expect("cold load");
     let cold_time = t.elapsed();
     assert_eq!(cold.stats().compiled, 1);
 
     let warm = start(cache_dir.path());
     let t = Instant::now();
-    let m = warm.phase(&module).await.expect("warm load");
+    let m = warm.phase("test", &module).await.expect("warm load");
     let warm_time = t.elapsed();
     assert_eq!(warm.stats().loaded_from_disk, 1, "{:?}", warm.stats());
     assert_eq!(warm.stats().compiled, 0);
@@ -199,14 +207,14 @@ async fn compile_cache_makes_restarts_fast() {
     bytes[n / 2] ^= 0x5a;
     std::fs::write(&entry, &bytes).unwrap();
     let after = start(cache_dir.path());
-    after.phase(&module).await.expect("recompiled");
+    after.phase("test", &module).await.expect("recompiled");
     assert_eq!(
         after.stats().compiled,
         1,
         "a corrupt entry must be recompiled"
     );
     let again = start(cache_dir.path());
-    again.phase(&module).await.unwrap();
+    again.phase("test", &module).await.unwrap();
     assert_eq!(again.stats().loaded_from_disk, 1, "rewritten entry is used");
 }
 

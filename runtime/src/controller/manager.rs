@@ -682,7 +682,7 @@ async fn release(
         if let Some(m) = &d.finalizer {
             match ctx
                 .modules
-                .finalizer_worker(m, &d.finalizer_limits, d.finalizer_randomness)
+                .finalizer_worker(&name, m, &d.finalizer_limits, d.finalizer_randomness)
                 .await
             {
                 Ok(loaded) => module = Some(loaded),
@@ -1246,7 +1246,7 @@ impl ManagerContext {
             Some(async move {
                 let module = self
                     .modules
-                    .phase_worker(m, &p.limits, p.randomness)
+                    .phase_worker(&definition.name, m, &p.limits, p.randomness)
                     .await
                     .map_err(|source| LoadFailure::Module {
                         role: format!("phase {}", p.name),
@@ -1262,6 +1262,7 @@ impl ManagerContext {
             let module = self
                 .modules
                 .finalizer_worker(
+                    &definition.name,
                     m,
                     &definition.finalizer_limits,
                     definition.finalizer_randomness,
@@ -1299,7 +1300,11 @@ impl ManagerContext {
         let mut failed = BTreeMap::new();
         for p in &definition.phases {
             let Some(m) = &p.shadow else { continue };
-            match self.modules.phase_worker(m, &p.limits, p.randomness).await {
+            match self
+                .modules
+                .phase_worker(name, m, &p.limits, p.randomness)
+                .await
+            {
                 Ok(module) => {
                     loaded.insert(p.name.clone(), module);
                 }

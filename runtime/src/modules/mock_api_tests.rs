@@ -76,7 +76,10 @@ async fn a_restarted_host_reads_only_the_metadata_of_an_unchanged_config_map_mod
     // First start: nothing recorded yet, so the ConfigMap is read in full and verified.
     let (client, server) = scripted(vec![metadata_only("7"), full("7", EMPTY_COMPONENT)]);
     let first = cache(client, dir.path());
-    let loaded = first.component(&reference(&digest)).await.expect("loaded");
+    let loaded = first
+        .component("test", &reference(&digest))
+        .await
+        .expect("loaded");
     assert_eq!(loaded.digest, digest);
     assert_eq!(first.stats().compiled, 1);
     drop(first);
@@ -86,7 +89,7 @@ async fn a_restarted_host_reads_only_the_metadata_of_an_unchanged_config_map_mod
     let (client, server) = scripted(vec![metadata_only("7")]);
     let restarted = cache(client, dir.path());
     let loaded = restarted
-        .component(&reference(&digest))
+        .component("test", &reference(&digest))
         .await
         .expect("loaded");
     assert_eq!(loaded.digest, digest);
@@ -102,7 +105,10 @@ async fn an_edited_config_map_is_read_again_and_a_tampered_one_refused() {
     let digest = digest_of(EMPTY_COMPONENT);
     let (client, server) = scripted(vec![metadata_only("7"), full("7", EMPTY_COMPONENT)]);
     let first = cache(client, dir.path());
-    first.component(&reference(&digest)).await.expect("loaded");
+    first
+        .component("test", &reference(&digest))
+        .await
+        .expect("loaded");
     drop(first);
     server.await.expect("the scripted API server");
 
@@ -112,7 +118,7 @@ async fn an_edited_config_map_is_read_again_and_a_tampered_one_refused() {
     let (client, server) = scripted(vec![metadata_only("8"), full("8", &tampered)]);
     let restarted = cache(client, dir.path());
     let error = restarted
-        .component(&reference(&digest))
+        .component("test", &reference(&digest))
         .await
         .map(|c| (c.source_name, c.digest))
         .expect_err("a digest mismatch");
@@ -128,7 +134,7 @@ async fn an_edited_config_map_is_read_again_and_a_tampered_one_refused() {
     let (client, server) = scripted(vec![metadata_only("7"), full("7", EMPTY_COMPONENT)]);
     let repinned = cache(client, dir.path());
     let error = repinned
-        .component(&reference(&other))
+        .component("test", &reference(&other))
         .await
         .map(|c| (c.source_name, c.digest))
         .expect_err("a digest mismatch");

@@ -12,6 +12,7 @@ pub mod url;
 
 use crate::crd::{ConfigMapModule, ModuleRef};
 use crate::object_names::{is_dns_label, is_dns_subdomain};
+use crate::sandbox::slots::{FairSlots, WorkerSlot};
 use crate::sandbox::{FinalizerModule, LimitOverride, LoadError, PhaseModule, Randomness, Sandbox};
 use compile_cache::{CompileCache, Loaded};
 use compile_process::CompileProcess;
@@ -44,7 +45,10 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bytes of modules being fetched and verified at once, host-wide: each fetch reserves
 /// [`MAX_MODULE_BYTES`] of it, so at most two are held before their compile (every phase of
 /// every loading operator asking at once would otherwise hold 64 MiB each).
-const FETCH_BUDGET_MIB: u32 = 128;
+const FETCH_BUDGET_MIB: u64 = 128;
+
+/// [`MAX_MODULE_BYTES`] in MiB: what each fetch reserves of [`FETCH_BUDGET_MIB`].
+const MAX_MODULE_MIB: u64 = MAX_MODULE_BYTES >> 20;
 
 /// How long a compile may take before its load fails (`ModuleCompileFailed`). In a compile
 /// process (the host's way) the process is killed then and the compile slot is free at once; in
@@ -454,9 +458,17 @@ pub struct ModuleCache {
     forget_unused: bool,
     /// One compile at a time: Cranelift already uses every core for one, and each compile peaks
     /// at 300–400 MiB, so modules loaded together wait here (loading a cached one does not).
-    compiling: Arc<tokio::sync::Semaphore>,
-    /// MiB of module bytes being fetched at once (see [`FETCH_BUDGET_MIB`]).
-    fetching: tokio::sync::Semaphore,
+    /// Handed to the operators asking in turn: one operator's many modules (or slow ones) delay
+    /// another's by at most the compile running, not by all of its own queued before.
+    compiling: FairSlots,
+    /// Fetches at once (see [`FETCH_BUDGET_MIB`]), handed out in turn per operator as compiles
+    /// are.
+    fetching: FairSlots,
+    /// Per operator, its one load at a time past the fast paths (fetching, verifying,
+    /// compiling): an operator with many modules, or modules on a slow server, then holds at most
+    /// one fetch slot and one place in the compile queue, and another operator's load waits for
+    /// at most one of its fetches or compiles, not for all of them.
+    lanes: Mutex<HashMap<String, Weak<tokio::sync::Semaphore>>>,
     disk: Option<Arc<CompileCache>>,
     /// Compiles in child processes (the host); `None`: in a blocking thread (the CLI's tools).
     compile_process: Option<CompileProcess>,
@@ -479,8 +491,9 @@ impl ModuleCache {
             files_confined: false,
             compiled: Arc::new(Mutex::new(HashMap::new())),
             forget_unused: false,
-            compiling: Arc::new(tokio::sync::Semaphore::new(1)),
-            fetching: tokio::sync::Semaphore::new(FETCH_BUDGET_MIB as usize),
+            compiling: FairSlots::new(1),
+            fetching: FairSlots::new(FETCH_BUDGET_MIB.div_ceil(MAX_MODULE_MIB) as usize),
+            lanes: Mutex::new(HashMap::new()),
             disk: None,
             compile_process: None,
             config_map_versions: ConfigMapVersions::new(None),
@@ -588,8 +601,10 @@ impl ModuleCache {
         }
     }
 
-    pub async fn phase(&self, r: &ModuleRef) -> Result<PhaseModule, ModuleError> {
-        let c = self.component(r).await?;
+    /// The phase component `r` names, loaded for `operator` (whose turn it waits for when
+    /// fetching or compiling, see [`FairSlots`]).
+    pub async fn phase(&self, operator: &str, r: &ModuleRef) -> Result<PhaseModule, ModuleError> {
+        let c = self.component(operator, r).await?;
         self.sandbox
             .phase_module(&c.digest, &c.component)
             .map(|m| m.holding(c.in_use))
@@ -599,8 +614,13 @@ impl ModuleCache {
             })
     }
 
-    pub async fn finalizer(&self, r: &ModuleRef) -> Result<FinalizerModule, ModuleError> {
-        let c = self.component(r).await?;
+    /// The finalizer component `r` names, loaded for `operator` (see [`ModuleCache::phase`]).
+    pub async fn finalizer(
+        &self,
+        operator: &str,
+        r: &ModuleRef,
+    ) -> Result<FinalizerModule, ModuleError> {
+        let c = self.component(operator, r).await?;
         self.sandbox
             .finalizer_module(&c.digest, &c.component)
             .map(|m| m.holding(c.in_use))
@@ -614,12 +634,13 @@ impl ModuleCache {
     /// randomness: how the controller and the offline commands alike run it.
     pub async fn phase_worker(
         &self,
+        operator: &str,
         r: &ModuleRef,
         limits: &LimitOverride,
         randomness: Randomness,
     ) -> Result<PhaseModule, ModuleError> {
         Ok(self
-            .phase(r)
+            .phase(operator, r)
             .await?
             .with_limits(self.sandbox.call_limits(limits))
             .with_randomness(randomness))
@@ -628,12 +649,13 @@ impl ModuleCache {
     /// The operator's finalizer component with the finalizer's limits and randomness.
     pub async fn finalizer_worker(
         &self,
+        operator: &str,
         r: &ModuleRef,
         limits: &LimitOverride,
         randomness: Randomness,
     ) -> Result<FinalizerModule, ModuleError> {
         Ok(self
-            .finalizer(r)
+            .finalizer(operator, r)
             .await?
             .with_limits(self.sandbox.call_limits(limits))
             .with_randomness(randomness))
@@ -686,15 +708,26 @@ impl ModuleCache {
         Ok(Api::namespaced(client, &source.namespace))
     }
 
-    /// The compiled component `r` names: from memory, the disk cache, or fetched and compiled.
-    async fn component(&self, r: &ModuleRef) -> Result<CachedComponent, ModuleError> {
+    /// The compiled component `r` names: from memory, the disk cache, or fetched and compiled,
+    /// waiting for `operator`'s turn to fetch and to compile.
+    async fn component(
+        &self,
+        operator: &str,
+        r: &ModuleRef,
+    ) -> Result<CachedComponent, ModuleError> {
         if let Some(found) = self.unchanged_config_map(r).await {
             return Ok(found);
         }
+        let lane = self.lane(operator);
+        // Closed never: the lane lives while this load holds it.
+        let _lane = lane.acquire().await.map_err(|e| ModuleError::Load {
+            source_name: r.sources().join(" "),
+            error: LoadError::Compile(e.to_string()),
+        })?;
         // Held until the bytes are compiled or dropped (closed never: it lives as `self`).
         let _budget = self
             .fetching
-            .acquire_many((MAX_MODULE_BYTES >> 20) as u32)
+            .acquire(operator)
             .await
             .map_err(|e| ModuleError::Load {
                 source_name: r.sources().join(" "),
@@ -747,11 +780,10 @@ impl ModuleCache {
         let loaded = match cached {
             Some(c) => Loaded::Cached(c),
             None => {
-                // Closed never: the semaphore lives as long as `self`.
+                // Closed never: the slots live as long as `self`.
                 let permit = self
                     .compiling
-                    .clone()
-                    .acquire_owned()
+                    .acquire(operator)
                     .await
                     .map_err(|e| load_error(LoadError::Compile(e.to_string())))?;
                 // Compiled by another load while this one waited for the permit?
@@ -787,6 +819,18 @@ impl ModuleCache {
             }
         };
         Ok(self.keep_first(source_name, &digest, compiled))
+    }
+
+    /// `operator`'s load lane (see `lanes`): the one its loads share while any is held.
+    fn lane(&self, operator: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(lane) = lanes.get(operator).and_then(Weak::upgrade) {
+            return lane;
+        }
+        lanes.retain(|_, lane| lane.strong_count() > 0);
+        let lane = Arc::new(tokio::sync::Semaphore::new(1));
+        lanes.insert(operator.to_string(), Arc::downgrade(&lane));
+        lane
     }
 
     /// The component of `digest` if it is in memory, with a hold on it.
@@ -856,7 +900,7 @@ impl ModuleCache {
         &self,
         digest: &str,
         bytes: Vec<u8>,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        permit: WorkerSlot,
     ) -> Result<Loaded, LoadError> {
         if self.progress {
             match &self.disk {
@@ -1308,7 +1352,7 @@ mod tests {
         assert_eq!(kept_first.component.image_range(), first.image_range());
         assert_eq!(kept_second.component.image_range(), first.image_range());
         // A load through the module reference finds it too.
-        let loaded = modules.component(&r).await.expect("loaded");
+        let loaded = modules.component("test", &r).await.expect("loaded");
         assert_eq!(loaded.digest, digest);
         assert_eq!(loaded.component.image_range(), first.image_range());
     }
@@ -1319,8 +1363,8 @@ mod tests {
     async fn a_component_no_worker_uses_leaves_memory() {
         let (_dir, r, modules) = empty_module(true);
         let digest = digest_of(EMPTY_COMPONENT);
-        let first = modules.component(&r).await.expect("loaded");
-        let second = modules.component(&r).await.expect("loaded again");
+        let first = modules.component("test", &r).await.expect("loaded");
+        let second = modules.component("test", &r).await.expect("loaded again");
         assert_eq!(modules.stats().compiled, 1);
         assert_eq!(modules.digests_in_memory(), std::slice::from_ref(&digest));
         assert_eq!(
@@ -1340,7 +1384,10 @@ mod tests {
             "forgotten with its last user"
         );
         // Needed again: read back from the disk cache, not compiled.
-        let again = modules.component(&r).await.expect("loaded once more");
+        let again = modules
+            .component("test", &r)
+            .await
+            .expect("loaded once more");
         assert_eq!(modules.digests_in_memory(), [digest]);
         assert_eq!(
             modules.stats(),
@@ -1357,9 +1404,9 @@ mod tests {
     #[tokio::test]
     async fn a_cache_that_keeps_components_keeps_an_unused_one() {
         let (_dir, r, modules) = empty_module(false);
-        drop(modules.component(&r).await.expect("loaded"));
+        drop(modules.component("test", &r).await.expect("loaded"));
         assert_eq!(modules.digests_in_memory(), [digest_of(EMPTY_COMPONENT)]);
-        drop(modules.component(&r).await.expect("loaded again"));
+        drop(modules.component("test", &r).await.expect("loaded again"));
         assert_eq!(
             modules.stats(),
             CacheStats {
@@ -1498,29 +1545,33 @@ mod tests {
         };
         let outside = dir.path().join("m.wasm").display().to_string();
         for path in [outside.as_str(), "../m.wasm", "sub/../../m.wasm"] {
-            let e = modules.component(&file(path)).await.err().expect("refused");
+            let e = modules
+                .component("test", &file(path))
+                .await
+                .err()
+                .expect("refused");
             assert!(
                 matches!(e, ModuleError::FileOutsideModuleDir { .. }),
                 "{path}: {e}"
             );
         }
-        assert!(modules.component(&file("m.wasm")).await.is_ok());
+        assert!(modules.component("test", &file("m.wasm")).await.is_ok());
         std::fs::create_dir(dir.path().join("sub")).expect("a directory");
         let e = modules
-            .component(&file("sub"))
+            .component("test", &file("sub"))
             .await
             .err()
             .expect("refused");
         assert!(matches!(e, ModuleError::NotAFile { .. }), "{e}");
         let (_tools_dir, _, tools) = empty_module(false);
         let e = tools
-            .component(&file("/dev/zero"))
+            .component("test", &file("/dev/zero"))
             .await
             .err()
             .expect("refused");
         assert!(matches!(e, ModuleError::NotAFile { .. }), "{e}");
         assert!(
-            tools.component(&file(&outside)).await.is_ok(),
+            tools.component("test", &file(&outside)).await.is_ok(),
             "the CLI's tools read any path"
         );
     }

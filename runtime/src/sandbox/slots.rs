@@ -1,5 +1,6 @@
-//! The host's worker slots, shared fairly between operators: a freed slot goes to the operator
-//! next in turn among those waiting (round robin), not to whoever asked first.
+//! The host's worker slots (and the module cache's fetch and compile slots), shared fairly
+//! between operators: a freed slot goes to the operator next in turn among those waiting (round
+//! robin), not to whoever asked first.
 //!
 //! With first-come slots, an operator whose many resources run slow workers fills the queue,
 //! and another operator's call waits behind all of them. Here it waits for at most one slot to
@@ -32,7 +33,8 @@ pub struct WorkerSlot {
 }
 
 /// The slots were closed (the host is shutting down).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("the host is shutting down")]
 pub struct SlotsClosed;
 
 impl FairSlots {

@@ -210,11 +210,21 @@ impl log::Host for HostState {
             .owned(crate::worker_text::bounded(&fields, max).into_owned());
         // The span of the current reconcile (operator, resource, phase) is entered by the caller.
         match level {
-            LogLevel::Trace => tracing::trace!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}"),
-            LogLevel::Debug => tracing::debug!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}"),
-            LogLevel::Info => tracing::info!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}"),
-            LogLevel::Warn => tracing::warn!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}"),
-            LogLevel::Error => tracing::error!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}"),
+            LogLevel::Trace => {
+                tracing::trace!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}")
+            }
+            LogLevel::Debug => {
+                tracing::debug!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}")
+            }
+            LogLevel::Info => {
+                tracing::info!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}")
+            }
+            LogLevel::Warn => {
+                tracing::warn!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}")
+            }
+            LogLevel::Error => {
+                tracing::error!(target: "wasmpilot::guest", fields = fields.as_str(), "{message}")
+            }
         }
         Ok(())
     }
