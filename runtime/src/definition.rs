@@ -458,6 +458,9 @@ impl OperatorDefinition {
                 problems.extend(found);
             }
         }
+        if let Some(e) = too_many_input_watches(spec) {
+            problems.push(e);
+        }
         let resync = match &spec.resync_interval {
             None => Some(DEFAULT_RESYNC),
             Some(s) => gathered(
@@ -867,6 +870,39 @@ fn check_query_size(q: &crate::crd::QuerySpec, field: &str) -> Result<(), Defini
     Ok(())
 }
 
+/// Watches one operator's inputs may need: one per kind and `fields` (inputs of one kind with
+/// different fields are cached apart). Each lists and watches every object of its kind the
+/// operator may read, so a definition naming thousands of field sets (100 phases × 32 inputs)
+/// would hold as many watches and copies of the kind in the shared host.
+pub const MAX_INPUT_WATCHES: usize = 32;
+
+/// The watches `spec`'s inputs need beyond [`MAX_INPUT_WATCHES`], as the problem naming them.
+fn too_many_input_watches(spec: &WasmOperatorSpec) -> Option<DefinitionError> {
+    let watches: BTreeSet<(KindRef, Option<wasmpilot_selection::Projection>)> = spec
+        .phases
+        .iter()
+        .flat_map(|p| &p.inputs)
+        .chain(spec.finalizer.iter().flat_map(|f| &f.inputs))
+        .map(|i| {
+            let projection = if i.fields.is_empty() {
+                None
+            } else {
+                wasmpilot_selection::Projection::new(&i.fields).ok()
+            };
+            (KindRef::new(&i.api_version, &i.kind), projection)
+        })
+        .collect();
+    (watches.len() > MAX_INPUT_WATCHES).then(|| {
+        invalid(
+            "spec.phases",
+            format!(
+                "the inputs need {} watches (one per kind and `fields`), more than {MAX_INPUT_WATCHES}: give inputs of one kind the same `fields` to share one",
+                watches.len()
+            ),
+        )
+    })
+}
+
 /// The longest WasmOperator name: its outputs carry it as a label value.
 pub const MAX_OPERATOR_NAME_BYTES: usize = 63;
 
@@ -1027,6 +1063,32 @@ mod tests {
         assert_eq!(d.resync, Duration::from_secs(30));
         assert!(d.phase("Done").unwrap().is_final);
         assert_eq!(d.modules().len(), 1);
+    }
+
+    #[test]
+    fn inputs_needing_more_watches_than_the_bound_are_refused() {
+        let input = |i: usize, field: String| -> InputSpec {
+            serde_json::from_value(serde_json::json!({
+                "name": format!("in{i}"), "apiVersion": "v1", "kind": "ConfigMap", "fields": [field]
+            }))
+            .unwrap()
+        };
+        let (mut a, mut b) = (phase("A", true, false), phase("B", false, false));
+        // 40 inputs of one kind and one field set: one watch.
+        a.inputs = (0..20).map(|i| input(i, "data".into())).collect();
+        b.inputs = (0..20).map(|i| input(i, "data".into())).collect();
+        assert!(OperatorDefinition::validate("a", &spec(vec![a.clone(), b.clone()])).is_ok());
+        // Each with fields of its own: 40 watches.
+        a.inputs = (0..20).map(|i| input(i, format!("data.a{i}"))).collect();
+        b.inputs = (0..20).map(|i| input(i, format!("data.b{i}"))).collect();
+        let e = OperatorDefinition::validate("a", &spec(vec![a, b]))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            e.contains("spec.phases: the inputs need 40 watches") && e.contains("more than 32"),
+            "{e}"
+        );
     }
 
     #[test]
