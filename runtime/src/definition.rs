@@ -1082,8 +1082,8 @@ mod tests {
         a.inputs = (0..20).map(|i| input(i, format!("data.a{i}"))).collect();
         b.inputs = (0..20).map(|i| input(i, format!("data.b{i}"))).collect();
         let e = OperatorDefinition::validate("a", &spec(vec![a, b]))
-            .err()
-            .expect("refused")
+            .map(|_| ())
+            .expect_err("refused")
             .to_string();
         assert!(
             e.contains("spec.phases: the inputs need 40 watches") && e.contains("more than 32"),
