@@ -836,6 +836,21 @@ async fn broken_operator(client: &Client) -> anyhow::Result<()> {
         for w in words {
             ensure!(msg.contains(w), "{name}: message {msg:?} should name {w:?}");
         }
+        // As the tools users run read the WasmOperator: a definition that waits for an edit
+        // has failed; a failure the host retries (a kind served later, a module replaced) is
+        // in progress.
+        let expected = if *reason == "InvalidDefinition" {
+            ("Failed", "Degraded")
+        } else {
+            ("InProgress", "Progressing")
+        };
+        ensure!(
+            (kstatus(&o), argo_health(&o)) == expected,
+            "{name} ({reason}): kstatus {}, Argo CD {}, expected {expected:?}: {}",
+            kstatus(&o),
+            argo_health(&o),
+            o["status"]
+        );
     }
     // Validated by the CRD schema: the API server refuses an invalid duration outright.
     let bad_duration = json!({"apiVersion": ops.0, "kind": ops.1, "metadata": {"name": "bad-duration"},

@@ -1005,7 +1005,15 @@ impl ManagerContext {
             })
             .inc();
         if let Err(e) = self
-            .report(op, Some(failure.reason()), &message, BTreeMap::new())
+            .report(
+                op,
+                Some(Failure {
+                    reason: failure.reason(),
+                    retried: failure.retry(),
+                }),
+                &message,
+                BTreeMap::new(),
+            )
             .await
         {
             tracing::warn!(operator = %name, error = %crate::error_report::Brief(&e), "could not update WasmOperator status");
@@ -1329,7 +1337,7 @@ impl ManagerContext {
     async fn report(
         &self,
         op: &WasmOperator,
-        failure: Option<&str>,
+        failure: Option<Failure<'_>>,
         message: &str,
         digests: BTreeMap<String, String>,
     ) -> Result<(), kube::Error> {
@@ -1384,12 +1392,23 @@ fn capped_limits(sandbox: &crate::sandbox::Sandbox, definition: &OperatorDefinit
         .join("; ")
 }
 
+/// Why a WasmOperator is not running its controller, as its status says it.
+#[derive(Clone, Copy, Debug)]
+pub struct Failure<'a> {
+    /// The conditions' reason (`InvalidDefinition`, `ModuleFetchFailed`, `WatchFailing`, …).
+    pub reason: &'a str,
+    /// Whether the host tries again by itself (with backoff): kstatus's `Reconciling`; if not
+    /// (it waits for an edit, or for another operator to change), `Stalled`.
+    pub retried: bool,
+}
+
 /// The merge patch of a WasmOperator's status the manager writes: `Ready` and `ModulesLoaded`
-/// (with `failure` as their reason, if any), the active `digests`, observedGeneration, and
-/// `shadows` cleared once no phase declares one. `None` when it would change nothing.
+/// (with `failure`'s reason, if any), kstatus's `Reconciling` (a failure retried) and `Stalled`
+/// (a failure waiting for a change), the active `digests`, observedGeneration, and `shadows`
+/// cleared once no phase declares one. `None` when it would change nothing.
 pub fn report_patch(
     op: &WasmOperator,
-    failure: Option<&str>,
+    failure: Option<Failure<'_>>,
     message: &str,
     digests: &BTreeMap<String, String>,
     now: &str,
@@ -1398,10 +1417,11 @@ pub fn report_patch(
         .status
         .as_ref()
         .map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
+    let reason = failure.map_or("ControllerRunning", |f| f.reason);
     let ready = status::ConditionUpdate {
         type_: "Ready",
         status: failure.is_none(),
-        reason: failure.unwrap_or("ControllerRunning").into(),
+        reason: reason.into(),
         message: message.into(),
     };
     let modules_ok = failure.is_none();
@@ -1411,12 +1431,34 @@ pub fn report_patch(
         reason: if modules_ok {
             "Loaded".into()
         } else {
-            failure.unwrap_or("NotLoaded").into()
+            reason.into()
         },
         message: if modules_ok {
             format!("{} module(s) verified and compiled", digests.len())
         } else {
             "modules were not loaded: see the Ready condition".into()
+        },
+    };
+    let retrying = failure.is_some_and(|f| f.retried);
+    let reconciling = status::ConditionUpdate {
+        type_: "Reconciling",
+        status: retrying,
+        reason: reason.into(),
+        message: if retrying {
+            "retried with backoff: see the Ready condition".into()
+        } else {
+            "not retrying".into()
+        },
+    };
+    let stalled_now = failure.is_some_and(|f| !f.retried);
+    let stalled = status::ConditionUpdate {
+        type_: "Stalled",
+        status: stalled_now,
+        reason: reason.into(),
+        message: if stalled_now {
+            "waits for an edit of this WasmOperator or a change of the operator it names: see the Ready condition".into()
+        } else {
+            "no error that waits for a change".into()
         },
     };
     let mut patch = status::StatusUpdate {
@@ -1427,9 +1469,12 @@ pub fn report_patch(
     let mut body = status::status_patch(current.as_ref(), &patch, now).unwrap_or_else(|| json!({}));
     let mut merged = current.clone().unwrap_or_else(|| json!({}));
     json_patch::merge(&mut merged, &body);
-    patch.conditions = vec![modules];
-    if let Some(more) = status::status_patch(Some(&merged), &patch, now) {
-        json_patch::merge(&mut body, &more);
+    for condition in [modules, reconciling, stalled] {
+        patch.conditions = vec![condition];
+        if let Some(more) = status::status_patch(Some(&merged), &patch, now) {
+            json_patch::merge(&mut merged, &more);
+            json_patch::merge(&mut body, &more);
+        }
     }
     if failure.is_none() {
         body["modules"] = modules_patch(current.as_ref(), digests);
@@ -1499,7 +1544,10 @@ async fn report_watches(
                 .await;
                 report_patch(
                     &op,
-                    Some(watch_health::WATCH_FAILING),
+                    Some(Failure {
+                        reason: watch_health::WATCH_FAILING,
+                        retried: true,
+                    }),
                     message,
                     &running.digests,
                     &now,

@@ -4,7 +4,7 @@
 //! without `nullable` (it takes the zero value for null): a failed shadow's `module: ""` was
 //! refused that way on every write, so `status.shadows` never reported it.
 
-use crate::controller::manager::report_patch;
+use crate::controller::manager::{report_patch, Failure};
 use crate::controller::shadow::{counts_patch, initial_counts};
 use crate::crd::{ShadowStatus, WasmOperator};
 use kube::CustomResourceExt;
@@ -117,13 +117,31 @@ fn every_wasmoperator_status_the_host_writes_fits_its_crd() {
     let never = operator(None);
     let failed = report_patch(
         &never,
-        Some("ModuleDigestMismatch"),
+        Some(Failure {
+            reason: "ModuleDigestMismatch",
+            retried: true,
+        }),
         "phase Syncing: sha256 mismatch",
         &BTreeMap::new(),
         now,
     )
     .expect("a status to write");
     let after_failure = check(&never, &failed, "an operator that never started");
+    // kstatus reads Reconciling and Stalled: a failure the host retries is in progress.
+    let condition = |status: &Value, type_: &str| {
+        status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+            .map(|c| (c["status"].clone(), c["reason"].clone()))
+    };
+    assert_eq!(
+        condition(&after_failure, "Reconciling"),
+        Some((json!("True"), json!("ModuleDigestMismatch")))
+    );
+    assert_eq!(
+        condition(&after_failure, "Stalled").map(|c| c.0),
+        Some(json!("False"))
+    );
 
     // Running, after that failure.
     let running = report_patch(
@@ -135,6 +153,13 @@ fn every_wasmoperator_status_the_host_writes_fits_its_crd() {
     )
     .expect("a status to write");
     let running_status = check(&never, &running, "a running operator");
+    for type_ in ["Reconciling", "Stalled"] {
+        assert_eq!(
+            condition(&running_status, type_),
+            Some((json!("False"), json!("ControllerRunning"))),
+            "{type_}"
+        );
+    }
 
     // Its shadow counts: one loaded, one that did not load (no module), then counted.
     let loaded = BTreeMap::from([("Syncing".to_string(), format!("sha256:{}", "b".repeat(64)))]);
@@ -164,16 +189,28 @@ fn every_wasmoperator_status_the_host_writes_fits_its_crd() {
     let reloading = operator(Some(status.clone()));
     let failed_again = report_patch(
         &reloading,
-        Some("KindNotServed"),
+        Some(Failure {
+            reason: "InvalidDefinition",
+            retried: false,
+        }),
         "spec.resource: not served",
         &BTreeMap::new(),
         now,
     )
     .expect("a status to write");
-    check(
+    let stalled = check(
         &reloading,
         &failed_again,
         "a load failure with shadows reported",
+    );
+    // One that waits for an edit: Stalled, so kstatus says Failed.
+    assert_eq!(
+        condition(&stalled, "Stalled"),
+        Some((json!("True"), json!("InvalidDefinition")))
+    );
+    assert_eq!(
+        condition(&stalled, "Reconciling").map(|c| c.0),
+        Some(json!("False"))
     );
     let mut unshadowed = operator(Some(status));
     unshadowed.spec.phases[0].shadow = None;
