@@ -223,11 +223,12 @@ fn finalizer_reads_its_inputs(lang: &str, dir: &Path) {
         std::fs::write(
             worker.join("app.py"),
             r#"import wasmpilot_guest as guest
+from phases import FinalizerInputs
 
 
 class Cleanup(guest.FinalizerWorker):
     def finalize(self, ctx, resource, inputs):
-        locks = [o["metadata"]["name"] for o in inputs.list("locks")]
+        locks = [o["metadata"]["name"] for o in FinalizerInputs(inputs).locks()]
         ctx.info("releasing", locks=",".join(locks))
         return guest.Finalized.done().status({"releasedLocks": locks})
 
@@ -241,9 +242,11 @@ FinalizerWorker = guest.export_finalizer(Cleanup)
             worker.join("worker.js"),
             r#"import { exportFinalizer, Finalized, FinalizerWorker } from '@wasmpilot/guest';
 
+import { FinalizerInputs } from '../../shared/phases.js';
+
 export class Cleanup extends FinalizerWorker {
   finalize(ctx, resource, inputs) {
-    const locks = inputs.list('locks').map((o) => o.metadata.name);
+    const locks = new FinalizerInputs(inputs).locks().map((o) => o.metadata.name);
     ctx.info('releasing', { locks: locks.join(',') });
     return Finalized.done().status({ releasedLocks: locks });
   }
@@ -260,6 +263,15 @@ export const finalizerWorker = exportFinalizer(Cleanup);
         "  finalizer:\n    module:\n      file:\n        path: backup_cleanup.wasm\n    inputs:\n      - {name: locks, apiVersion: v1, kind: ConfigMap, matchLabels: {lock: backup}}\n",
     );
     std::fs::write(&manifest, operator).expect("operator.yaml with a finalizer");
+    // The finalizer's typed inputs: `FinalizerInputs`, which the worker above reads them through.
+    run("wasmpilot generate", wasmpilot(dir).args(["generate", "."]));
+    let api = std::fs::read_to_string(dir.join(if lang == "python" {
+        "shared/phases.py"
+    } else {
+        "shared/phases.js"
+    }))
+    .expect("the generated API");
+    assert!(api.contains("class FinalizerInputs"), "{api}");
     let built = run("wasmpilot build", wasmpilot(dir).args(["build", "."]));
     assert!(built.contains("backup_cleanup.wasm"), "{built}");
 

@@ -47,6 +47,43 @@ pub enum Lang {
     Javascript,
 }
 
+/// A Python project's README: the finalizer worker to write.
+const PYTHON_FINALIZER: &str = r#"and `workers/finalizer/app.py`:
+
+```python
+from datetime import timedelta
+from typing import Any
+
+import wasmpilot_guest as guest
+
+
+class Finalizer(guest.FinalizerWorker):
+    def finalize(self, ctx: guest.Context, resource: Any, inputs: guest.Inputs) -> guest.Finalized:
+        # Declared inputs: FinalizerInputs(inputs).<input name>() (from phases import FinalizerInputs)
+        # Not done yet: guest.Finalized.pending(timedelta(seconds=10))
+        return guest.Finalized.done()
+
+
+FinalizerWorker = guest.export_finalizer(Finalizer)
+```"#;
+
+/// A JavaScript project's README: the finalizer worker to write.
+const JS_FINALIZER: &str = r#"and `workers/finalizer/worker.js`:
+
+```js
+import { exportFinalizer, Finalized } from '@wasmpilot/guest';
+
+export class Finalizer {
+  finalize(ctx, resource, inputs) {
+    // Declared inputs: new FinalizerInputs(inputs).<input name>() (from '../../shared/phases.js')
+    // Not done yet: Finalized.pending(10_000)
+    return Finalized.done();
+  }
+}
+
+export const finalizerWorker = exportFinalizer(Finalizer);
+```"#;
+
 /// A Python project's native tests, with the pinned toolchain's pytest
 /// (`deploy/local/guest-toolchains.sh install`): what its README and `wasmpilot init` say.
 pub const PYTHON_TEST_COMMAND: &str = "~/.cache/wasmpilot/toolchains/python/bin/pytest";
@@ -231,6 +268,13 @@ impl Project {
             ("k8s_openapi_version", K8S_OPENAPI_VERSION.into()),
             ("k8s_feature", K8S_FEATURE.into()),
             ("schemars_version", SCHEMARS_VERSION.into()),
+            (
+                "finalizer_artifact",
+                crate::component_build::ComponentCrates::artifact(&format!(
+                    "{}-finalizer",
+                    self.name
+                )),
+            ),
         ]
     }
 
@@ -401,6 +445,14 @@ impl Project {
             ("generated_files", generated_files),
             ("typecheck_command", typecheck_command.to_string()),
             ("typechecker", typechecker.to_string()),
+            (
+                "finalizer_code",
+                if python {
+                    PYTHON_FINALIZER.to_string()
+                } else {
+                    JS_FINALIZER.to_string()
+                },
+            ),
         ]);
         if python {
             files.push(("pyproject.toml".into(), render(guest::PYPROJECT, &vars)?));
