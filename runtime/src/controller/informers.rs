@@ -113,6 +113,9 @@ impl Indexed for PartialObjectMeta<DynamicObject> {
 pub struct Change<T> {
     pub object: Arc<T>,
     pub before: Option<Arc<T>>,
+    /// This host wrote it ([`Informer::wrote`]): an output applied in a reconcile of the
+    /// resource controlling it, which has already seen it.
+    pub own_write: bool,
 }
 
 impl<T> Clone for Change<T> {
@@ -120,13 +123,18 @@ impl<T> Clone for Change<T> {
         Change {
             object: self.object.clone(),
             before: self.before.clone(),
+            own_write: self.own_write,
         }
     }
 }
 
 impl<T> Change<T> {
     fn new(object: Arc<T>, before: Option<Arc<T>>) -> Self {
-        Change { object, before }
+        Change {
+            object,
+            before,
+            own_write: false,
+        }
     }
 }
 
@@ -415,7 +423,10 @@ impl<T: Cached> Informer<T> {
         };
         if T::ANNOUNCE_OWN_WRITES {
             // Err: no operator subscribed right now.
-            let _ = self.changes.send(Change::new(obj, before));
+            let _ = self.changes.send(Change {
+                own_write: true,
+                ..Change::new(obj, before)
+            });
         }
     }
 
@@ -921,6 +932,10 @@ mod tests {
                 .and_then(|b| b.metadata().resource_version.as_deref()),
             Some("9"),
             "the version it replaced is announced with it"
+        );
+        assert!(
+            announced.own_write,
+            "announced as this host's: the writer's own owned inputs are not requeued by it"
         );
 
         // The watch's event of version 10 (written before) comes late: not cached, not news.

@@ -94,18 +94,24 @@ pub async fn run(
                         .before
                         .as_ref()
                         .map(|b| b.meta.metadata.labels.clone()),
+                    own_write: change.own_write,
                 })
             });
-            let mapper = requeue_selected(index.clone());
+            let mapper = requeue_selected(index.clone(), resource.clone(), ctx.resource.namespaced);
             controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
         } else {
-            let changes = informer.subscribe().map(|c| c.object.meta.clone());
             // A kind read only as `owned` inputs concerns only the resource controlling the
-            // object.
+            // object. An output this host applied concerns no one then: the reconcile of the
+            // resource controlling it applied it and read it from the cache it entered.
             if only_owned(&ctx.definition, kind) {
+                let changes = informer
+                    .subscribe()
+                    .filter(|c| std::future::ready(!c.own_write))
+                    .map(|c| c.object.meta.clone());
                 let mapper = requeue_owner(resource.clone(), ctx.resource.namespaced);
                 controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
             } else {
+                let changes = informer.subscribe().map(|c| c.object.meta.clone());
                 let mapper = requeue_namespace(owners.clone(), resource.clone());
                 controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
             }
@@ -210,6 +216,9 @@ struct InputChange {
     metadata: ObjectMeta,
     #[serde(skip)]
     labels_before: Option<Option<BTreeMap<String, String>>>,
+    /// An output this host applied (see [`crate::controller::informers::Change::own_write`]).
+    #[serde(skip)]
+    own_write: bool,
 }
 
 impl kube::Resource for InputChange {
@@ -249,17 +258,51 @@ impl kube::Resource for InputChange {
 /// requeue only the resources whose selector for it (declared, or read from the resource)
 /// matches its labels before or after the change — or cannot be evaluated, so that resource
 /// reports why ([`SelectorIndex::selecting`]).
+/// An output this host applied requeues the others it concerns, not the resource controlling
+/// it, whose reconcile applied it.
 fn requeue_selected(
     index: Arc<SelectorIndex>,
+    resource: ApiResource,
+    namespaced: bool,
 ) -> impl Fn(Arc<InputChange>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
     move |change: Arc<InputChange>| {
         let meta = &change.metadata;
-        index.selecting(
+        let mut selected = index.selecting(
             meta.namespace.as_deref(),
             meta.labels.as_ref(),
             change.labels_before.as_ref().map(Option::as_ref),
-        )
+        );
+        if change.own_write {
+            let writer = controller_of(meta, &resource, namespaced);
+            selected.retain(|r| Some((r.name.as_str(), r.namespace.as_deref())) != writer);
+        }
+        selected
     }
+}
+
+/// The name and namespace (none when `resource` is cluster-scoped) of the resource of kind
+/// `resource` controlling `meta`'s object.
+fn controller_of<'a>(
+    meta: &'a ObjectMeta,
+    resource: &ApiResource,
+    namespaced: bool,
+) -> Option<(&'a str, Option<&'a str>)> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| {
+            o.controller == Some(true)
+                && o.kind == resource.kind
+                && o.api_version == resource.api_version
+        })
+        .map(|o| {
+            let namespace = if namespaced {
+                meta.namespace.as_deref()
+            } else {
+                None
+            };
+            (o.name.as_str(), namespace)
+        })
 }
 
 /// An output changed or disappeared: requeue the resource that controls it.
@@ -290,5 +333,59 @@ fn requeue_owner(
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher;
+    use serde_json::json;
+
+    /// An output this host applied, selected by its own controller's selector and another
+    /// resource's: only the other is requeued (the writer's reconcile applied it); the same
+    /// change from someone else requeues both.
+    #[test]
+    fn an_own_write_requeues_the_others_it_concerns_not_its_writer() {
+        let resource = ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("examples.io", "v1", "AutoRoute"),
+            "autoroutes",
+        );
+        let input: InputSpec = serde_json::from_value(json!({
+            "name": "services", "apiVersion": "v1", "kind": "Service",
+            "selectorFrom": "spec.serviceSelector"
+        }))
+        .expect("an input");
+        let index = Arc::new(SelectorIndex::new(resource.clone(), vec![input]));
+        for name in ["writer", "reader"] {
+            let route: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "examples.io/v1", "kind": "AutoRoute",
+                "metadata": {"name": name, "namespace": "a"},
+                "spec": {"serviceSelector": {"matchLabels": {"app": "web"}}},
+            }))
+            .expect("a route");
+            index.observe(&watcher::Event::Apply(route));
+        }
+        let metadata: ObjectMeta = serde_json::from_value(json!({
+            "name": "web", "namespace": "a", "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "examples.io/v1", "kind": "AutoRoute",
+                "name": "writer", "uid": "u1", "controller": true}],
+        }))
+        .expect("metadata");
+        let requeue = requeue_selected(index, resource, true);
+        let names = |own_write: bool| {
+            let mut names: Vec<String> = requeue(Arc::new(InputChange {
+                metadata: metadata.clone(),
+                labels_before: None,
+                own_write,
+            }))
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(true), ["reader"]);
+        assert_eq!(names(false), ["reader", "writer"]);
     }
 }
