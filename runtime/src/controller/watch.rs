@@ -272,37 +272,34 @@ fn requeue_selected(
             meta.labels.as_ref(),
             change.labels_before.as_ref().map(Option::as_ref),
         );
-        if change.own_write {
-            let writer = controller_of(meta, &resource, namespaced);
-            selected.retain(|r| Some((r.name.as_str(), r.namespace.as_deref())) != writer);
+        if let Some(writer) = change
+            .own_write
+            .then(|| controller_ref(meta, &resource, namespaced))
+            .flatten()
+        {
+            selected.retain(|r| (&r.name, &r.namespace) != (&writer.name, &writer.namespace));
         }
         selected
     }
 }
 
-/// The name and namespace (none when `resource` is cluster-scoped) of the resource of kind
-/// `resource` controlling `meta`'s object.
-fn controller_of<'a>(
-    meta: &'a ObjectMeta,
+/// The resource of kind `resource` controlling `meta`'s object (its controller reference;
+/// there is at most one), within the object's namespace when `resource` is namespaced.
+fn controller_ref(
+    meta: &ObjectMeta,
     resource: &ApiResource,
     namespaced: bool,
-) -> Option<(&'a str, Option<&'a str>)> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|o| {
-            o.controller == Some(true)
-                && o.kind == resource.kind
-                && o.api_version == resource.api_version
-        })
-        .map(|o| {
-            let namespace = if namespaced {
-                meta.namespace.as_deref()
-            } else {
-                None
-            };
-            (o.name.as_str(), namespace)
-        })
+) -> Option<ObjectRef<DynamicObject>> {
+    let o = meta.owner_references.iter().flatten().find(|o| {
+        o.controller == Some(true)
+            && o.kind == resource.kind
+            && o.api_version == resource.api_version
+    })?;
+    let owner = ObjectRef::new_with(&o.name, resource.clone());
+    Some(match (&meta.namespace, namespaced) {
+        (Some(ns), true) => owner.within(ns),
+        _ => owner,
+    })
 }
 
 /// An output changed or disappeared: requeue the resource that controls it.
@@ -314,24 +311,8 @@ fn requeue_owner(
        + Sync
        + 'static {
     move |output: Arc<PartialObjectMeta<DynamicObject>>| {
-        let ns = output.metadata.namespace.clone();
-        output
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .filter(|o| {
-                o.controller == Some(true)
-                    && o.kind == resource.kind
-                    && o.api_version == resource.api_version
-            })
-            .map(|o| {
-                let owner = ObjectRef::new_with(&o.name, resource.clone());
-                match (&ns, namespaced) {
-                    (Some(ns), true) => owner.within(ns),
-                    _ => owner,
-                }
-            })
+        controller_ref(&output.metadata, &resource, namespaced)
+            .into_iter()
             .collect()
     }
 }
