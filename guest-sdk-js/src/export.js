@@ -7,7 +7,7 @@ import '#sandbox-globals';
 import { Context } from './context.js';
 import { ErrorKind, WorkerError } from './errors.js';
 import { identity, Inputs, parseAs, typeName } from './inputs.js';
-import { serializeFor } from './json.js';
+import { describeThrown, serializeFor } from './json.js';
 
 /** The phase name a finalizer worker's `Context.phase` reports. */
 export const FINALIZER_PHASE = 'finalizer';
@@ -105,7 +105,7 @@ export function runFinalize(worker, request, inputs = []) {
 export function exportPhase(workerClass) {
   return {
     sync(request) {
-      const { result, error } = runSync(new workerClass(), request);
+      const { result, error } = reportingBugs(() => runSync(new workerClass(), request));
       if (error) throw wireError(error);
       return result;
     },
@@ -119,11 +119,24 @@ export function exportFinalizer(workerClass) {
       // Imported by the finalizer world only: bundles for it resolve `#finalizer-inputs` to
       // the host's import (deploy/local/guest-toolchains/bundle-js.mjs), others to none.
       const inputs = hostFinalizerInputs ? hostFinalizerInputs() : [];
-      const { result, error } = runFinalize(new workerClass(), request, inputs);
+      const { result, error } = reportingBugs(() => runFinalize(new workerClass(), request, inputs));
       if (error) throw wireError(error);
       return result;
     },
   };
+}
+
+/** Runs `call`; what it throws besides a WorkerError (a bug in the worker, which traps the
+ * component) is written to stderr first, with where it was thrown: the component's bindings
+ * then report only their own frame, and the host puts stderr in the worker's Condition. */
+function reportingBugs(call) {
+  try {
+    return call();
+  } catch (error) {
+    const stack = error instanceof Error && typeof error.stack === 'string' ? error.stack.trim() : '';
+    console.error(`the worker threw ${describeThrown(error)}${stack ? `\n${stack}` : ''}`);
+    throw error;
+  }
 }
 
 /** What an export throws for a WIT `result` error: the bindings send its `payload`, the

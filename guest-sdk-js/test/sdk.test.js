@@ -170,6 +170,24 @@ test('the exports speak the wire records', () => {
   assert.deepEqual(finished, { done: false, statusInfo: '{"step":1}', requeueAfterMs: 1500n });
 });
 
+test('a worker bug is written to stderr with where it was thrown, then traps', (t) => {
+  class Buggy extends PhaseWorker {
+    sync() {
+      return null.nextPhase;
+    }
+  }
+  const written = [];
+  t.mock.method(console, 'error', (line) => written.push(line));
+  assert.throws(() => exportPhase(Buggy).sync(new SyncTest({}).request()), TypeError);
+  assert.equal(written.length, 1);
+  assert.match(written[0], /^the worker threw TypeError: /);
+  assert.match(written[0], /sdk\.test\.js/, 'the frame that threw');
+  // A WorkerError is the worker's answer, not a bug: nothing written.
+  written.length = 0;
+  assert.throws(() => exportPhase(Echo).sync(new SyncTest({}).request()), (err) => err.payload.tag === 'fatal');
+  assert.equal(written.length, 0);
+});
+
 test('unknown inputs name the known ones; bad objects name input and object', () => {
   const inputs = new Inputs([
     ['deployments', ['nope']],
