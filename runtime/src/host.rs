@@ -205,35 +205,37 @@ where
 /// naming any operator. (JSON logs escape them as JSON does.)
 fn one_line_fields(
 ) -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + Send + Sync + 'static {
+    use std::fmt::Write;
     use tracing_subscriber::field::MakeExt;
     tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
-        let text = format!("{value:?}");
-        let text = escape_control_characters(&text);
-        if field.name() == "message" {
-            write!(writer, "{text}")
-        } else {
-            write!(writer, "{}={text}", field.name())
+        if field.name() != "message" {
+            write!(writer, "{}=", field.name())?;
         }
+        write!(OneLine(writer), "{value:?}")
     })
     .delimited(" ")
 }
 
-/// `text` with its control characters (tab aside) written as escapes, so it stays one line.
-fn escape_control_characters(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| c.is_control() && c != '\t') {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut escaped = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\n' => escaped.push_str("\\n"),
-            '\r' => escaped.push_str("\\r"),
-            '\t' => escaped.push('\t'),
-            c if c.is_control() => escaped.extend(c.escape_unicode()),
-            c => escaped.push(c),
+/// Writes through to `W` with control characters (tab aside) escaped, so the text stays one
+/// line; text without any is written as it is, with no copy.
+struct OneLine<W>(W);
+
+impl<W: std::fmt::Write> std::fmt::Write for OneLine<W> {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        let escaped = |c: char| c.is_control() && c != '\t';
+        if !text.chars().any(escaped) {
+            return self.0.write_str(text);
         }
+        for c in text.chars() {
+            match c {
+                '\n' => self.0.write_str("\\n")?,
+                '\r' => self.0.write_str("\\r")?,
+                c if escaped(c) => write!(self.0, "{}", c.escape_unicode())?,
+                c => self.0.write_char(c)?,
+            }
+        }
+        Ok(())
     }
-    std::borrow::Cow::Owned(escaped)
 }
 
 /// Runs the host until SIGTERM or SIGINT (or, under leader election, until leadership is lost).
