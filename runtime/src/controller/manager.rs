@@ -42,10 +42,15 @@ const FIRST_LOAD_RETRY: Duration = Duration::from_secs(1);
 /// The longest retry delay for an operator that could not be loaded.
 const LOAD_RETRY: Duration = Duration::from_secs(10);
 
-/// WasmOperators loaded at once. Compiles still run one at a time (`ModuleCache` takes a permit
-/// per compile: one module's compile alone peaks at 290–410 MiB), so only fetching, access
-/// reviews and loads from the compile cache overlap.
-const LOAD_CONCURRENCY: u16 = 4;
+/// WasmOperators reconciled (loaded, reported, released) at once. What costs in a load is
+/// shared out between operators in turn by `ModuleCache` (one compile at a time: one alone peaks
+/// at 290–410 MiB; a fetch budget taken once a server answers; one module at a time per
+/// operator), so this bounds only bursts of discovery and access reviews, as when a host starts
+/// with many operators. An operator whose modules come slowly (a slow, silent or hostile
+/// server: up to `FETCH_TIMEOUT` per module, one after another) holds one of these for that long;
+/// with 4, four such operators held every load of the host, so another operator's new
+/// definition waited for theirs.
+const LOAD_CONCURRENCY: u16 = 64;
 
 /// How long one attempt at releasing a deleted operator's resources may take (then it is tried
 /// again with backoff).

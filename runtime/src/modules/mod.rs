@@ -724,21 +724,15 @@ impl ModuleCache {
             source_name: r.sources().join(" "),
             error: LoadError::Compile(e.to_string()),
         })?;
-        // Held until the bytes are compiled or dropped (closed never: it lives as `self`).
-        let _budget = self
-            .fetching
-            .acquire(operator)
-            .await
-            .map_err(|e| ModuleError::Load {
-                source_name: r.sources().join(" "),
-                error: LoadError::Compile(e.to_string()),
-            })?;
+        // The fetch budget's share is taken once the source sends (see `fetch`) and held until
+        // the bytes are compiled or dropped.
         let Fetched {
             source_name,
             bytes,
             pinned,
             config_map_versions,
-        } = self.fetch(r).await?;
+            _budget,
+        } = self.fetch(operator, r).await?;
         let digest = digest_of(&bytes);
         if let Some(expected) = pinned {
             let expected =
@@ -947,13 +941,27 @@ impl ModuleCache {
             .map(Loaded::Compiled)
     }
 
-    /// Returns (source name for messages, component bytes, pinned digest).
-    async fn fetch(&self, r: &ModuleRef) -> Result<Fetched, ModuleError> {
+    /// The bytes `r` names, with their source's name for messages, the digest it pins and
+    /// `operator`'s share of the fetch budget.
+    async fn fetch(&self, operator: &str, r: &ModuleRef) -> Result<Fetched, ModuleError> {
         match r.sources().as_slice() {
             [] => return Err(ModuleError::NoSource),
             [_] => {}
             more => return Err(ModuleError::MultipleSources(more.join(" and "))),
         }
+        // `operator`'s share of the fetch budget, in its turn (closed never: it lives as
+        // `self`). A registry or server takes it once it has answered with the module's size,
+        // so one that answers late or never holds none while another operator's module waits;
+        // ConfigMaps and files, read from the API server and the disk, take it first.
+        let share = async |_size: u64| {
+            self.fetching
+                .acquire(operator)
+                .await
+                .map_err(|e| ModuleError::Load {
+                    source_name: r.sources().join(" "),
+                    error: LoadError::Compile(e.to_string()),
+                })
+        };
         if let Some(o) = &r.oci {
             let source_name = format!("OCI {}", o.reference);
             let auth = match &o.pull_secret {
@@ -995,18 +1003,20 @@ impl ModuleCache {
                 })?;
             self.progress(format_args!("pulling oci://{} …", o.reference));
             let started = Instant::now();
-            let pulled = oci::pull(
+            let (pulled, budget) = oci::pull_reserving(
                 &o.reference,
                 &auth,
                 o.insecure,
                 MAX_MODULE_BYTES,
                 FETCH_TIMEOUT,
+                share,
             )
             .await
             .map_err(|e| ModuleError::Fetch {
                 source_name: source_name.clone(),
                 source: e.into(),
             })?;
+            let budget = budget?;
             if self.progress {
                 eprintln!(
                     "pulled {} KiB in {:.1}s, {} (manifest {})",
@@ -1021,24 +1031,26 @@ impl ModuleCache {
             // The layer digest was verified against the bytes while pulling; a pin, when set,
             // must match it too. Without a pin the manifest's layer digest is the component's.
             let pin = o.sha256.clone().or(Some(pulled.layer_digest));
-            return Ok(Fetched::new(source_name, pulled.bytes, pin));
+            return Ok(Fetched::new(source_name, pulled.bytes, pin, budget));
         }
         if let Some(u) = &r.url {
             let source_name = format!("URL {}", url::redact(&u.url));
             self.progress(format_args!("downloading {} …", url::redact(&u.url)));
             let started = Instant::now();
-            let bytes = url::fetch(
+            let (bytes, budget) = url::fetch_reserving(
                 &u.url,
                 self.allow_http_urls,
                 &self.egress,
                 MAX_MODULE_BYTES,
                 FETCH_TIMEOUT,
+                share,
             )
             .await
             .map_err(|e| ModuleError::Fetch {
                 source_name: source_name.clone(),
                 source: e.into(),
             })?;
+            let budget = budget?;
             if self.progress {
                 eprintln!(
                     "downloaded {} KiB in {:.1}s, {}",
@@ -1049,11 +1061,17 @@ impl ModuleCache {
             } else {
                 tracing::info!(source = %source_name, bytes = bytes.len(), digest = %digest_of(&bytes), "downloaded module");
             }
-            return Ok(Fetched::new(source_name, bytes, Some(u.sha256.clone())));
+            return Ok(Fetched::new(
+                source_name,
+                bytes,
+                Some(u.sha256.clone()),
+                budget,
+            ));
         }
         if let Some(cm) = &r.config_map {
             let source = ConfigMapSource::of(cm);
             let api = self.config_map_api(&source)?;
+            let budget = share(MAX_MODULE_BYTES).await?;
             let mut joined = Vec::new();
             let mut versions = Vec::new();
             for name in &source.names {
@@ -1074,7 +1092,7 @@ impl ModuleCache {
                 joined.extend_from_slice(&bytes.0);
             }
             let bytes = maybe_gunzip(&source.display, &cm.key, joined)?;
-            let mut fetched = Fetched::new(source.display, bytes, Some(cm.sha256.clone()));
+            let mut fetched = Fetched::new(source.display, bytes, Some(cm.sha256.clone()), budget);
             fetched.config_map_versions = Some(versions);
             return Ok(fetched);
         }
@@ -1098,9 +1116,10 @@ impl ModuleCache {
             }
             let path = dir.join(relative);
             let source_name = format!("file {}", path.display());
+            let budget = share(MAX_MODULE_BYTES).await?;
             let bytes = read_module_file(&path).await?;
             let bytes = maybe_gunzip(&source_name, &f.path, bytes)?;
-            return Ok(Fetched::new(source_name, bytes, f.sha256.clone()));
+            return Ok(Fetched::new(source_name, bytes, f.sha256.clone(), budget));
         }
         Err(ModuleError::NoSource)
     }
@@ -1140,15 +1159,23 @@ struct Fetched {
     pinned: Option<String>,
     /// For a ConfigMap source: the versions of its parts that held these bytes.
     config_map_versions: Option<Vec<PartVersion>>,
+    /// The fetch budget's share they hold until compiled or dropped.
+    _budget: WorkerSlot,
 }
 
 impl Fetched {
-    fn new(source_name: String, bytes: Vec<u8>, pinned: Option<String>) -> Self {
+    fn new(
+        source_name: String,
+        bytes: Vec<u8>,
+        pinned: Option<String>,
+        budget: WorkerSlot,
+    ) -> Self {
         Fetched {
             source_name,
             bytes,
             pinned,
             config_map_versions: None,
+            _budget: budget,
         }
     }
 }

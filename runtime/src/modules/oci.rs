@@ -297,14 +297,33 @@ pub async fn pull(
     max_bytes: u64,
     timeout: Duration,
 ) -> Result<Pulled, OciError> {
+    pull_reserving(reference, auth, insecure, max_bytes, timeout, async |_| ())
+        .await
+        .map(|(pulled, ())| pulled)
+}
+
+/// Pulls the component of a Wasm OCI artifact, within `max_bytes` and `timeout` of talking to
+/// the registry. `reserve(layer size)` is awaited once the manifest has said how large the
+/// component is, before its bytes are pulled; what it gives (a share of a budget) comes back
+/// with them, and its wait does not count against `timeout`. A registry that answers nothing
+/// therefore holds no share.
+pub async fn pull_reserving<R>(
+    reference: &str,
+    auth: &Auth,
+    insecure: bool,
+    max_bytes: u64,
+    timeout: Duration,
+    reserve: impl AsyncFnOnce(u64) -> R,
+) -> Result<(Pulled, R), OciError> {
     let r = parse_reference(reference)?;
     let client = client(insecure)?;
-    let pull = async {
+    let asked = std::time::Instant::now();
+    let manifest = async {
         let (manifest, manifest_digest) = client
             .pull_image_manifest(&r, auth)
             .await
             .map_err(|source| OciError::PullManifest { source })?;
-        let layer = wasm_layer(&manifest)?;
+        let layer = wasm_layer(&manifest)?.clone();
         if layer.size < 0 || layer.size as u64 > max_bytes {
             return Err(OciError::LayerTooLarge {
                 size: layer.size,
@@ -316,23 +335,35 @@ pub async fn pull(
                 digest: layer.digest.clone(),
             });
         }
+        Ok((layer, manifest_digest))
+    };
+    let (layer, manifest_digest) = tokio::time::timeout(timeout, manifest)
+        .await
+        .map_err(|_| OciError::Timeout { timeout })??;
+    let talked = asked.elapsed();
+    let reserved = reserve(layer.size as u64).await;
+    let blob = async {
         let mut out = Capped::new(max_bytes);
         client
-            .pull_blob(&r, layer, &mut out)
+            .pull_blob(&r, &layer, &mut out)
             .await
             .map_err(|source| OciError::PullLayer {
                 digest: layer.digest.clone(),
                 source,
             })?;
-        Ok(Pulled {
-            bytes: out.buf,
+        Ok::<_, OciError>(out.buf)
+    };
+    let bytes = tokio::time::timeout(timeout.saturating_sub(talked), blob)
+        .await
+        .map_err(|_| OciError::Timeout { timeout })??;
+    Ok((
+        Pulled {
+            bytes,
             manifest_digest,
             layer_digest: layer.digest.clone(),
-        })
-    };
-    tokio::time::timeout(timeout, pull)
-        .await
-        .map_err(|_| OciError::Timeout { timeout })?
+        },
+        reserved,
+    ))
 }
 
 /// An in-memory sink that refuses to grow beyond a limit.

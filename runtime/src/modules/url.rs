@@ -119,9 +119,28 @@ pub async fn fetch(
     max_bytes: u64,
     timeout: Duration,
 ) -> Result<Vec<u8>, UrlError> {
+    fetch_reserving(raw, allow_http, egress, max_bytes, timeout, async |_| ())
+        .await
+        .map(|(body, ())| body)
+}
+
+/// [`fetch`], awaiting `reserve(size)` once the server has answered, before the body is read
+/// (`size`: its `Content-Length`, else `max_bytes`). What it gives (a share of a budget) comes
+/// back with the body, and its wait does not count against `timeout`: a server that answers
+/// nothing holds no share.
+pub async fn fetch_reserving<R>(
+    raw: &str,
+    allow_http: bool,
+    egress: &crate::egress::EgressPolicy,
+    max_bytes: u64,
+    timeout: Duration,
+    reserve: impl AsyncFnOnce(u64) -> R,
+) -> Result<(Vec<u8>, R), UrlError> {
     let url = check_url(raw, allow_http)?;
     egress.check_url(&url)?;
     super::install_crypto_provider();
+    // No client-wide timeout: it would count the wait for `reserve`. The two waits on the
+    // server (its answer, then the body) share `timeout` below.
     let client = egress
         .client_builder(MAX_REDIRECTS, move |to| {
             if to.scheme() != "https" && !allow_http {
@@ -130,14 +149,14 @@ pub async fn fetch(
             Ok(())
         })
         .connect_timeout(timeout.min(Duration::from_secs(10)))
-        .timeout(timeout)
         .user_agent(concat!("wasmpilot/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| UrlError::BuildClient {
             source: e.without_url(),
         })?;
-    let download = async {
-        let mut response = client
+    let asked = std::time::Instant::now();
+    let answer = async {
+        let response = client
             .get(url)
             .send()
             .await
@@ -153,6 +172,14 @@ pub async fn fetch(
                 return Err(UrlError::TooLarge { max_bytes });
             }
         }
+        Ok(response)
+    };
+    let mut response = tokio::time::timeout(timeout, answer)
+        .await
+        .map_err(|_| UrlError::Timeout { timeout })??;
+    let talked = asked.elapsed();
+    let reserved = reserve(response.content_length().unwrap_or(max_bytes)).await;
+    let body = async {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| UrlError::ReadBody {
             source: e.without_url(),
@@ -164,10 +191,11 @@ pub async fn fetch(
         }
         Ok(body)
     };
-    // reqwest's own timeout covers the request; this one also bounds a slow trickle of chunks.
-    tokio::time::timeout(timeout, download)
+    // This one also bounds a slow trickle of chunks.
+    let body = tokio::time::timeout(timeout.saturating_sub(talked), body)
         .await
-        .map_err(|_| UrlError::Timeout { timeout })?
+        .map_err(|_| UrlError::Timeout { timeout })??;
+    Ok((body, reserved))
 }
 
 /// An HTTP error with its causes, for messages: reqwest's own Display says little ("error
