@@ -136,6 +136,18 @@ impl Effects for ClusterEffects<'_> {
         outputs: Vec<CheckedOutput>,
     ) -> ApplyReport {
         let ctx = self.ctx;
+        // Until each answer is read back below, the outputs' watch events are held: one that
+        // brings this very write is no news to the resource that applied it.
+        let in_flight: Vec<_> = outputs
+            .iter()
+            .flat_map(|o| {
+                let (namespace, name) = (o.namespace.as_deref(), o.name.as_str());
+                let inputs = ctx.inputs.writing(&o.kind, namespace, name);
+                inputs
+                    .into_iter()
+                    .chain(ctx.outputs.writing(&o.kind, namespace, name))
+            })
+            .collect();
         let report = outputs::apply_outputs(
             &ctx.as_operator,
             &ctx.definition.name,
@@ -151,6 +163,7 @@ impl Effects for ClusterEffects<'_> {
             ctx.inputs.wrote(kind, object);
             ctx.outputs.wrote(kind, object);
         }
+        drop(in_flight);
         if !report.converged.is_empty() {
             let reference = self.resource.object_ref(&ctx.resource.api);
             for (object, how) in &report.converged {

@@ -2,7 +2,9 @@
 //! its definition, clients, components, and the shared watch caches of its inputs and outputs.
 
 use crate::controller::finalizer;
-use crate::controller::informers::{Cached, Informer, MetadataInformer, ObjectInformer};
+use crate::controller::informers::{
+    Cached, Informer, MetadataInformer, ObjectInformer, WriteInFlight,
+};
 use crate::controller::own_writes::OwnWrites;
 use crate::controller::schedule::Backoff;
 use crate::crd::{InputSpec, KindRef};
@@ -135,6 +137,22 @@ impl InputCaches {
         }
     }
 
+    /// A write this host is about to send, in every informer of its kind (see
+    /// [`ObjectInformer::writing`]).
+    pub fn writing(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Vec<WriteInFlight> {
+        self.0
+            .get(kind)
+            .into_iter()
+            .flatten()
+            .map(|(_, informer)| informer.writing(namespace, name))
+            .collect()
+    }
+
     /// Every distinct informer, with its kind (two projections of a kind may share one).
     pub fn all(&self) -> Vec<(&KindRef, &Arc<ObjectInformer>)> {
         let mut all: Vec<(&KindRef, &Arc<ObjectInformer>)> = Vec::new();
@@ -187,6 +205,18 @@ impl OutputCaches {
         if let Some(informer) = self.0.get(kind) {
             informer.deleted(namespace, name);
         }
+    }
+
+    /// A write this host is about to send (see [`MetadataInformer::writing`]).
+    pub fn writing(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<WriteInFlight> {
+        self.0
+            .get(kind)
+            .map(|informer| informer.writing(namespace, name))
     }
 }
 

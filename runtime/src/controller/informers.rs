@@ -155,7 +155,118 @@ pub struct Informer<T: Cached> {
     deletions: Arc<DeletionLog>,
     /// Whether the watch works, for the operators that read this cache.
     health: crate::controller::watch_health::WatchHealth,
+    /// This host's writes of objects of the kind not answered yet (see [`Informer::writing`]).
+    in_flight: Arc<InFlight<T>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// An object's place in a cache: its namespace (none when cluster-scoped) and name.
+type ObjectKey = (Option<String>, String);
+
+fn key_of(meta: &ObjectMeta) -> ObjectKey {
+    (
+        meta.namespace.clone(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// This host's writes of objects of one kind, sent and not answered yet, each with the watch
+/// event of its object that arrived meanwhile: the answer tells whether that event brought the
+/// write itself (this host's own, which wakes no reconcile of its writer) or another writer's
+/// change (announced as usual).
+struct InFlight<T> {
+    writes: Mutex<HashMap<ObjectKey, HeldEvent<T>>>,
+}
+
+struct HeldEvent<T> {
+    /// Writes of the object in flight.
+    writers: usize,
+    /// The change its watch brought while they were; `before` is the version cached when the
+    /// first of them arrived (what a selector matched before).
+    change: Option<Change<T>>,
+}
+
+impl<T> Default for InFlight<T> {
+    fn default() -> Self {
+        InFlight {
+            writes: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> InFlight<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, HeldEvent<T>>> {
+        self.writes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn begin(&self, key: ObjectKey) {
+        self.lock()
+            .entry(key)
+            .or_insert(HeldEvent {
+                writers: 0,
+                change: None,
+            })
+            .writers += 1;
+    }
+
+    /// `change`, unless a write of its object is in flight: then it is held (`None`).
+    fn hold(&self, change: Change<T>, meta: &ObjectMeta) -> Option<Change<T>> {
+        let mut writes = self.lock();
+        let Some(held) = writes.get_mut(&key_of(meta)) else {
+            return Some(change);
+        };
+        held.change = Some(match held.change.take() {
+            Some(earlier) => Change {
+                before: earlier.before,
+                ..change
+            },
+            None => change,
+        });
+        None
+    }
+
+    /// The change held for `key`, taken (its write was answered).
+    fn take(&self, key: &ObjectKey) -> Option<Change<T>> {
+        self.lock().get_mut(key).and_then(|h| h.change.take())
+    }
+
+    /// A write of `key` ended: the change still held once none is in flight, to announce.
+    fn end(&self, key: &ObjectKey) -> Option<Change<T>> {
+        let mut writes = self.lock();
+        let held = writes.get_mut(key)?;
+        held.writers = held.writers.saturating_sub(1);
+        if held.writers > 0 {
+            return None;
+        }
+        writes.remove(key).and_then(|h| h.change)
+    }
+}
+
+/// What the watch's event of `obj` (new or changed) announces once cached: nothing when it is
+/// no news (not newer than the version cached: this host's own write got there first, see
+/// [`Informer::wrote`]; or unchanged for subscribers), or while a write of it by this host is in
+/// flight (held until the write's answer says whose change it is).
+fn watched<T: Cached>(cache: &Cache<T>, in_flight: &InFlight<T>, obj: Arc<T>) -> Option<Change<T>> {
+    let change = match cache.insert_unless_older(obj.clone()) {
+        Inserted::NotNewer => return None,
+        Inserted::Replaced(p) if obj.unchanged_from(&p) => return None,
+        Inserted::Replaced(p) => Change::new(obj.clone(), Some(p)),
+        Inserted::New => Change::new(obj.clone(), None),
+    };
+    in_flight.hold(change, obj.meta())
+}
+
+/// A write this host is sending ([`Informer::writing`]): when dropped, a watch event of its
+/// object still held (its answer never came: the write failed) is announced as usual.
+#[must_use = "the write is in flight until this is dropped"]
+pub struct WriteInFlight(Option<Box<dyn FnOnce() + Send + Sync>>);
+
+impl Drop for WriteInFlight {
+    fn drop(&mut self) {
+        if let Some(end) = self.0.take() {
+            end();
+        }
+    }
 }
 
 /// How far an informer's cache can be read: whether its first list is complete, and the
@@ -226,6 +337,8 @@ impl<T: Cached> Informer<T> {
         let deleted = deletions.clone();
         let health = crate::controller::watch_health::WatchHealth::default();
         let watch_health = health.clone();
+        let in_flight: Arc<InFlight<T>> = Arc::default();
+        let held_writes = in_flight.clone();
         let task = tokio::spawn(async move {
             let scope = watched_scope.as_deref();
             let mut scope_rx = scope.map(CacheScope::subscribe);
@@ -285,13 +398,9 @@ impl<T: Cached> Informer<T> {
                             if !in_scope(obj.meta()) {
                                 continue;
                             }
-                            let obj = Arc::new(keep(obj));
-                            match writer.insert_unless_older(obj.clone()) {
-                                // This host's own write got there first (Informer::wrote).
-                                Inserted::NotNewer => continue,
-                                Inserted::Replaced(p) if obj.unchanged_from(&p) => continue,
-                                Inserted::Replaced(p) => Change::new(obj, Some(p)),
-                                Inserted::New => Change::new(obj, None),
+                            match watched(&writer, &held_writes, Arc::new(keep(obj))) {
+                                Some(change) => change,
+                                None => continue,
                             }
                         }
                         Ok(watcher::Event::Delete(obj)) => {
@@ -383,6 +492,7 @@ impl<T: Cached> Informer<T> {
             coverage,
             deletions,
             health,
+            in_flight,
             task,
         }
     }
@@ -414,6 +524,23 @@ impl<T: Cached> Informer<T> {
         if !self.keeps_namespace(object.metadata.namespace.as_deref()) {
             return;
         }
+        if let Some(held) = self.in_flight.take(&key_of(&object.metadata)) {
+            if held.object.meta().resource_version.is_some()
+                && held.object.meta().resource_version == object.metadata.resource_version
+            {
+                // The watch brought this very write ahead of its answer: this host's own, as
+                // if the answer had come first (the cache holds it already).
+                if T::ANNOUNCE_OWN_WRITES {
+                    let _ = self.changes.send(Change {
+                        own_write: true,
+                        ..held
+                    });
+                }
+                return;
+            }
+            // Another writer's change: news as usual.
+            let _ = self.changes.send(held);
+        }
         let obj = Arc::new((self.keep_written)(object));
         let before = match self.cache.insert_unless_older(obj.clone()) {
             Inserted::NotNewer => return,
@@ -428,6 +555,24 @@ impl<T: Cached> Informer<T> {
                 ..Change::new(obj, before)
             });
         }
+    }
+
+    /// A write of the object `namespace/name` this host is about to send. Until the guard is
+    /// dropped (after [`Informer::wrote`] with the write's answer, or without it when the write
+    /// failed), a watch event of the object is cached but held: the answer tells whether it
+    /// brought that write (this host's own, announced as such) or another writer's change.
+    /// Without this, a watch faster than the answer announced the host's own output as someone
+    /// else's change, and the resource that applied it reconciled once more.
+    pub fn writing(&self, namespace: Option<&str>, name: &str) -> WriteInFlight {
+        let key = (namespace.map(str::to_string), name.to_string());
+        self.in_flight.begin(key.clone());
+        let (in_flight, changes) = (self.in_flight.clone(), self.changes.clone());
+        WriteInFlight(Some(Box::new(move || {
+            if let Some(held) = in_flight.end(&key) {
+                // Err: no operator subscribed right now.
+                let _ = changes.send(held);
+            }
+        })))
     }
 
     /// An object this host just deleted, gone from the cache ahead of its watch event (which
@@ -521,6 +666,7 @@ impl<T: Cached> Informer<T> {
             coverage,
             deletions: Arc::default(),
             health: Default::default(),
+            in_flight: Arc::default(),
             task: tokio::spawn(async {}),
         }
     }
@@ -542,6 +688,7 @@ impl<T: Cached> Informer<T> {
             coverage,
             deletions: Arc::default(),
             health: Default::default(),
+            in_flight: Arc::default(),
             task: tokio::spawn(async move {
                 let _synced = synced;
                 futures::future::pending::<()>().await
@@ -963,6 +1110,127 @@ mod tests {
             changes.try_recv().is_err(),
             "a deletion is announced by its watch event"
         );
+    }
+
+    /// A watch event that brings the host's own write ahead of the write's answer is announced
+    /// as the host's own (which wakes no reconcile of its writer), once the answer shows it;
+    /// another writer's change held meanwhile, or one whose write failed, is announced as usual.
+    #[tokio::test]
+    async fn a_watch_event_ahead_of_the_hosts_own_write_is_told_apart_by_its_answer() {
+        let kind = ResolvedKind {
+            kind: KindRef::new("v1", "ConfigMap"),
+            api: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespaced: true,
+        };
+        let kind_ref = kind.kind.clone();
+        let worker_object = {
+            let kind = kind_ref.clone();
+            move |o: &DynamicObject| WorkerObject::new(o, &kind, None)
+        };
+        let informer = Informer::holding(
+            &kind,
+            vec![worker_object(&version("c", "9"))],
+            Arc::new(worker_object.clone()),
+        );
+        let mut changes = informer.changes.subscribe();
+        // As the watch task does with an event.
+        let event = |rv: &str| {
+            if let Some(change) = watched(
+                &informer.cache,
+                &informer.in_flight,
+                Arc::new(worker_object(&version("c", rv))),
+            ) {
+                let _ = informer.changes.send(change);
+            }
+        };
+        let rv = |c: &Change<WorkerObject>| c.object.metadata().resource_version.clone();
+        let cached = || {
+            informer
+                .cache
+                .get(Some("a"), "c")
+                .and_then(|o| o.metadata().resource_version.clone())
+        };
+
+        // The host's write of version 11: its watch event comes before its answer.
+        let write = informer.writing(Some("a"), "c");
+        event("11");
+        assert_eq!(
+            cached().as_deref(),
+            Some("11"),
+            "cached at once all the same"
+        );
+        assert!(changes.try_recv().is_err(), "held until the answer comes");
+        informer.wrote(&version("c", "11"));
+        drop(write);
+        let own = changes.try_recv().expect("announced once answered");
+        assert!(own.own_write, "announced as this host's own write");
+        assert_eq!(rv(&own).as_deref(), Some("11"));
+        assert_eq!(
+            own.before
+                .as_ref()
+                .and_then(|b| b.metadata().resource_version.clone())
+                .as_deref(),
+            Some("9"),
+            "with the version it replaced"
+        );
+        assert!(changes.try_recv().is_err(), "announced once");
+
+        // Another writer's version 12 arrives while the host's write of 13 is in flight.
+        let write = informer.writing(Some("a"), "c");
+        event("12");
+        assert!(changes.try_recv().is_err());
+        informer.wrote(&version("c", "13"));
+        drop(write);
+        let theirs = changes.try_recv().expect("the other writer's change");
+        assert!(!theirs.own_write, "another writer's change is news");
+        assert_eq!(rv(&theirs).as_deref(), Some("12"));
+        let own = changes.try_recv().expect("then the host's own");
+        assert!(own.own_write);
+        assert_eq!(rv(&own).as_deref(), Some("13"));
+
+        // A write that fails (no answer): the change held is announced as usual.
+        let write = informer.writing(Some("a"), "c");
+        event("14");
+        assert!(changes.try_recv().is_err());
+        drop(write);
+        let theirs = changes.try_recv().expect("announced when the write ends");
+        assert!(!theirs.own_write);
+        assert_eq!(rv(&theirs).as_deref(), Some("14"));
+
+        // With no write in flight, an event is announced at once.
+        event("15");
+        let theirs = changes.try_recv().expect("announced at once");
+        assert!(!theirs.own_write);
+        assert_eq!(rv(&theirs).as_deref(), Some("15"));
+    }
+
+    /// Output metadata: the host's own write, whose watch event came first, is not announced
+    /// at all (it would requeue the resource that applied it).
+    #[tokio::test]
+    async fn own_output_writes_ahead_of_their_answer_wake_nothing() {
+        let kind = ResolvedKind {
+            kind: KindRef::new("v1", "ConfigMap"),
+            api: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespaced: true,
+        };
+        let informer: MetadataInformer =
+            Informer::holding(&kind, Vec::new(), Arc::new(metadata_of));
+        let mut changes = informer.changes.subscribe();
+        let write = informer.writing(Some("a"), "c");
+        if let Some(change) = watched(
+            &informer.cache,
+            &informer.in_flight,
+            Arc::new(metadata_of(&version("c", "3"))),
+        ) {
+            let _ = informer.changes.send(change);
+        }
+        informer.wrote(&version("c", "3"));
+        drop(write);
+        assert!(
+            changes.try_recv().is_err(),
+            "the host's own output write woke a reconcile"
+        );
+        assert!(informer.cache.get(Some("a"), "c").is_some());
     }
 
     #[test]
