@@ -44,7 +44,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller: load every WasmOperator and reconcile its resources.
-    Run(wasmpilot::host::RunArgs),
+    Run(Box<wasmpilot::host::RunArgs>),
     /// Build an operator directory's components and apply its modules, CRDs and WasmOperator.
     Deploy {
         /// The operator directory (holds operator.yaml, crds/ and the worker crates).
@@ -166,7 +166,7 @@ enum Command {
 impl Cli {
     pub async fn run(self) -> anyhow::Result<()> {
         match self.command {
-            Command::Run(args) => wasmpilot::host::run(args).await,
+            Command::Run(args) => wasmpilot::host::run(*args).await,
             Command::Deploy {
                 dir,
                 no_build,

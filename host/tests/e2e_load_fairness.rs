@@ -4,9 +4,12 @@
 //! Without a cluster: while three operators' fetches wait on a silent registry, another
 //! operator's module loads (before, the fetch budget's two shares went to the first fetches
 //! asked, and the other operator waited for them to time out, a minute each). On a real cluster:
-//! five WasmOperators whose modules wait on a silent registry, then one whose module is a file:
-//! the last goes Ready and reconciles while the five still wait (before, the host loaded four
-//! WasmOperators at once, so it waited for theirs to fail).
+//! five WasmOperators whose modules wait on a silent registry, each reported as loading
+//! (`Reconciling=True`, `Loading`), then one whose module is a file: the last goes Ready and
+//! reconciles while the five still wait (before, the host loaded four WasmOperators at once, so
+//! it waited for theirs to fail); at the host's `--load-timeout` the five end as
+//! `Ready=False` (`LoadTimedOut`), retried, where before they said nothing until every module
+//! had timed out, a minute each.
 
 mod common;
 
@@ -24,6 +27,8 @@ const T: Duration = Duration::from_secs(60);
 /// Less than a fetch's timeout (`wasmpilot::modules::FETCH_TIMEOUT`): an operator that waited
 /// for a silent fetch to give up would not be done in this time.
 const QUICKLY: Duration = Duration::from_secs(40);
+/// The test host's `--load-timeout`: past `QUICKLY`, short of a fetch's 60 s timeout.
+const LOAD_TIMEOUT: &str = "45s";
 const OPS: (&str, &str) = ("wasmpilot.io/v1alpha1", "WasmOperator");
 const PROBE: (&str, &str) = ("test.wasmpilot.io/v1", "Probe");
 const LAG: (&str, &str) = ("test.wasmpilot.io/v1", "Lag");
@@ -144,7 +149,12 @@ async fn operators_whose_modules_never_come_hold_up_no_other_operators_load() {
     with_scripted_host_args(
         LAG.1,
         // The silent registry listens on loopback, which operators may not reach otherwise.
-        &["--allow-fetch-from", "127.0.0.1"],
+        &[
+            "--allow-fetch-from",
+            "127.0.0.1",
+            "--load-timeout",
+            LOAD_TIMEOUT,
+        ],
         "wasmpilot-e2e-load-fairness",
         "e2e-load",
         &operators,
@@ -169,6 +179,17 @@ async fn scenario(
     // The premise: the host loads the silent operators, each waiting on the registry (at least
     // four of them: as many as it loaded at once before).
     wait_accepted(accepted, 4).await;
+    for name in &silent[..4] {
+        wait_condition(
+            client,
+            OPS,
+            None,
+            name,
+            ("Reconciling", "True", "Loading"),
+            T,
+        )
+        .await?;
+    }
     let file = json!({"file": {"path": "wasmpilot_test_scripted.wasm"}});
     apply_yaml(client, &operator(QUICK, LAG, file).to_string(), None).await?;
     wait_condition(
@@ -198,6 +219,31 @@ async fn scenario(
         ensure!(
             condition(&op, "Ready").is_none(),
             "{name}'s load already ended ({}): the test proves nothing",
+            op["status"]
+        );
+    }
+    // At the load timeout, short of their fetches' own, each ends as a Condition, retried.
+    for name in silent {
+        let op = wait_condition(
+            client,
+            OPS,
+            None,
+            name,
+            ("Ready", "False", "LoadTimedOut"),
+            T,
+        )
+        .await?;
+        let message = must(
+            condition(&op, "Ready").and_then(|c| c["message"].as_str()),
+            "the Ready message",
+        )?;
+        ensure!(
+            message.contains("--load-timeout") && message.contains("45s"),
+            "{name}: {message}"
+        );
+        ensure!(
+            condition(&op, "Reconciling").is_some_and(|c| c["status"] == "True"),
+            "{name} is tried again, so kstatus reads it as in progress: {}",
             op["status"]
         );
     }

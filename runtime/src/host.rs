@@ -115,6 +115,11 @@ pub struct RunArgs {
     /// included), so never on an address other hosts reach (`kubectl port-forward` does).
     #[arg(long, env = "WASMPILOT_SHADOW_CASES_ADDR")]
     shadow_cases_addr: Option<std::net::SocketAddr>,
+    /// How long one attempt at loading a WasmOperator (its kinds, grants, and modules fetched
+    /// and compiled one at a time) may take; past it the WasmOperator gets `Ready=False`
+    /// (`LoadTimedOut`) and is tried again with backoff, going on from the modules done.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    load_timeout: Duration,
     /// Requeue every resource of an input object's namespace on any change of it, as hosts did
     /// before inputs had selectors (a benchmark baseline: one reconcile per resource per change).
     #[arg(long)]
@@ -356,6 +361,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::metrics::METRICS.leader.set(1);
         let leases = tokio::spawn(sharding.clone().run());
         let result = Manager::new(client, identities, modules)
+            .with_load_timeout(args.load_timeout)
             .with_egress(egress)
             .with_prometheus(args.prometheus_url.clone())
             .with_record_sink(record_sink)
@@ -371,6 +377,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if !args.leader_elect {
         crate::metrics::METRICS.leader.set(1);
         return Manager::new(client, identities, modules)
+            .with_load_timeout(args.load_timeout)
             .with_egress(egress)
             .with_prometheus(args.prometheus_url.clone())
             .with_record_sink(record_sink)
@@ -401,6 +408,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     crate::metrics::READINESS.mark_leader();
     crate::metrics::METRICS.leader.set(1);
     let manager = Manager::new(client, identities, modules)
+        .with_load_timeout(args.load_timeout)
         .with_egress(egress)
         .with_prometheus(args.prometheus_url.clone())
         .with_record_sink(record_sink)

@@ -52,6 +52,15 @@ const LOAD_RETRY: Duration = Duration::from_secs(10);
 /// definition waited for theirs.
 const LOAD_CONCURRENCY: u16 = 64;
 
+/// How long one attempt at loading an operator may take by default (`--load-timeout`): longer
+/// than one fetch and one compile at their own timeouts, so a load that makes progress gets
+/// through in a few attempts (the modules done are kept in the compile cache and not fetched
+/// again), while one whose modules never come ends as a Condition, tried again with backoff.
+pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The `Reconciling` reason while a generation of a WasmOperator loads.
+const LOADING: &str = "Loading";
+
 /// How long one attempt at releasing a deleted operator's resources may take (then it is tried
 /// again with backoff).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -87,6 +96,8 @@ pub(super) enum LoadFailure {
     KindClaimed { kind: String, by: String },
     #[error("its outputs and other operators' close a cycle: {cycle}. Each resource on it would create the next without end, so the youngest WasmOperator on the cycle is refused: change an output, or, if a worker ends the recursion, list that kind in the spec.allowSensitiveKinds of the operator outputting it")]
     OutputCycle { cycle: String },
+    #[error("loading took longer than {}s (the host's --load-timeout): its modules are fetched and compiled one after another, each download within 60s and each compile within 300s; those done are kept in the compile cache, so the next attempt goes on from there", .0.as_secs())]
+    TimedOut(Duration),
 }
 
 impl LoadFailure {
@@ -107,6 +118,7 @@ impl LoadFailure {
             LoadFailure::PermissionCheck(_) => "PermissionCheckFailed",
             LoadFailure::KindClaimed { .. } => "ResourceKindClaimed",
             LoadFailure::OutputCycle { .. } => "OutputCycle",
+            LoadFailure::TimedOut(_) => "LoadTimedOut",
         }
     }
 
@@ -349,6 +361,7 @@ pub struct Manager {
     input_requeue: crate::controller::context::InputRequeue,
     /// With `--shard`: the buckets this replica holds.
     sharding: Option<Arc<crate::controller::buckets::Sharding>>,
+    load_timeout: Duration,
 }
 
 /// What the WasmOperator reconciles share.
@@ -369,6 +382,8 @@ pub(super) struct ManagerContext {
     record_sink: Option<RecordSink>,
     input_requeue: crate::controller::context::InputRequeue,
     sharding: Option<Arc<crate::controller::buckets::Sharding>>,
+    /// How long one attempt at loading an operator may take (see [`DEFAULT_LOAD_TIMEOUT`]).
+    load_timeout: Duration,
     /// When to try loading an operator again, per operator: doubling up to [`LOAD_RETRY`].
     retries: Backoff,
     /// The WasmOperators as watched: a load finishing after its operator was deleted is dropped.
@@ -390,7 +405,14 @@ impl Manager {
             record_sink: None,
             input_requeue: Default::default(),
             sharding: None,
+            load_timeout: DEFAULT_LOAD_TIMEOUT,
         }
+    }
+
+    /// How long one attempt at loading an operator may take (`--load-timeout`).
+    pub fn with_load_timeout(mut self, timeout: Duration) -> Self {
+        self.load_timeout = timeout;
+        self
     }
 
     /// Reconciles only the resources in buckets this replica holds (`--shard`).
@@ -450,6 +472,7 @@ impl Manager {
             record_sink: self.record_sink,
             input_requeue: self.input_requeue,
             sharding: self.sharding,
+            load_timeout: self.load_timeout,
             retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
             operators,
             first_listing_done: AtomicBool::new(false),
@@ -621,7 +644,22 @@ pub(super) async fn reconcile_operator(
         }
         return Ok(until_grants_asked(&reach));
     }
-    let started = match ctx.load(&name, &op.spec).await {
+    if !reports_generation(&op) {
+        // kstatus and Argo CD read a WasmOperator as progressing while it loads, which may take
+        // minutes (its modules one at a time); the previous definition, if any, keeps running.
+        let now = crate::pipeline::step::now_rfc3339();
+        if let Some(body) = loading_patch(&op, &now) {
+            let api: Api<WasmOperator> = Api::all(ctx.client.clone());
+            if let Err(e) = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+            {
+                tracing::debug!(operator = %name, error = %crate::error_report::Brief(&e), "could not report the load begun");
+            }
+        }
+    }
+    let loaded = tokio::time::timeout(ctx.load_timeout, ctx.load(&name, &op.spec)).await;
+    let started = match loaded.unwrap_or(Err(LoadFailure::TimedOut(ctx.load_timeout))) {
         Ok((operator, digests, reach)) => ctx
             .start(&op, operator, &digests, &reach)
             .map(|message| (message, digests, reach))
@@ -1492,6 +1530,36 @@ pub fn report_patch(
     if body.as_object().is_some_and(|m| m.is_empty()) {
         return None;
     }
+    Some(json!({ "status": body }))
+}
+
+/// The merge patch of a WasmOperator's status as a load of its generation begins: kstatus's
+/// `Reconciling=True` (reason `Loading`); `Ready`, `observedGeneration` and the modules stay as
+/// they are (a previous definition may still run) until the load ends. `None` when it already
+/// says so.
+pub fn loading_patch(op: &WasmOperator, now: &str) -> Option<Value> {
+    let current = op
+        .status
+        .as_ref()
+        .map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
+    let generation = op
+        .metadata
+        .generation
+        .map(|g| format!(" generation {g}"))
+        .unwrap_or_default();
+    let update = status::StatusUpdate {
+        condition_generation: op.metadata.generation,
+        conditions: vec![status::ConditionUpdate::new(
+            "Reconciling",
+            true,
+            LOADING,
+            format!(
+                "loading{generation}: its kinds, grants and modules (fetched and compiled one at a time)"
+            ),
+        )],
+        ..Default::default()
+    };
+    let body = status::status_patch(current.as_ref(), &update, now)?;
     Some(json!({ "status": body }))
 }
 

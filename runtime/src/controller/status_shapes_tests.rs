@@ -4,7 +4,7 @@
 //! without `nullable` (it takes the zero value for null): a failed shadow's `module: ""` was
 //! refused that way on every write, so `status.shadows` never reported it.
 
-use crate::controller::manager::{report_patch, Failure};
+use crate::controller::manager::{loading_patch, report_patch, Failure};
 use crate::controller::shadow::{counts_patch, initial_counts};
 use crate::crd::{ShadowStatus, WasmOperator};
 use kube::CustomResourceExt;
@@ -224,6 +224,55 @@ fn every_wasmoperator_status_the_host_writes_fits_its_crd() {
     .expect("a status to write");
     let status = check(&unshadowed, &cleared, "shadows cleared");
     assert!(status.get("shadows").is_none(), "{status}");
+}
+
+/// A load begun: kstatus's Reconciling (progressing) for the generation loading; Ready and the
+/// modules of a definition still running stay; once said, it is not written again.
+#[test]
+fn a_load_begun_is_reported_as_reconciling_and_fits_the_crd() {
+    let now = "2026-12-01T00:00:00Z";
+    let digests = BTreeMap::from([("Syncing".to_string(), format!("sha256:{}", "a".repeat(64)))]);
+    let condition = |status: &Value, type_: &str| {
+        status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+            .cloned()
+    };
+
+    let new = operator(None);
+    let loading = loading_patch(&new, now).expect("a status to write");
+    let status = check(&new, &loading, "a first load begun");
+    let reconciling = condition(&status, "Reconciling").expect("Reconciling");
+    assert_eq!(
+        (&reconciling["status"], &reconciling["reason"]),
+        (&json!("True"), &json!("Loading"))
+    );
+    assert_eq!(reconciling["observedGeneration"], json!(3), "{status}");
+    assert!(condition(&status, "Ready").is_none(), "{status}");
+    assert!(status.get("observedGeneration").is_none(), "{status}");
+    assert!(
+        loading_patch(&operator(Some(status)), now).is_none(),
+        "said once"
+    );
+
+    // A new generation of a running operator: its Ready and modules stay while it loads.
+    let running = report_patch(&new, None, "controller running", &digests, now).expect("running");
+    let running = check(&new, &running, "a running operator");
+    let edited = operator(Some(running));
+    let loading = loading_patch(&edited, now).expect("a status to write");
+    let status = check(&edited, &loading, "a swap's load begun");
+    assert_eq!(
+        condition(&status, "Ready").map(|c| c["status"].clone()),
+        Some(json!("True"))
+    );
+    assert_eq!(
+        condition(&status, "Reconciling").map(|c| c["reason"].clone()),
+        Some(json!("Loading"))
+    );
+    assert_eq!(
+        status["modules"]["Syncing"],
+        json!(format!("sha256:{}", "a".repeat(64)))
+    );
 }
 
 #[test]
