@@ -644,17 +644,27 @@ pub(super) async fn reconcile_operator(
         }
         return Ok(until_grants_asked(&reach));
     }
+    let mut op = op;
     if !reports_generation(&op) {
         // kstatus and Argo CD read a WasmOperator as progressing while it loads, which may take
         // minutes (its modules one at a time); the previous definition, if any, keeps running.
         let now = crate::pipeline::step::now_rfc3339();
         if let Some(body) = loading_patch(&op, &now) {
             let api: Api<WasmOperator> = Api::all(ctx.client.clone());
-            if let Err(e) = api
+            match api
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
                 .await
             {
-                tracing::debug!(operator = %name, error = %crate::error_report::Brief(&e), "could not report the load begun");
+                // The load's report is made against the status as it now is (the same failure
+                // again must still replace `Loading`); the spec loaded stays the one reconciled.
+                Ok(written) => {
+                    let mut reported = (*op).clone();
+                    reported.status = written.status;
+                    op = Arc::new(reported);
+                }
+                Err(e) => {
+                    tracing::debug!(operator = %name, error = %crate::error_report::Brief(&e), "could not report the load begun")
+                }
             }
         }
     }
