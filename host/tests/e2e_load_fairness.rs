@@ -28,7 +28,7 @@ const T: Duration = Duration::from_secs(60);
 /// for a silent fetch to give up would not be done in this time.
 const QUICKLY: Duration = Duration::from_secs(40);
 /// The test host's `--load-timeout`: past `QUICKLY`, short of a fetch's 60 s timeout.
-const LOAD_TIMEOUT: &str = "45s";
+const LOAD_TIMEOUT: &str = "50s";
 const OPS: (&str, &str) = ("wasmpilot.io/v1alpha1", "WasmOperator");
 const PROBE: (&str, &str) = ("test.wasmpilot.io/v1", "Probe");
 const LAG: (&str, &str) = ("test.wasmpilot.io/v1", "Lag");
@@ -238,7 +238,7 @@ async fn scenario(
             "the Ready message",
         )?;
         ensure!(
-            message.contains("--load-timeout") && message.contains("45s"),
+            message.contains("--load-timeout") && message.contains("50s"),
             "{name}: {message}"
         );
         ensure!(
