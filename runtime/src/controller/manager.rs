@@ -96,7 +96,7 @@ pub(super) enum LoadFailure {
     KindClaimed { kind: String, by: String },
     #[error("its outputs and other operators' close a cycle: {cycle}. Each resource on it would create the next without end, so the youngest WasmOperator on the cycle is refused: change an output, or, if a worker ends the recursion, list that kind in the spec.allowSensitiveKinds of the operator outputting it")]
     OutputCycle { cycle: String },
-    #[error("loading took longer than {}s (the host's --load-timeout): its modules are fetched and compiled one after another, each download within 60s and each compile within 300s; those done are kept in the compile cache, so the next attempt goes on from there", .0.as_secs())]
+    #[error("loading took longer than {}s (the host's --load-timeout): its modules are fetched and compiled one after another, each download within {}s and each compile within {}s; those done are kept in the compile cache, so the next attempt goes on from there", .0.as_secs(), crate::modules::FETCH_TIMEOUT.as_secs(), crate::modules::COMPILE_TIMEOUT.as_secs())]
     TimedOut(Duration),
 }
 
@@ -644,8 +644,10 @@ pub(super) async fn reconcile_operator(
         }
         return Ok(until_grants_asked(&reach));
     }
+    // An invalid definition is refused before anything is said of a load.
+    let definition = OperatorDefinition::validate(&name, &op.spec);
     let mut op = op;
-    if !reports_generation(&op) {
+    if definition.is_ok() && !reports_generation(&op) {
         // kstatus and Argo CD read a WasmOperator as progressing while it loads, which may take
         // minutes (its modules one at a time); the previous definition, if any, keeps running.
         let now = crate::pipeline::step::now_rfc3339();
@@ -668,8 +670,15 @@ pub(super) async fn reconcile_operator(
             }
         }
     }
-    let loaded = tokio::time::timeout(ctx.load_timeout, ctx.load(&name, &op.spec)).await;
-    let started = match loaded.unwrap_or(Err(LoadFailure::TimedOut(ctx.load_timeout))) {
+    let loaded = match definition {
+        Ok(definition) => {
+            tokio::time::timeout(ctx.load_timeout, ctx.load(&name, definition, &op.spec))
+                .await
+                .unwrap_or(Err(LoadFailure::TimedOut(ctx.load_timeout)))
+        }
+        Err(invalid) => Err(LoadFailure::Invalid(invalid)),
+    };
+    let started = match loaded {
         Ok((operator, digests, reach)) => ctx
             .start(&op, operator, &digests, &reach)
             .map(|message| (message, digests, reach))
@@ -1083,12 +1092,13 @@ impl ManagerContext {
         .await;
     }
 
+    /// Loads `definition` (validated from `spec`): its kinds, grants, caches and modules.
     async fn load(
         &self,
         name: &str,
+        definition: OperatorDefinition,
         spec: &WasmOperatorSpec,
     ) -> Result<(Arc<OperatorContext>, BTreeMap<String, String>, Reach), LoadFailure> {
-        let definition = OperatorDefinition::validate(name, spec)?;
         // Before anything is fetched or watched: limits that cannot fit are an edit to make.
         let roles = definition
             .phases
@@ -1545,13 +1555,25 @@ pub fn report_patch(
 
 /// The merge patch of a WasmOperator's status as a load of its generation begins: kstatus's
 /// `Reconciling=True` (reason `Loading`); `Ready`, `observedGeneration` and the modules stay as
-/// they are (a previous definition may still run) until the load ends. `None` when it already
-/// says so.
+/// they are (a previous definition may still run) until the load ends. `None` when
+/// `Reconciling` is already true of this generation: said once, or a failure being retried
+/// (which says why; a broken operator retried every few seconds writes nothing new).
 pub fn loading_patch(op: &WasmOperator, now: &str) -> Option<Value> {
     let current = op
         .status
         .as_ref()
         .map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
+    let reconciling = current
+        .as_ref()
+        .and_then(|s| s["conditions"].as_array())
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Reconciling");
+    if reconciling.is_some_and(|c| {
+        c["status"] == "True" && c["observedGeneration"].as_i64() == op.metadata.generation
+    }) {
+        return None;
+    }
     let generation = op
         .metadata
         .generation

@@ -473,6 +473,37 @@ fn failed_load_status(name: &str, reason: &'static str, message_has: &'static st
     })
 }
 
+/// The manager's status write as a load of generation 3 begins: `Reconciling=True`, `Loading`,
+/// and nothing else (answered with the status it leaves).
+fn loading_status(name: &str) -> Exchange {
+    let reconciling = json!({"type": "Reconciling", "status": "True", "reason": "Loading",
+        "message": "loading generation 3", "observedGeneration": 3,
+        "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    Exchange::new(
+        Method::PATCH,
+        &format!("/apis/wasmpilot.io/v1alpha1/wasmoperators/{name}/status"),
+        StatusCode::OK,
+        json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
+               "metadata": {"name": name, "uid": format!("{name}-uid"), "generation": 3},
+               "status": {"conditions": [reconciling]}}),
+    )
+    .checking(move |_, body| {
+        let status = &body["status"];
+        assert!(status.get("observedGeneration").is_none(), "{body}");
+        let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+        assert_eq!(conditions.len(), 1, "{body}");
+        assert_eq!(
+            (
+                &conditions[0]["type"],
+                &conditions[0]["status"],
+                &conditions[0]["reason"]
+            ),
+            (&json!("Reconciling"), &json!("True"), &json!("Loading")),
+            "{body}"
+        );
+    })
+}
+
 /// The Warning Event of a failed load, in `default` (WasmOperators are cluster-scoped).
 fn failed_load_event(reason: &'static str) -> Exchange {
     Exchange::new(
@@ -550,12 +581,16 @@ async fn a_kind_not_served_yet_is_reported_and_retried_with_a_growing_delay() {
         )
     };
     // (Its metadata first, as for a ConfigMap verified before, then the ConfigMap itself.)
+    // Each attempt says it is loading first: the WasmOperator handed to both has no status
+    // (the store's copy would show the first failure, and the second attempt would not).
     let (client, server) = scripted(vec![
+        loading_status("later"),
         not_found(),
         module_missing(),
         module_missing(),
         failed_load_status("later", "KindNotServed", "spec.resource"),
         failed_load_event("KindNotServed"),
+        loading_status("later"),
         not_found(),
         module_missing(),
         module_missing(),

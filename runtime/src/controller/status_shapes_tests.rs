@@ -254,6 +254,23 @@ fn a_load_begun_is_reported_as_reconciling_and_fits_the_crd() {
         loading_patch(&operator(Some(status)), now).is_none(),
         "said once"
     );
+    // A failure being retried already says Reconciling (and why): its retries write nothing.
+    let failed = report_patch(
+        &new,
+        Some(Failure {
+            reason: "ModuleFetchFailed",
+            retried: true,
+        }),
+        "phase Syncing: the registry did not answer",
+        &BTreeMap::new(),
+        now,
+    )
+    .expect("a failure");
+    let retried = operator(Some(check(&new, &failed, "a failure retried")));
+    assert!(
+        loading_patch(&retried, now).is_none(),
+        "a retry of a failure"
+    );
 
     // A new generation of a running operator: its Ready and modules stay while it loads.
     let running = report_patch(&new, None, "controller running", &digests, now).expect("running");
