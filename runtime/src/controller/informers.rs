@@ -1037,6 +1037,14 @@ mod tests {
         assert_eq!(names(cache.all()), ["w"]);
     }
 
+    fn config_maps() -> ResolvedKind {
+        ResolvedKind {
+            kind: KindRef::new("v1", "ConfigMap"),
+            api: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespaced: true,
+        }
+    }
+
     fn version(name: &str, rv: &str) -> DynamicObject {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",
@@ -1050,11 +1058,7 @@ mod tests {
     /// same object, arriving after it, change nothing; a later version replaces it.
     #[tokio::test]
     async fn own_writes_are_read_back_and_older_watch_events_do_not_undo_them() {
-        let kind = ResolvedKind {
-            kind: KindRef::new("v1", "ConfigMap"),
-            api: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-            namespaced: true,
-        };
+        let kind = config_maps();
         let kind_ref = kind.kind.clone();
         let informer = Informer::holding(
             &kind,
@@ -1117,11 +1121,7 @@ mod tests {
     /// another writer's change held meanwhile, or one whose write failed, is announced as usual.
     #[tokio::test]
     async fn a_watch_event_ahead_of_the_hosts_own_write_is_told_apart_by_its_answer() {
-        let kind = ResolvedKind {
-            kind: KindRef::new("v1", "ConfigMap"),
-            api: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-            namespaced: true,
-        };
+        let kind = config_maps();
         let kind_ref = kind.kind.clone();
         let worker_object = {
             let kind = kind_ref.clone();
@@ -1208,11 +1208,7 @@ mod tests {
     /// at all (it would requeue the resource that applied it).
     #[tokio::test]
     async fn own_output_writes_ahead_of_their_answer_wake_nothing() {
-        let kind = ResolvedKind {
-            kind: KindRef::new("v1", "ConfigMap"),
-            api: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-            namespaced: true,
-        };
+        let kind = config_maps();
         let informer: MetadataInformer =
             Informer::holding(&kind, Vec::new(), Arc::new(metadata_of));
         let mut changes = informer.changes.subscribe();
