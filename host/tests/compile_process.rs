@@ -21,6 +21,10 @@ fn big_component(functions: usize, adds: usize) -> Vec<u8> {
     wat::parse_str(format!("(component (core module {funcs}))")).expect("valid component text")
 }
 
+/// The tests of this file run one at a time: each counts this process's compile children and
+/// times compiles, which another test's compile running alongside would falsify.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn message(e: LoadError) -> String {
     e.to_string()
 }
@@ -50,6 +54,7 @@ fn compile_children() -> Vec<u32> {
 
 #[tokio::test]
 async fn a_worker_compiled_in_a_child_runs_in_the_sandbox() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let bytes = common::component("wasmpilot_test_scripted.wasm");
     let artifact = process(DEFAULT_MEMORY_LIMIT_MIB)
         .precompile(bytes)
@@ -65,6 +70,7 @@ async fn a_worker_compiled_in_a_child_runs_in_the_sandbox() {
 
 #[tokio::test]
 async fn a_component_that_does_not_compile_is_reported_from_the_child() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let refused = |bytes: &'static [u8]| async move {
         let e = process(DEFAULT_MEMORY_LIMIT_MIB)
             .precompile(bytes.to_vec())
@@ -88,6 +94,7 @@ async fn a_component_that_does_not_compile_is_reported_from_the_child() {
 
 #[tokio::test]
 async fn a_compile_past_its_timeout_is_killed_and_the_next_one_runs() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let slow = big_component(150, 2_000);
     // The premise: this component takes longer to compile than the timeout below.
     let started = Instant::now();
@@ -136,6 +143,7 @@ async fn a_compile_past_its_timeout_is_killed_and_the_next_one_runs() {
 
 #[tokio::test]
 async fn a_compile_past_its_memory_limit_ends_with_the_limit_named() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let hungry = big_component(60, 2_000);
     process(DEFAULT_MEMORY_LIMIT_MIB)
         .precompile(hungry.clone())
@@ -200,6 +208,7 @@ async fn wait_behind_a_slow_compile(in_process: bool, timeout: Duration) -> Dura
 
 #[tokio::test]
 async fn a_module_stopped_at_its_compile_timeout_does_not_hold_up_the_next() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     // The premise: compiled in a thread, the slow module holds the slot until it is done.
     let in_thread = wait_behind_a_slow_compile(false, Duration::ZERO).await;
     let in_process = wait_behind_a_slow_compile(true, in_thread / 5).await;
@@ -220,6 +229,7 @@ async fn a_module_stopped_at_its_compile_timeout_does_not_hold_up_the_next() {
 /// and the compile slot goes to the operators in turn.
 #[tokio::test]
 async fn an_operators_many_compiles_do_not_hold_up_anothers() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     use std::sync::{Arc, Mutex};
     use wasmpilot::crd::{FileModule, ModuleRef};
     let dir = tempfile::tempdir().expect("a temporary directory");
