@@ -144,6 +144,21 @@ impl EgressPolicy {
             + Sync
             + 'static,
     ) -> reqwest::ClientBuilder {
+        self.client_builder_redirecting(Redirects::SameHost, max_redirects, also)
+    }
+
+    /// [`EgressPolicy::client_builder`], following redirects as `redirects` says: to another
+    /// host too for a registry's blobs (their CDN), whose addresses this policy checks as it
+    /// resolves them, and which reqwest sends no credentials to.
+    pub fn client_builder_redirecting(
+        &self,
+        redirects: Redirects,
+        max_redirects: usize,
+        also: impl Fn(&reqwest::Url) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> reqwest::ClientBuilder {
         let policy = self.clone();
         let redirects = reqwest::redirect::Policy::custom(move |attempt| {
             let from = attempt.previous().first().cloned();
@@ -151,7 +166,7 @@ impl EgressPolicy {
             if attempt.previous().len() > max_redirects {
                 return attempt.error(TooManyRedirects(max_redirects));
             }
-            if let Some(from) = from {
+            if let (Some(from), Redirects::SameHost) = (from, redirects) {
                 if from.host_str() != to.host_str() {
                     return attempt.error(EgressRefused::OtherHost {
                         from: from.host_str().unwrap_or_default().to_string(),
@@ -174,6 +189,15 @@ impl EgressPolicy {
                 policy: self.clone(),
             }))
     }
+}
+
+/// Where a client follows redirects to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redirects {
+    /// Only to the host first asked (module URLs, Prometheus).
+    SameHost,
+    /// To any host whose addresses the policy allows (a registry's blob storage).
+    AnyAllowedHost,
 }
 
 /// More redirects than allowed.

@@ -990,6 +990,8 @@ impl ModuleCache {
                 }
             };
             // The registry is the definition's to name: only where the egress policy allows.
+            // Checked here for a clear refusal before any request; the pull's client checks
+            // every address it connects to (the registry, its token service, its storage).
             let registry = oci::parse_reference(&o.reference)
                 .map(|r| r.resolve_registry().to_string())
                 .unwrap_or_default();
@@ -1007,6 +1009,7 @@ impl ModuleCache {
                 &o.reference,
                 &auth,
                 o.insecure,
+                &self.egress,
                 MAX_MODULE_BYTES,
                 FETCH_TIMEOUT,
                 share,

@@ -1,5 +1,6 @@
-//! `oci` modules: components in OCI registries, pulled with `oci-client` (the ORAS project's
-//! Rust distribution client), and `wasmpilot push`, which publishes one.
+//! `oci` modules: components in OCI registries, pulled by [`pull`] (the distribution API's
+//! reads, over the egress-checked HTTP client), and `wasmpilot push`, which publishes one with
+//! `oci-client` (the ORAS project's Rust distribution client).
 //!
 //! Accepted artifacts (the layout of the CNCF Wasm OCI artifact spec, written by `wasmpilot
 //! push`, wkg and `wasm-tools`-based tooling, and by ORAS with a `:application/wasm` file):
@@ -8,15 +9,18 @@
 //! older `application/vnd.wasm.content.layer.v1+wasm`). The config blob is not read, so its
 //! media type does not matter: `application/vnd.wasm.config.v0+json` (wkg, `wasmpilot push`),
 //! `application/vnd.oci.empty.v1+json` (ORAS) and others are all fine. The layer bytes are the
-//! component; their sha256 is verified against the manifest while pulling and against the
-//! reference's `sha256` pin, when set.
+//! component; their sha256 is verified against the manifest, and against the reference's
+//! `sha256` pin when set; a manifest named by digest is verified against it.
+
+mod pull;
+
+pub use pull::MAX_MANIFEST_BYTES;
 
 use super::{digest_of, install_crypto_provider, DEFAULT_MODULE_NAMESPACE};
 use anyhow::{bail, Context};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client as KubeClient};
 use oci_client::client::{ClientConfig, ClientProtocol, ImageLayer};
-use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{
     ImageIndexEntry, OciDescriptor, OciImageManifest, OCI_IMAGE_MEDIA_TYPE,
 };
@@ -26,8 +30,6 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::PathBuf;
-use std::pin::Pin;
-use std::task::Poll;
 use std::time::Duration;
 
 /// Layer media types that carry a Wasm component.
@@ -57,15 +59,20 @@ pub enum ReferenceError {
 }
 
 /// Pulling a module from a registry failed: its reference, the client, the artifact's layout,
-/// a registry request or the deadline.
+/// a registry request or the deadline. Messages quote nothing a registry wrote but its error
+/// code and bounded names.
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
     #[error(transparent)]
     Reference(#[from] ReferenceError),
-    #[error("OCI client: {source}")]
+    #[error("{registry} is not a registry host")]
+    RegistryNotAHost { registry: String },
+    #[error("{0}")]
+    Refused(#[from] crate::egress::EgressRefused),
+    #[error("HTTP client: {}", super::url::with_causes(.source))]
     BuildClient {
         #[source]
-        source: OciDistributionError,
+        source: reqwest::Error,
     },
     #[error(
         "not a Wasm artifact: no layer of media type application/wasm (layers: {}); publish components with `wasmpilot push`, wkg or oras",
@@ -77,23 +84,82 @@ pub enum OciError {
     },
     #[error("the artifact has {count} Wasm layers; exactly one is expected")]
     SeveralWasmLayers { count: usize },
-    #[error("pulling the manifest: {source}")]
-    PullManifest {
+    #[error("{step}: {}", super::url::with_causes(.source))]
+    Request {
+        step: Step,
         #[source]
-        source: OciDistributionError,
+        source: reqwest::Error,
     },
+    #[error(
+        "{step}: unauthorized (the registry answered 401{}). {}",
+        if *with_credentials { " to the pull Secret's credentials" } else { " to an anonymous pull" },
+        if *with_credentials { "Check the credentials the pull Secret holds for this registry" } else { "Give the module a pullSecret with credentials for this registry" }
+    )]
+    Unauthorized { step: Step, with_credentials: bool },
+    #[error("{step}: the registry answered {status}{}", .code.as_ref().map(|c| format!(" ({c})")).unwrap_or_default())]
+    Status {
+        step: Step,
+        status: reqwest::StatusCode,
+        /// The registry's error code (`MANIFEST_UNKNOWN`, …), if it gave one.
+        code: Option<String>,
+    },
+    #[error("{step}: the answer is larger than the limit of {max_bytes} bytes")]
+    TooLarge { step: Step, max_bytes: u64 },
+    #[error("{step}: the answer is not JSON of the expected shape (line {line}, column {column})")]
+    NotJson {
+        step: Step,
+        line: usize,
+        column: usize,
+    },
+    #[error("the token service {realm} {problem}")]
+    TokenRealm {
+        realm: String,
+        problem: &'static str,
+    },
+    #[error("the registry's token service gave no token")]
+    NoToken,
+    #[error("the manifest's digest {digest} is not sha256")]
+    ManifestDigestNotSha256 { digest: String },
+    #[error("the manifest's digest is {actual}, not the {expected} its reference names")]
+    ManifestDigestMismatch { expected: String, actual: String },
+    #[error(
+        "the image index has no entry of architecture wasm and more than one entry (architectures: {})",
+        list_or_none(.platforms)
+    )]
+    NoWasmEntry {
+        /// The architectures of the first entries.
+        platforms: Vec<String>,
+    },
+    #[error("the image index's wasm entry is another index")]
+    NestedIndex,
     #[error("the Wasm layer is {size} bytes, more than the limit of {} MiB", .max_bytes >> 20)]
     LayerTooLarge { size: i64, max_bytes: u64 },
     #[error("the Wasm layer's digest {digest} is not sha256")]
     LayerDigestNotSha256 { digest: String },
-    #[error("pulling the Wasm layer {digest}: {source}")]
-    PullLayer {
-        digest: String,
-        #[source]
-        source: OciDistributionError,
-    },
+    #[error("the Wasm layer is {actual} bytes, not the {expected} its manifest gives")]
+    LayerSizeMismatch { expected: u64, actual: u64 },
+    #[error("the Wasm layer's bytes have digest {actual}, not the {expected} its manifest gives")]
+    LayerDigestMismatch { expected: String, actual: String },
     #[error("the pull took longer than {timeout:?}")]
     Timeout { timeout: Duration },
+}
+
+/// The request of a pull that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Manifest,
+    Token,
+    Layer,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Step::Manifest => "pulling the manifest",
+            Step::Token => "asking the registry's token service for a pull token",
+            Step::Layer => "pulling the Wasm layer",
+        })
+    }
 }
 
 /// A pull Secret gave no credentials for the registry. Messages follow "pull Secret ns/name"
@@ -227,7 +293,8 @@ pub fn plain_http_credentials_allowed(reference: &str) -> Result<(), PullSecretE
     }
 }
 
-fn client(insecure: bool) -> Result<Client, OciError> {
+/// The `oci-client` client `wasmpilot push` publishes with (its user's tool: no egress policy).
+fn push_client(insecure: bool) -> anyhow::Result<Client> {
     install_crypto_provider();
     let config = ClientConfig {
         protocol: if insecure {
@@ -237,11 +304,10 @@ fn client(insecure: bool) -> Result<Client, OciError> {
         },
         connect_timeout: Some(Duration::from_secs(10)),
         read_timeout: Some(Duration::from_secs(30)),
-        platform_resolver: Some(Box::new(wasm_platform)),
         user_agent: USER_AGENT,
         ..Default::default()
     };
-    Client::try_from(config).map_err(|source| OciError::BuildClient { source })
+    Client::try_from(config).context("building the OCI client")
 }
 
 /// In an image index: the `wasm` architecture entry, else the only entry.
@@ -289,21 +355,32 @@ pub struct Pulled {
     pub layer_digest: String,
 }
 
-/// Pulls the component of a Wasm OCI artifact, within `max_bytes` and `timeout`.
+/// Pulls the component of a Wasm OCI artifact, connecting only where `egress` allows, within
+/// `max_bytes` and `timeout`.
 pub async fn pull(
     reference: &str,
     auth: &Auth,
     insecure: bool,
+    egress: &crate::egress::EgressPolicy,
     max_bytes: u64,
     timeout: Duration,
 ) -> Result<Pulled, OciError> {
-    pull_reserving(reference, auth, insecure, max_bytes, timeout, async |_| ())
-        .await
-        .map(|(pulled, ())| pulled)
+    pull_reserving(
+        reference,
+        auth,
+        insecure,
+        egress,
+        max_bytes,
+        timeout,
+        async |_| (),
+    )
+    .await
+    .map(|(pulled, ())| pulled)
 }
 
-/// Pulls the component of a Wasm OCI artifact, within `max_bytes` and `timeout` of talking to
-/// the registry. `reserve(layer size)` is awaited once the manifest has said how large the
+/// Pulls the component of a Wasm OCI artifact, connecting only where `egress` allows (the
+/// registry, its token service, its blob storage), within `max_bytes` and `timeout` of talking
+/// to the registry. `reserve(layer size)` is awaited once the manifest has said how large the
 /// component is, before its bytes are pulled; what it gives (a share of a budget) comes back
 /// with them, and its wait does not count against `timeout`. A registry that answers nothing
 /// therefore holds no share.
@@ -311,49 +388,29 @@ pub async fn pull_reserving<R>(
     reference: &str,
     auth: &Auth,
     insecure: bool,
+    egress: &crate::egress::EgressPolicy,
     max_bytes: u64,
     timeout: Duration,
     reserve: impl AsyncFnOnce(u64) -> R,
 ) -> Result<(Pulled, R), OciError> {
     let r = parse_reference(reference)?;
-    let client = client(insecure)?;
+    install_crypto_provider();
+    let mut registry = pull::Registry::new(
+        &r,
+        auth,
+        insecure,
+        egress,
+        timeout.min(Duration::from_secs(10)),
+    )?;
     let asked = std::time::Instant::now();
-    let manifest = async {
-        let (manifest, manifest_digest) = client
-            .pull_image_manifest(&r, auth)
+    let (layer, manifest_digest) =
+        tokio::time::timeout(timeout, registry.wasm_layer(&r, max_bytes))
             .await
-            .map_err(|source| OciError::PullManifest { source })?;
-        let layer = wasm_layer(&manifest)?.clone();
-        if layer.size < 0 || layer.size as u64 > max_bytes {
-            return Err(OciError::LayerTooLarge {
-                size: layer.size,
-                max_bytes,
-            });
-        }
-        if !layer.digest.starts_with("sha256:") {
-            return Err(OciError::LayerDigestNotSha256 {
-                digest: layer.digest.clone(),
-            });
-        }
-        Ok((layer, manifest_digest))
-    };
-    let (layer, manifest_digest) = tokio::time::timeout(timeout, manifest)
-        .await
-        .map_err(|_| OciError::Timeout { timeout })??;
+            .map_err(|_| OciError::Timeout { timeout })??;
     let talked = asked.elapsed();
     let reserved = reserve(layer.size as u64).await;
-    let blob = async {
-        let mut out = Capped::new(max_bytes);
-        client
-            .pull_blob(&r, &layer, &mut out)
-            .await
-            .map_err(|source| OciError::PullLayer {
-                digest: layer.digest.clone(),
-                source,
-            })?;
-        Ok::<_, OciError>(out.buf)
-    };
-    let bytes = tokio::time::timeout(timeout.saturating_sub(talked), blob)
+    // This one also bounds a slow trickle of the layer's bytes.
+    let bytes = tokio::time::timeout(timeout.saturating_sub(talked), registry.layer(&layer))
         .await
         .map_err(|_| OciError::Timeout { timeout })??;
     Ok((
@@ -364,51 +421,6 @@ pub async fn pull_reserving<R>(
         },
         reserved,
     ))
-}
-
-/// An in-memory sink that refuses to grow beyond a limit.
-struct Capped {
-    buf: Vec<u8>,
-    max: u64,
-}
-
-impl Capped {
-    fn new(max: u64) -> Self {
-        Capped {
-            buf: Vec::new(),
-            max,
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for Capped {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        if this.buf.len() as u64 + data.len() as u64 > this.max {
-            return Poll::Ready(Err(std::io::Error::other(format!(
-                "the blob is larger than the limit of {} MiB",
-                this.max >> 20
-            ))));
-        }
-        this.buf.extend_from_slice(data);
-        Poll::Ready(Ok(data.len()))
-    }
-    fn poll_flush(
-        self: Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(
-        self: Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
 }
 
 /// The label with which a Secret outside the host's namespace is offered as a pull Secret (a
@@ -624,7 +636,7 @@ pub async fn push(
     let (imports, exports) = component_world(component)?;
     let component_digest = digest_of(component);
     let config = wasm_config(&component_digest, &imports, &exports);
-    let client = client(insecure)?;
+    let client = push_client(insecure)?;
     client
         .store_auth_if_needed(r.resolve_registry(), auth)
         .await;

@@ -202,7 +202,7 @@ pub async fn fetch_reserving<R>(
 /// sending request") and the cause says why. The errors stored in [`UrlError`] have had their
 /// URL removed (reqwest puts the full URL, query and all, in its Display; messages name the
 /// redacted one instead).
-fn with_causes(e: &reqwest::Error) -> String {
+pub(crate) fn with_causes(e: &reqwest::Error) -> String {
     let mut msg = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
