@@ -254,7 +254,7 @@ pub struct Prometheus {
     /// host's start would spend, though most operators never query).
     http: Arc<std::sync::OnceLock<reqwest::Client>>,
     /// The same for operator-chosen URLs, through the egress policy.
-    policed: Arc<std::sync::OnceLock<Result<reqwest::Client, String>>>,
+    policed: Arc<std::sync::OnceLock<Result<reqwest::Client, reqwest::Error>>>,
     egress: crate::egress::EgressPolicy,
 }
 
@@ -275,17 +275,13 @@ impl Prometheus {
         })
     }
 
-    fn policed(&self) -> Result<&reqwest::Client, String> {
+    fn policed(&self) -> Result<&reqwest::Client, &reqwest::Error> {
         self.policed
             .get_or_init(|| {
                 crate::egress::install_crypto_provider();
-                self.egress
-                    .client_builder(0, |_| Ok(()))
-                    .build()
-                    .map_err(|e| e.to_string())
+                self.egress.client_builder(0, |_| Ok(())).build()
             })
             .as_ref()
-            .map_err(Clone::clone)
     }
 }
 

@@ -167,18 +167,19 @@ async fn gather(d: &Dashboard) -> Result<Vec<OperatorOverview>, DashboardError> 
     let now = jiff::Timestamp::now();
     let views = operators.items.iter().map(|op| async move {
         let name = op.metadata.name.clone().unwrap_or_default();
-        let definition =
-            OperatorDefinition::validate(&name, &op.spec).map_err(|e| format!("{e:#}"));
+        let definition = OperatorDefinition::validate(&name, &op.spec);
         let resources = match &definition {
-            Ok(_) => list_resources(&d.client, op)
-                .await
-                .map_err(|e| format!("{e:#}")),
+            Ok(_) => list_resources(&d.client, op).await,
             Err(_) => Ok(Vec::new()),
         };
         overview::summarize(
             op,
-            definition.as_ref().map_err(Clone::clone),
-            resources.as_deref().map_err(Clone::clone),
+            definition
+                .as_ref()
+                .map_err(|e| e as &(dyn std::error::Error + 'static)),
+            resources
+                .as_deref()
+                .map_err(|e| e as &(dyn std::error::Error + 'static)),
             now,
             d.stuck_after,
         )

@@ -187,8 +187,8 @@ fn entered_phase(obj: &Value, phase: &str) -> Option<jiff::Timestamp> {
 /// resources. A resource in a phase neither final nor ready for `stuck_after` is stuck.
 pub fn summarize(
     op: &WasmOperator,
-    definition: Result<&OperatorDefinition, String>,
-    resources: Result<&[Value], String>,
+    definition: Result<&OperatorDefinition, &(dyn std::error::Error + 'static)>,
+    resources: Result<&[Value], &(dyn std::error::Error + 'static)>,
     now: jiff::Timestamp,
     stuck_after: Duration,
 ) -> OperatorOverview {
@@ -225,6 +225,7 @@ pub fn summarize(
     let def = match definition {
         Ok(def) => def,
         Err(e) => {
+            let e = crate::error_report::one_line(e);
             overview.definition_error = Some(bounded(&e, MAX_MESSAGE).into_owned());
             return overview;
         }
@@ -233,6 +234,7 @@ pub fn summarize(
     let resources = match resources {
         Ok(r) => r,
         Err(e) => {
+            let e = crate::error_report::one_line(e);
             overview.list_error = Some(bounded(&e, MAX_MESSAGE).into_owned());
             &[]
         }
@@ -339,6 +341,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A failure to show.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Failed(&'static str);
+
     fn operator() -> (WasmOperator, OperatorDefinition) {
         let op: WasmOperator = serde_yaml::from_str(
             r#"
@@ -431,10 +438,22 @@ spec:
     fn a_definition_or_list_error_is_reported_not_hidden() {
         let (op, def) = operator();
         let now = jiff::Timestamp::now();
-        let o = summarize(&op, Err("bad phases".into()), Ok(&[]), now, Duration::ZERO);
+        let o = summarize(
+            &op,
+            Err(&Failed("bad phases")),
+            Ok(&[]),
+            now,
+            Duration::ZERO,
+        );
         assert_eq!(o.definition_error.as_deref(), Some("bad phases"));
         assert!(o.graph_svg.is_none());
-        let o = summarize(&op, Ok(&def), Err("forbidden".into()), now, Duration::ZERO);
+        let o = summarize(
+            &op,
+            Ok(&def),
+            Err(&Failed("forbidden")),
+            now,
+            Duration::ZERO,
+        );
         assert_eq!(o.list_error.as_deref(), Some("forbidden"));
         assert_eq!(o.total, 0);
     }
