@@ -326,6 +326,9 @@ fn wasm_platform(entries: &[ImageIndexEntry]) -> Option<String> {
         .map(|e| e.digest.clone())
 }
 
+/// The most of a manifest's entries (layers, an index's platforms) a message lists.
+const MAX_LISTED: usize = 10;
+
 /// The single Wasm layer of an artifact's manifest.
 pub fn wasm_layer(manifest: &OciImageManifest) -> Result<&OciDescriptor, OciError> {
     let wasm: Vec<&OciDescriptor> = manifest
@@ -335,11 +338,17 @@ pub fn wasm_layer(manifest: &OciImageManifest) -> Result<&OciDescriptor, OciErro
         .collect();
     match wasm.as_slice() {
         [one] => Ok(one),
+        // The media types are the registry's text: the first few, each cut short.
         [] => Err(OciError::NotAWasmArtifact {
             layers: manifest
                 .layers
                 .iter()
-                .map(|l| l.media_type.clone())
+                .take(MAX_LISTED)
+                .map(|l| pull::quoted(&l.media_type))
+                .chain(
+                    (manifest.layers.len() > MAX_LISTED)
+                        .then(|| format!("{} more", manifest.layers.len() - MAX_LISTED)),
+                )
                 .collect(),
         }),
         more => Err(OciError::SeveralWasmLayers { count: more.len() }),
@@ -871,6 +880,20 @@ mod tests {
         );
         let empty = wasm_layer(&manifest(WASM_CONFIG_MEDIA_TYPE, &[])).unwrap_err();
         assert!(empty.to_string().contains("(layers: none)"), "{empty}");
+    }
+
+    #[test]
+    fn a_manifest_of_many_long_layers_is_named_briefly() {
+        let long = "x".repeat(10_000);
+        let layers: Vec<&str> = std::iter::repeat_n(long.as_str(), 50).collect();
+        let e = wasm_layer(&manifest(WASM_CONFIG_MEDIA_TYPE, &layers))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("40 more") && e.len() < 2_000,
+            "{} bytes",
+            e.len()
+        );
     }
 
     #[test]

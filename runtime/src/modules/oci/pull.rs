@@ -129,7 +129,7 @@ impl<'a> Registry<'a> {
                 platforms: index
                     .manifests
                     .iter()
-                    .take(10)
+                    .take(super::MAX_LISTED)
                     .map(|m| {
                         m.platform.as_ref().map_or("(none)".to_string(), |p| {
                             quoted(&p.architecture.to_string())
@@ -431,7 +431,7 @@ fn error_code(body: &[u8]) -> Option<String> {
 }
 
 /// Registry-given text for a message: cut to [`MAX_QUOTED_CHARS`], control characters dropped.
-fn quoted(text: &str) -> String {
+pub(super) fn quoted(text: &str) -> String {
     let mut out: String = text
         .chars()
         .filter(|c| !c.is_control())
