@@ -282,15 +282,20 @@ pub fn plain_http_credentials_allowed(reference: &str) -> Result<(), PullSecretE
             .rsplit_once(':')
             .map_or(registry.as_str(), |(h, _)| h),
     };
-    let loopback = host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    if loopback {
+    if is_loopback_host(host) {
         Ok(())
     } else {
         Err(PullSecretError::OverPlainHttp { registry })
     }
+}
+
+/// Whether `host` (a name or an IP literal without brackets) is this machine's loopback:
+/// `localhost`, `127.0.0.0/8`, `::1`.
+fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The `oci-client` client `wasmpilot push` publishes with (its user's tool: no egress policy).

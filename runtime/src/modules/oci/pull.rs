@@ -14,7 +14,7 @@ use oci_client::manifest::{
     IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE,
 };
 use oci_client::Reference;
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE};
 use reqwest::{StatusCode, Url};
 use std::time::Duration;
 
@@ -57,8 +57,8 @@ pub(super) struct Registry<'a> {
     auth: &'a Auth,
     insecure: bool,
     egress: &'a EgressPolicy,
-    authorization: Option<HeaderValue>,
-    token_asked: bool,
+    /// The token the registry's token service gave, once asked.
+    token: Option<String>,
 }
 
 impl<'a> Registry<'a> {
@@ -93,11 +93,6 @@ impl<'a> Registry<'a> {
             .map_err(|e| OciError::BuildClient {
                 source: e.without_url(),
             })?;
-        let authorization = match auth {
-            Auth::Anonymous => None,
-            Auth::Basic(user, password) => Some(basic(user, password)),
-            Auth::Bearer(token) => Some(bearer(token)?),
-        };
         Ok(Registry {
             http,
             base,
@@ -105,8 +100,7 @@ impl<'a> Registry<'a> {
             auth,
             insecure,
             egress,
-            authorization,
-            token_asked: false,
+            token: None,
         })
     }
 
@@ -250,16 +244,14 @@ impl<'a> Registry<'a> {
         step: Step,
     ) -> Result<reqwest::Response, OciError> {
         let mut response = self.send(url.clone(), accept, step).await?;
-        if response.status() == StatusCode::UNAUTHORIZED && !self.token_asked {
+        if response.status() == StatusCode::UNAUTHORIZED && self.token.is_none() {
             let challenge = response
                 .headers()
                 .get(WWW_AUTHENTICATE)
                 .and_then(|v| v.to_str().ok())
                 .and_then(bearer_challenge);
             if let Some(challenge) = challenge {
-                self.token_asked = true;
-                let token = self.token(challenge).await?;
-                self.authorization = Some(bearer(&token)?);
+                self.token = Some(self.ask_token(challenge).await?);
                 response = self.send(url, accept, step).await?;
             }
         }
@@ -276,9 +268,11 @@ impl<'a> Registry<'a> {
         if let Some(accept) = accept {
             request = request.header(ACCEPT, accept);
         }
-        if let Some(authorization) = &self.authorization {
-            request = request.header(AUTHORIZATION, authorization.clone());
-        }
+        request = match (&self.token, self.auth) {
+            (Some(token), _) | (None, Auth::Bearer(token)) => request.bearer_auth(token),
+            (None, Auth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+            (None, Auth::Anonymous) => request,
+        };
         request.send().await.map_err(|e| OciError::Request {
             step,
             source: e.without_url(),
@@ -309,7 +303,7 @@ impl<'a> Registry<'a> {
     }
 
     /// A pull token for the repository from the token service `challenge` names.
-    async fn token(&self, challenge: BearerChallenge) -> Result<String, OciError> {
+    async fn ask_token(&self, challenge: BearerChallenge) -> Result<String, OciError> {
         let refused = |problem: &'static str| OciError::TokenRealm {
             realm: quoted(&challenge.realm),
             problem,
@@ -334,11 +328,7 @@ impl<'a> Registry<'a> {
         let mut request = self.http.get(realm.clone());
         if let Auth::Basic(user, password) = self.auth {
             let loopback = realm.host_str().is_some_and(|h| {
-                h.eq_ignore_ascii_case("localhost")
-                    || h.trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .parse::<std::net::IpAddr>()
-                        .is_ok_and(|ip| ip.is_loopback())
+                super::is_loopback_host(h.trim_start_matches('[').trim_end_matches(']'))
             });
             if realm.scheme() != "https" && !loopback {
                 return Err(refused(
@@ -441,22 +431,6 @@ pub(super) fn quoted(text: &str) -> String {
         out.push('…');
     }
     out
-}
-
-fn basic(user: &str, password: &str) -> HeaderValue {
-    use base64::Engine;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    let mut value =
-        HeaderValue::from_str(&format!("Basic {encoded}")).expect("base64 is a valid header");
-    value.set_sensitive(true);
-    value
-}
-
-fn bearer(token: &str) -> Result<HeaderValue, OciError> {
-    let mut value =
-        HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| OciError::NoToken)?;
-    value.set_sensitive(true);
-    Ok(value)
 }
 
 /// A `WWW-Authenticate: Bearer realm="…",service="…"` challenge.
