@@ -128,7 +128,12 @@ export declare class Outcome {
   static next(phase: string): Outcome;
   readonly nextPhase: string;
   readonly statusPatch: Record<string, unknown> | undefined;
+  /** The objects to apply, parsed again from what was added: a fresh copy at each read. */
   readonly outputs: Record<string, unknown>[];
+  /** The objects to apply as the JSON the host gets (keys in code point order), one string each. */
+  readonly outputJson: string[];
+  /** How many objects were added. */
+  readonly outputCount: number;
   readonly requeueAfterMs: number | undefined;
   /** Merge into `.status` (host-owned fields dropped); merges with an earlier call. */
   status(status: Record<string, unknown>): Outcome;

@@ -66,7 +66,7 @@ export function runSync(worker, request) {
     const result = {
       nextPhase: outcome.nextPhase,
       statusInfo: statusJson(outcome.statusPatch),
-      outputs: outcome.outputs.map((output, index) => serializeFor(`output #${index}`, output)),
+      outputs: outcome.outputJson,
       requeueAfterMs: optionalMillis(outcome.requeueAfterMs),
     };
     return { result, logs: ctx.takeLogs() };

@@ -31,25 +31,57 @@ function compareCodePoints(a, b) {
   return left.length - right.length;
 }
 
-function sortKeys(value) {
-  if (Array.isArray(value)) return value.map(sortKeys);
-  if (value !== null && typeof value === 'object') {
-    const sorted = {};
-    for (const key of Object.keys(value).sort(compareText)) {
-      if (value[key] !== undefined) sorted[key] = sortKeys(value[key]);
-    }
-    return sorted;
+/** Lone or paired surrogates: where sorting by UTF-16 units and by code points can differ. */
+const SURROGATE = /[\ud800-\udfff]/;
+
+/** `keys` in code point order: the engine's own sort (UTF-16 units, no comparator called per
+ * pair) gives it unless a key holds a surrogate, which the code point comparison then orders. */
+function sortedKeys(keys) {
+  if (keys.length < 2) return keys;
+  keys.sort();
+  return SURROGATE.test(keys.join('')) ? keys.sort(compareText) : keys;
+}
+
+/** A copy of `value` as `JSON.stringify` would see it (`toJSON` applied, functions, symbols
+ * and `undefined` members left out, `undefined` array items as null), object keys in code
+ * point order; a TypeError for what JSON cannot hold (a BigInt, NaN or ±Infinity, as
+ * serde_json refuses them). One walk: `JSON.stringify` then needs no replacer. */
+function canonical(value) {
+  if (value !== null && typeof value === 'object' && typeof value.toJSON === 'function') value = value.toJSON();
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+      return value;
+    case 'number':
+      if (!Number.isFinite(value)) throw new TypeError(`${value} is not JSON`);
+      return value;
+    case 'bigint':
+      throw new TypeError(`a BigInt (${value}) is not JSON`);
+    case 'object':
+      break;
+    default:
+      return undefined;
   }
-  return value;
+  if (value === null) return null;
+  if (Array.isArray(value)) {
+    const items = new Array(value.length);
+    for (let i = 0; i < value.length; i++) {
+      const item = canonical(value[i]);
+      items[i] = item === undefined ? null : item;
+    }
+    return items;
+  }
+  const sorted = {};
+  for (const key of sortedKeys(Object.keys(value))) {
+    const member = canonical(value[key]);
+    if (member !== undefined) sorted[key] = member;
+  }
+  return sorted;
 }
 
 /** Compact JSON with sorted keys. Throws a TypeError for values JSON cannot hold. */
 export function toJson(value) {
-  const text = JSON.stringify(sortKeys(value), (_, v) => {
-    if (typeof v === 'bigint') throw new TypeError(`a BigInt (${v}) is not JSON`);
-    if (typeof v === 'number' && !Number.isFinite(v)) throw new TypeError(`${v} is not JSON`);
-    return v;
-  });
+  const text = JSON.stringify(canonical(value));
   if (text === undefined) throw new TypeError(`${typeof value} is not JSON`);
   return text;
 }

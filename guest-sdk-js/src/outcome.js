@@ -14,14 +14,30 @@ export const HOST_STATUS_FIELDS = Object.freeze(['phase', 'observedGeneration', 
  *       .requeueAfter(60_000);
  */
 export class Outcome {
+  /** The objects to apply, each serialized when it was added (what the host gets). */
+  #outputJson = [];
+
   constructor(nextPhase) {
     this.nextPhase = nextPhase;
     /** The status patch, or undefined. */
     this.statusPatch = undefined;
-    /** The objects to apply, as JSON values. */
-    this.outputs = [];
     /** Milliseconds, or undefined. */
     this.requeueAfterMs = undefined;
+  }
+
+  /** The objects to apply, as JSON values: a fresh copy of what was added, parsed again. */
+  get outputs() {
+    return this.#outputJson.map((text) => JSON.parse(text));
+  }
+
+  /** The objects to apply as the JSON text the host gets, one string each. */
+  get outputJson() {
+    return [...this.#outputJson];
+  }
+
+  /** How many objects were added. */
+  get outputCount() {
+    return this.#outputJson.length;
   }
 
   /** Move to `phase` (which may be the current one) with no status change and no outputs. */
@@ -42,7 +58,7 @@ export class Outcome {
    * told about its kind in the phase's `outputs`. Throws a fatal WorkerError if it is not an
    * object with `apiVersion`, `kind` and `metadata.name`. */
   output(object) {
-    this.outputs.push(outputValue(object, this.outputs.length));
+    this.#outputJson.push(outputJson(object, this.#outputJson.length));
     return this;
   }
 
@@ -100,7 +116,9 @@ function statusPatch(status) {
   return Object.fromEntries(Object.entries(status).filter(([key]) => !HOST_STATUS_FIELDS.includes(key)));
 }
 
-function outputValue(object, index) {
+/** `object` checked as a Kubernetes object and serialized: the text is the decision, so later
+ * changes to `object` do not change it (one serialization, no copy parsed back). */
+function outputJson(object, index) {
   if (!isObject(object)) {
     throw WorkerError.fatal(`output #${index} must be a Kubernetes object, not ${jsonType(object)}`);
   }
@@ -118,6 +136,5 @@ function outputValue(object, index) {
     const what = [kind, name].filter((p) => p !== undefined).join(' ');
     throw WorkerError.fatal(`output #${index}${what ? ` (${what})` : ''} has no ${missing.join(', no ')}`);
   }
-  // A deep copy through JSON: later changes to `object` do not change the decision.
-  return JSON.parse(serializeFor(`output #${index}`, object));
+  return serializeFor(`output #${index}`, object);
 }

@@ -64,7 +64,7 @@ export class PhaseOutcome {
   /** Adds `object` as an output of `apiVersion` `kind`: both filled in when absent or empty, a
    * fatal WorkerError when it names another (as the Rust SDK's `output_of_kind`). */
   outputOfKind(apiVersion, kind, object) {
-    const index = this.untyped.outputs.length;
+    const index = this.untyped.outputCount;
     if (object === null || typeof object !== 'object' || Array.isArray(object)) {
       this.untyped.output(object); // throws the SDK's error for a non-object
       return this;

@@ -218,6 +218,23 @@ test('outputs are checked', () => {
   assert.throws(() => Outcome.next('Ready').output([1]), { message: 'output #0 must be a Kubernetes object, not an array' });
 });
 
+test('an output is the object as it was added: serialized once, later changes do not count', () => {
+  const service = { apiVersion: 'v1', kind: 'Service', metadata: { name: 'web', labels: { b: '2', a: '1' } } };
+  const outcome = Outcome.next('Ready').output(service);
+  service.metadata.name = 'changed';
+  service.metadata.labels.c = '3';
+  assert.equal(outcome.outputCount, 1);
+  assert.deepEqual(outcome.outputJson, ['{"apiVersion":"v1","kind":"Service","metadata":{"labels":{"a":"1","b":"2"},"name":"web"}}']);
+  // `outputs` parses a fresh copy at each read: changing one changes neither the next read nor the decision.
+  outcome.outputs[0].metadata.name = 'also changed';
+  assert.equal(outcome.outputs[0].metadata.name, 'web');
+  const result = exportPhase(class extends PhaseWorker { sync() { return outcome; } }).sync(new SyncTest({}).request());
+  assert.deepEqual(result.outputs, outcome.outputJson);
+  assert.throws(() => Outcome.next('Ready').output({ apiVersion: 'v1', kind: 'S', metadata: { name: 'n', x: 1n } }), {
+    message: 'output #0 does not serialize to JSON: a BigInt (1) is not JSON',
+  });
+});
+
 test('status drops host fields and merges', () => {
   const outcome = Outcome.next('Ready').status({ phase: 'X', conditions: [], a: 1 }).status({ b: 2 });
   assert.deepEqual(outcome.statusPatch, { a: 1, b: 2 });
@@ -245,6 +262,13 @@ test('host status is readable', () => {
 test('JSON is written as serde_json writes it: compact, keys sorted by code point', () => {
   assert.equal(toJson({ b: 1, a: [{ d: null, c: 'é' }], '\u{1F600}': 0, '\uFFFF': 1 }), '{"a":[{"c":"é","d":null}],"b":1,"\uFFFF":1,"\u{1F600}":0}');
   assert.throws(() => toJson({ n: NaN }), TypeError);
+  // As JSON.stringify sees values: toJSON applied, undefined and functions left out of objects
+  // and written as null in arrays; one key or none needs no sort.
+  assert.equal(
+    toJson({ at: new Date(0), gone: undefined, f: () => 1, list: [undefined, () => 1, 1], one: { z: 1 }, none: {} }),
+    '{"at":"1970-01-01T00:00:00.000Z","list":[null,null,1],"none":{},"one":{"z":1}}',
+  );
+  assert.throws(() => toJson(undefined), TypeError);
 });
 
 test('compareText orders by code point, as comparing code point arrays does', () => {

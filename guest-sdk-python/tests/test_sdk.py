@@ -209,6 +209,30 @@ def test_outputs_are_checked():
     assert raised.value.message == "output #0 must be a Kubernetes object, not an array"
 
 
+def test_an_output_is_the_object_as_it_was_added():
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "labels": {"b": "2", "a": "1"}}}
+    outcome = guest.Outcome.next("Ready").output(service)
+    service["metadata"]["name"] = "changed"
+    service["metadata"]["labels"]["c"] = "3"
+    assert outcome.output_count == 1
+    assert outcome.output_json == [
+        '{"apiVersion":"v1","kind":"Service","metadata":{"labels":{"a":"1","b":"2"},"name":"web"}}'
+    ]
+    # `outputs` parses a fresh copy at each read: changing one changes neither the next read
+    # nor the decision.
+    outcome.outputs[0]["metadata"]["name"] = "also changed"
+    assert outcome.outputs[0]["metadata"]["name"] == "web"
+
+    class Fixed(guest.PhaseWorker):
+        def sync(self, ctx, resource, inputs):
+            return outcome
+
+    assert guest.export_phase(Fixed)().sync(SyncTest({}).request()).outputs == outcome.output_json
+    with pytest.raises(guest.WorkerError) as raised:
+        guest.Outcome.next("Ready").output({"apiVersion": "v1", "kind": "S", "metadata": {"name": "n", "x": {1, 2}}})
+    assert raised.value.message.startswith("output #0 does not serialize to JSON: ")
+
+
 def test_status_drops_host_fields_and_merges():
     outcome = guest.Outcome.next("Ready").status({"phase": "X", "conditions": [], "a": 1}).status({"b": 2})
     assert outcome.status_patch == {"a": 1, "b": 2}

@@ -78,7 +78,7 @@ def run_sync(
         result: Union[_wire.SyncResult, WorkerError] = _wire.SyncResult(
             next_phase=outcome.next_phase,
             status_info=status_json(outcome.status_patch),
-            outputs=[to_json(o) for o in outcome.outputs],
+            outputs=outcome.output_json,
             requeue_after_ms=optional_millis(outcome.requeue_after_delay),
         )
     except WorkerError as err:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Optional
 
 from .errors import WorkerError
 from .inputs import json_type
@@ -26,8 +27,24 @@ class Outcome:
     def __init__(self, next_phase: str):
         self.next_phase = next_phase
         self.status_patch: Optional[dict[str, Any]] = None
-        self.outputs: list[dict[str, Any]] = []
+        # Each output serialized when it was added: the text is the decision.
+        self._output_json: list[str] = []
         self.requeue_after_delay: Optional[timedelta] = None
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        """The objects to apply, parsed again from what was added: a fresh copy at each read."""
+        return [json.loads(text) for text in self._output_json]
+
+    @property
+    def output_json(self) -> list[str]:
+        """The objects to apply as the JSON the host gets (sorted keys), one string each."""
+        return list(self._output_json)
+
+    @property
+    def output_count(self) -> int:
+        """How many objects were added."""
+        return len(self._output_json)
 
     @classmethod
     def next(cls, phase: str) -> "Outcome":
@@ -49,7 +66,7 @@ class Outcome:
 
         Raises a fatal `WorkerError` if it is not a JSON object with `apiVersion`, `kind` and
         `metadata.name`."""
-        self.outputs.append(output_value(obj, len(self.outputs)))
+        self._output_json.append(output_json(obj, len(self._output_json)))
         return self
 
     def outputs_from(self, objects: Iterable[Mapping[str, Any]]) -> "Outcome":
@@ -66,7 +83,7 @@ class Outcome:
     def __repr__(self) -> str:
         return (
             f"Outcome(next_phase={self.next_phase!r}, status={self.status_patch!r}, "
-            f"outputs={len(self.outputs)}, requeue_after={self.requeue_after_delay!r})"
+            f"outputs={len(self._output_json)}, requeue_after={self.requeue_after_delay!r})"
         )
 
 
@@ -107,7 +124,9 @@ def status_patch(status: Any) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k not in HOST_STATUS_FIELDS}
 
 
-def output_value(obj: Any, index: int) -> dict[str, Any]:
+def output_json(obj: Any, index: int) -> str:
+    """`obj` checked as a Kubernetes object and serialized: the text is the decision, so later
+    changes to `obj` do not change it (one serialization, no copy parsed back)."""
     if not isinstance(obj, Mapping):
         raise WorkerError.fatal(
             f"output #{index} must be a Kubernetes object, not {json_type(obj)}"
@@ -132,16 +151,20 @@ def output_value(obj: Any, index: int) -> dict[str, Any]:
         what = f" ({what})" if what else ""
         raise WorkerError.fatal(f"output #{index}{what} has no {', no '.join(missing)}")
     try:
-        # Deep copy through JSON: later changes to `obj` do not change the decision.
-        copied: dict[str, Any] = json.loads(to_json(obj))
-        return copied
+        return to_json(obj)
     except (TypeError, ValueError) as err:
         raise WorkerError.fatal(f"output #{index} does not serialize to JSON: {err}") from err
 
 
+#: One encoder for every `to_json` call: `json.dumps` with options builds a new one each time.
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False
+)
+
+
 def to_json(value: Any) -> str:
     """Compact JSON with sorted keys: the bytes the Rust SDK (serde_json) writes for the same value."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def millis(delay: timedelta) -> int:

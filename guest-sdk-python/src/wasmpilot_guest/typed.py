@@ -18,8 +18,9 @@ A typed worker implements `decide` (not `sync`) against its phase's generated cl
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, ClassVar, Generic, Iterable, Mapping, Self, Sequence, TypedDict, TypeVar, final
+from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar, final
 
 from .context import Context
 from .errors import WorkerError
@@ -100,7 +101,7 @@ class PhaseOutcome:
     def _output(self, api_version: str, kind: str, obj: Mapping[str, Any]) -> Self:
         """Adds `obj` as an output of `api_version` `kind`: both filled in when absent or empty,
         a fatal `WorkerError` when it names another (as the Rust SDK's `output_of_kind`)."""
-        index = len(self.untyped.outputs)
+        index = self.untyped.output_count
         if not isinstance(obj, Mapping):
             self.untyped.output(obj)  # raises the SDK's error for a non-object
             return self
