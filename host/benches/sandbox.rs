@@ -878,11 +878,16 @@ fn languages(
     if !bench.selected(title) && !bench.selected("languages") {
         return;
     }
-    let guests = wasm
-        .0
-        .parent()
-        .and_then(|p| p.parent())
-        .map(|t| t.join("guest-components"))
+    // `WASMPILOT_BENCH_GUEST_COMPONENTS=<dir>`: another build's components (an SDK before and
+    // after a change, say), in the same layout.
+    let guests = std::env::var_os("WASMPILOT_BENCH_GUEST_COMPONENTS")
+        .map(PathBuf::from)
+        .or_else(|| {
+            wasm.0
+                .parent()
+                .and_then(|p| p.parent())
+                .map(|t| t.join("guest-components"))
+        })
         .unwrap_or_default();
     let dirs = [
         ("Rust", wasm.0.clone()),
@@ -993,6 +998,93 @@ fn languages(
         }
     }
     interpreter_fixed_cost(bench, rt, env, &dirs, &loaded, &initializing);
+    modules_loaded(bench, rt, env, &dirs, &cache, &initializing, sum);
+}
+
+/// Calls of each group: one run goes round the modules this many times over.
+const MODULES_LOADED_CALLS: u32 = 30;
+
+/// Issue 31, goal 5's last part: a call with 30 modules loaded against 3, the calls going round
+/// the modules as several operators' calls do. Each copy is loaded from the compile cache as a
+/// module of its own (another digest, as another operator's is), so the instance pool's memory
+/// slots keep the images of as many modules as they have slots and no more.
+fn modules_loaded(
+    bench: &Bench,
+    rt: &tokio::runtime::Runtime,
+    env: &Env,
+    dirs: &[(&str, PathBuf)],
+    cache: &CompileCache,
+    request: &SyncRequest,
+    sum: &mut Summary,
+) {
+    let title = "languages: 3 against 30 modules loaded (Initializing)";
+    if !bench.selected(title) && !bench.selected("languages") {
+        return;
+    }
+    let engine = env.sandbox.engine();
+    let limits = env.syncing.limits;
+    for (lang, dir) in dirs {
+        let bytes = std::fs::read(dir.join(INITIALIZING)).expect("component");
+        let digest = digest_of(&bytes);
+        let copies: Vec<PhaseModule> = (0..30)
+            .map(|i| {
+                let component = cache.load(engine, &digest).expect("stored by `languages`");
+                env.sandbox
+                    .phase_module(&format!("{digest}-copy-{i}"), &component)
+                    .expect("a phase worker")
+                    .with_limits(limits)
+            })
+            .collect();
+        let round = |loaded: usize| {
+            let copies = &copies[..loaded];
+            let mut next = 0;
+            Case::batched(
+                format!("{lang}: {loaded} modules, calls round them"),
+                MODULES_LOADED_CALLS,
+                move || {
+                    for _ in 0..MODULES_LOADED_CALLS {
+                        black_box(env.run(rt, &copies[next % copies.len()], request.clone()));
+                        next += 1;
+                    }
+                },
+            )
+        };
+        let label = format!("{title}, {lang}");
+        let note = format!(
+            "{} calls per run; the pool has {} worker slots",
+            MODULES_LOADED_CALLS,
+            env.sandbox.limits().concurrency
+        );
+        let [anon, file, shared] = rss_mib();
+        let stats = bench.group(&label, &note, 5, vec![round(3), round(30)]);
+        let [anon_after, file_after, shared_after] = rss_mib();
+        println!(
+            "   the process's RSS, anonymous / file / shared: {anon:.0} / {file:.0} / {shared:.0} MiB \
+             before these calls, {anon_after:.0} / {file_after:.0} / {shared_after:.0} MiB after"
+        );
+        // Minor page faults per call once every module was called (the process's: calls may
+        // run on the runtime's threads).
+        let faults_per_call = |loaded: usize| {
+            let calls = 2 * 30;
+            let before = minor_faults();
+            for i in 0..calls {
+                black_box(env.run(rt, &copies[i % loaded], request.clone()));
+            }
+            (minor_faults() - before) / calls as u64
+        };
+        println!(
+            "   minor page faults per call: {} with 3 modules, {} with 30",
+            faults_per_call(3),
+            faults_per_call(30)
+        );
+        if let Some(s) = stats {
+            sum.row(
+                format!("{lang}: 30 modules loaded against 3"),
+                &s,
+                &[("30", 1)],
+            );
+        }
+    }
 }
 
 /// Where an interpreted call's fixed cost goes: the host's call against a bare instantiation
@@ -1094,6 +1186,19 @@ fn minor_faults() -> u64 {
             after.split_whitespace().nth(7)?.parse().ok()
         })
         .unwrap_or(0)
+}
+
+/// The process's resident memory in MiB: anonymous (heaps, what calls wrote and the pool kept),
+/// file-backed and shared (memory images mapped), from `/proc/self/status`.
+fn rss_mib() -> [f64; 3] {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    ["RssAnon:", "RssFile:", "RssShmem:"].map(|key| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

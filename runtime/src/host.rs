@@ -4,7 +4,7 @@
 use crate::controller::leader::{LeaderElection, LeaseTiming};
 use crate::controller::manager::Manager;
 use crate::modules::ModuleCache;
-use crate::sandbox::{InstanceMemory, Sandbox, SandboxLimits};
+use crate::sandbox::{InstanceMemory, Sandbox, SandboxLimits, DEFAULT_WARM_MODULES};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,6 +45,13 @@ pub struct RunArgs {
     /// per call; costs up to this much RSS per concurrent worker).
     #[arg(long, default_value_t = 8)]
     keep_resident_mib: usize,
+    /// Modules whose worker memory slots the instance pool keeps besides the running calls: a
+    /// module's next call finds its memory image mapped and its heap resident. Past this many
+    /// modules called in turn, the least recently called one's slot is taken (its next call
+    /// maps its image and faults its heap in again). Each kept slot holds what its last call
+    /// wrote, up to --keep-resident-mib.
+    #[arg(long, default_value_t = DEFAULT_WARM_MODULES)]
+    warm_modules: usize,
     /// Give each worker call freshly mmapped memory instead of a slot of the instance pool.
     #[arg(long)]
     no_instance_pool: bool,
@@ -270,6 +277,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         } else {
             InstanceMemory::Pooling {
                 keep_resident: args.keep_resident_mib << 20,
+                warm_modules: args.warm_modules,
             }
         },
         ..SandboxLimits::default()

@@ -44,8 +44,16 @@ const STATUS_BYTES_CEILING: usize = 1 << 20;
 /// Bytes of each pooled memory kept mapped between calls (`--keep-resident-mib`).
 pub const DEFAULT_KEEP_RESIDENT: usize = 8 << 20;
 
+/// Modules whose memory slots the pool keeps beside the running calls (`--warm-modules`).
+pub const DEFAULT_WARM_MODULES: usize = 32;
+
 /// Memories a component may define; Rust components have one, more are refused at load.
 const MEMORIES_PER_COMPONENT: u32 = 2;
+
+/// Core instances a component may make (a Python component makes ~15, a JavaScript or Rust one
+/// fewer); more are refused at load. Each core instance defines at most one table (wasmtime's
+/// default per module), so this bounds a component's tables too.
+const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 
 /// How often the epoch ticks: a running call checks its deadline and yields its thread to the
 /// async runtime at every tick, so no call holds a runtime thread for longer.
@@ -81,11 +89,17 @@ pub struct SandboxLimits {
 pub enum InstanceMemory {
     /// mmap per instance, unmapped on drop (wasmtime's default).
     OnDemand,
-    /// A pool of slots reserved at start, sized from `concurrency`. On drop up to
-    /// `keep_resident` bytes of each memory are zeroed in place and stay mapped (the rest is
-    /// returned with madvise), so the next call does not page-fault its heap in again. Costs
-    /// at most `keep_resident` of RSS per slot.
-    Pooling { keep_resident: usize },
+    /// A pool of slots reserved at start: one per call that may run at once, and one per
+    /// module of the `warm_modules` most recently called. A module's slot keeps its memory image
+    /// mapped, and on drop up to `keep_resident` bytes of its memory are reset in place and stay
+    /// mapped (the rest is returned with madvise), so the module's next call neither maps its
+    /// image again nor page-faults its heap in. Costs at most `keep_resident` of RSS per slot
+    /// in use or kept (what a call wrote, usually far less); past `warm_modules` modules, the
+    /// slot of the one called least recently is taken.
+    Pooling {
+        keep_resident: usize,
+        warm_modules: usize,
+    },
 }
 
 impl Default for SandboxLimits {
@@ -105,6 +119,7 @@ impl Default for SandboxLimits {
             concurrency: 4,
             instance_memory: InstanceMemory::Pooling {
                 keep_resident: DEFAULT_KEEP_RESIDENT,
+                warm_modules: DEFAULT_WARM_MODULES,
             },
             worker_memory_budget: None,
         }
@@ -455,10 +470,15 @@ impl Drop for Sandbox {
 impl Sandbox {
     pub fn new(limits: SandboxLimits) -> anyhow::Result<Arc<Self>> {
         let mut config = codegen_config();
-        if let InstanceMemory::Pooling { keep_resident } = limits.instance_memory {
+        if let InstanceMemory::Pooling {
+            keep_resident,
+            warm_modules,
+        } = limits.instance_memory
+        {
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(instance_pool(
                 &limits,
                 keep_resident,
+                warm_modules,
             )));
         }
         let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
@@ -854,14 +874,36 @@ impl WorkerCall {
 
 /// Slots for every worker call that may run at once (stores live only inside a call, and calls
 /// are bounded by the semaphore), each memory able to grow to the largest per-phase limit.
-fn instance_pool(limits: &SandboxLimits, keep_resident: usize) -> PoolingAllocationConfig {
+/// Every call's share of the pool is what one component may use at most, checked when it
+/// loads: a component that needed more would exhaust the pool when its calls run beside
+/// others, and whichever call instantiated next, maybe another operator's, would fail.
+///
+/// Memory slots are kept for `warm_modules` modules besides: wasmtime hands a module the slot
+/// its last instance used (its image still mapped, its heap resident), so with one slot per
+/// call only, calls going round more modules than that map images and fault heaps in at every
+/// call (measured: 2.2× the time of a call with 30 modules loaded against 3). Below 128 memory
+/// slots wasmtime keeps one pool; from 128 it shards it by CPU, and a module is warm only in
+/// the shards of the threads that called it.
+fn instance_pool(
+    limits: &SandboxLimits,
+    keep_resident: usize,
+    warm_modules: usize,
+) -> PoolingAllocationConfig {
     let slots = u32::try_from(limits.concurrency.max(1)).unwrap_or(u32::MAX);
+    let warm = u32::try_from(warm_modules).unwrap_or(u32::MAX);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(slots)
-        .total_core_instances(slots.saturating_mul(16))
-        .total_memories(slots.saturating_mul(MEMORIES_PER_COMPONENT))
+        .total_core_instances(slots.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+        .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+        .total_memories(
+            slots
+                .saturating_add(warm)
+                .saturating_mul(MEMORIES_PER_COMPONENT),
+        )
+        .max_unused_warm_slots(warm.saturating_mul(MEMORIES_PER_COMPONENT))
         .max_memories_per_component(MEMORIES_PER_COMPONENT)
-        .total_tables(slots.saturating_mul(16))
+        .total_tables(slots.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+        .max_tables_per_component(CORE_INSTANCES_PER_COMPONENT)
         .total_stacks(slots)
         .max_memory_size(limits.max_memory_bytes.max(limits.memory_bytes))
         .linear_memory_keep_resident(keep_resident)
@@ -1062,6 +1104,7 @@ mod tests {
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(instance_pool(
             &SandboxLimits::default(),
             DEFAULT_KEEP_RESIDENT,
+            DEFAULT_WARM_MODULES,
         )));
         let engine = Engine::new(&config).expect("engine");
         // One byte written on every other host page: `pages` regions apart.
@@ -1102,6 +1145,81 @@ mod tests {
         );
     }
 
+    /// Calls going round more modules than there are call slots: with slots kept for warm
+    /// modules, each module's next instance finds its image mapped and the pages it wrote
+    /// resident (no page faults); without (the premise), every instance maps its module's image
+    /// again and faults in every page it writes.
+    #[test]
+    fn modules_called_in_turn_keep_their_memory_slots() {
+        let pages = 40;
+        let modules = 6;
+        let faults_per_instance = |warm_modules: usize| {
+            let limits = SandboxLimits {
+                concurrency: 1,
+                ..SandboxLimits::default()
+            };
+            let mut config = Config::new();
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(instance_pool(
+                &limits,
+                DEFAULT_KEEP_RESIDENT,
+                warm_modules,
+            )));
+            let engine = Engine::new(&config).expect("engine");
+            // Each module has its own image (a data segment on every page it reads and writes).
+            let loaded: Vec<wasmtime::Module> = (0..modules)
+                .map(|m| {
+                    let data: String = (0..pages)
+                        .map(|p| format!("(data (i32.const {}) \"module {m}\")\n", p * 4096))
+                        .collect();
+                    let wat = format!(
+                        r#"(module
+                            (memory (export "memory") 4)
+                            {data}
+                            (func (export "touch") (result i32)
+                              (local $at i32) (local $sum i32)
+                              (loop $pages
+                                (local.set $sum (i32.add (local.get $sum) (i32.load8_u (local.get $at))))
+                                (i32.store8 (i32.add (local.get $at) (i32.const 100)) (local.get $sum))
+                                (local.set $at (i32.add (local.get $at) (i32.const 4096)))
+                                (br_if $pages (i32.lt_u (local.get $at) (i32.const {}))))
+                              (local.get $sum)))"#,
+                        pages * 4096
+                    );
+                    wasmtime::Module::new(&engine, wat::parse_str(&wat).expect("wat"))
+                        .expect("module")
+                })
+                .collect();
+            let mut faults = Vec::new();
+            for round in 0..3 {
+                for module in &loaded {
+                    let mut store = Store::new(&engine, ());
+                    let before = thread_minor_faults();
+                    let instance =
+                        wasmtime::Instance::new(&mut store, module, &[]).expect("instantiates");
+                    let touch = instance
+                        .get_typed_func::<(), i32>(&mut store, "touch")
+                        .expect("touch");
+                    touch.call(&mut store, ()).expect("runs");
+                    if round == 2 {
+                        faults.push(thread_minor_faults() - before);
+                    }
+                }
+            }
+            faults
+        };
+        let without = faults_per_instance(0);
+        assert!(
+            without.iter().all(|&f| f >= pages),
+            "premise: one slot for {modules} modules faults every page in: {without:?}"
+        );
+        let with = faults_per_instance(modules);
+        eprintln!("page faults per instance: without warm slots {without:?}, with {with:?}");
+        assert!(
+            with.iter().all(|&f| f < 4),
+            "a warm module faulted pages in again: {with:?} (without warm slots: {without:?})"
+        );
+    }
+
     /// The vendored wasmtime builds a function reference from a per-module table of entry
     /// points and a per-instance text start (`third_party/README.md`). Two dynamically linked
     /// "libraries" fill a shared table from element segments at imported offsets, as
@@ -1113,6 +1231,7 @@ mod tests {
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(instance_pool(
             &SandboxLimits::default(),
             DEFAULT_KEEP_RESIDENT,
+            DEFAULT_WARM_MODULES,
         )));
         let engine = Engine::new(&config).expect("engine");
         let table_module = wasmtime::Module::new(
@@ -1174,6 +1293,75 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A component of `instances` core instances of one empty module (and nothing else).
+    fn component_of_core_instances(instances: u32) -> Vec<u8> {
+        let body: String = (0..instances)
+            .map(|_| "(core instance (instantiate $m))\n")
+            .collect();
+        wat::parse_str(format!("(component (core module $m) {body})")).expect("component wat")
+    }
+
+    /// The premise of the per-component limit: with it lifted, two calls of one operator whose
+    /// component makes more than its share of core instances leave too few for another
+    /// operator's call of a component within its share, which fails.
+    #[test]
+    fn without_a_per_component_limit_one_operators_calls_fail_anothers() {
+        let limits = SandboxLimits::default();
+        let mut pool = instance_pool(&limits, DEFAULT_KEEP_RESIDENT, DEFAULT_WARM_MODULES);
+        pool.max_core_instances_per_component(u32::MAX);
+        let mut config = Config::new();
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).expect("engine");
+        let total =
+            u32::try_from(limits.concurrency).expect("small") * CORE_INSTANCES_PER_COMPONENT;
+        let oversized = Component::new(&engine, component_of_core_instances(total * 3 / 8 + 1))
+            .expect("loads without the limit");
+        let within_share = Component::new(
+            &engine,
+            component_of_core_instances(CORE_INSTANCES_PER_COMPONENT),
+        )
+        .expect("loads");
+        let linker = wasmtime::component::Linker::<()>::new(&engine);
+        let mut calls = Vec::new();
+        for _ in 0..2 {
+            let mut store = Store::new(&engine, ());
+            linker
+                .instantiate(&mut store, &oversized)
+                .expect("each of two calls fits");
+            calls.push(store);
+        }
+        let mut other = Store::new(&engine, ());
+        let error = linker
+            .instantiate(&mut other, &within_share)
+            .expect_err("the other operator's call fails");
+        assert!(format!("{error:?}").contains("core instances"), "{error:?}");
+        drop(calls);
+        let mut again = Store::new(&engine, ());
+        linker
+            .instantiate(&mut again, &within_share)
+            .expect("fits once those calls ended");
+    }
+
+    /// The shipped pool refuses such a component when it loads: a component may make at most
+    /// one call's share of the pool's core instances, so `concurrency` calls always fit.
+    #[test]
+    fn a_component_making_more_than_a_calls_share_of_core_instances_is_refused_at_load() {
+        let sandbox = Sandbox::new(SandboxLimits::default()).expect("sandbox");
+        sandbox
+            .compile(&component_of_core_instances(CORE_INSTANCES_PER_COMPONENT))
+            .expect("a call's share loads");
+        let refused = sandbox
+            .compile(&component_of_core_instances(
+                CORE_INSTANCES_PER_COMPONENT + 1,
+            ))
+            .expect_err("more is refused");
+        let text = refused.to_string();
+        assert!(
+            text.contains("33 core module instances") && text.contains("maximum of 32"),
+            "{text}"
+        );
     }
 
     #[test]
