@@ -1001,8 +1001,11 @@ fn languages(
     modules_loaded(bench, rt, env, &dirs, &cache, &initializing, sum);
 }
 
-/// Calls of each group: one run goes round the modules this many times over.
+/// Calls of each group's run, going round the modules.
 const MODULES_LOADED_CALLS: u32 = 30;
+
+/// Modules of the larger round (the smaller has 3): ten operators' three phases.
+const MODULES_LOADED: usize = 30;
 
 /// Issue 31, goal 5's last part: a call with 30 modules loaded against 3, the calls going round
 /// the modules as several operators' calls do. Each copy is loaded from the compile cache as a
@@ -1026,7 +1029,7 @@ fn modules_loaded(
     for (lang, dir) in dirs {
         let bytes = std::fs::read(dir.join(INITIALIZING)).expect("component");
         let digest = digest_of(&bytes);
-        let copies: Vec<PhaseModule> = (0..30)
+        let copies: Vec<PhaseModule> = (0..MODULES_LOADED)
             .map(|i| {
                 let component = cache.load(engine, &digest).expect("stored by `languages`");
                 env.sandbox
@@ -1056,7 +1059,7 @@ fn modules_loaded(
             env.sandbox.limits().concurrency
         );
         let [anon, file, shared] = rss_mib();
-        let stats = bench.group(&label, &note, 5, vec![round(3), round(30)]);
+        let stats = bench.group(&label, &note, 5, vec![round(3), round(MODULES_LOADED)]);
         let [anon_after, file_after, shared_after] = rss_mib();
         println!(
             "   the process's RSS, anonymous / file / shared: {anon:.0} / {file:.0} / {shared:.0} MiB \
@@ -1065,7 +1068,7 @@ fn modules_loaded(
         // Minor page faults per call once every module was called (the process's: calls may
         // run on the runtime's threads).
         let faults_per_call = |loaded: usize| {
-            let calls = 2 * 30;
+            let calls = 2 * MODULES_LOADED;
             let before = minor_faults();
             for i in 0..calls {
                 black_box(env.run(rt, &copies[i % loaded], request.clone()));
@@ -1073,13 +1076,13 @@ fn modules_loaded(
             (minor_faults() - before) / calls as u64
         };
         println!(
-            "   minor page faults per call: {} with 3 modules, {} with 30",
+            "   minor page faults per call: {} with 3 modules, {} with {MODULES_LOADED}",
             faults_per_call(3),
-            faults_per_call(30)
+            faults_per_call(MODULES_LOADED)
         );
         if let Some(s) = stats {
             sum.row(
-                format!("{lang}: 30 modules loaded against 3"),
+                format!("{lang}: {MODULES_LOADED} modules loaded against 3"),
                 &s,
                 &[("30", 1)],
             );
