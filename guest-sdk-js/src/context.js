@@ -51,14 +51,16 @@ export class Context {
 
   /** Writes a log line with key/value fields (an object, in its key order). */
   log(level, message, fields = {}) {
-    const record = new LogRecord(
-      level,
-      message,
-      Object.entries(fields).map(([key, value]) => [key, String(value)]),
-    );
     if (hostLog) {
-      hostLog(level, message, record.fields.map(([key, value]) => ({ key, value })));
+      const hostFields = [];
+      for (const key of Object.keys(fields)) hostFields.push({ key, value: String(fields[key]) });
+      hostLog(level, message, hostFields);
     } else {
+      const record = new LogRecord(
+        level,
+        message,
+        Object.entries(fields).map(([key, value]) => [key, String(value)]),
+      );
       console.error(`[${this.operator} ${this.phase}] ${record}`);
       this.#logs.push(record);
     }

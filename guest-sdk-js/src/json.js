@@ -34,6 +34,15 @@ function compareCodePoints(a, b) {
 /** Lone or paired surrogates: where sorting by UTF-16 units and by code points can differ. */
 const SURROGATE = /[\ud800-\udfff]/;
 
+/** Whether `keys` are in code point order already: in UTF-16 order (`<`, no comparator call)
+ * with no surrogate in any key, where the two orders could differ. */
+function inCodePointOrder(keys) {
+  for (let i = 1; i < keys.length; i++) {
+    if (!(keys[i - 1] < keys[i])) return false;
+  }
+  return keys.length < 2 || !SURROGATE.test(keys.join(''));
+}
+
 /** `keys` in code point order: the engine's own sort (UTF-16 units, no comparator called per
  * pair) gives it unless a key holds a surrogate, which the code point comparison then orders. */
 function sortedKeys(keys) {
@@ -42,10 +51,12 @@ function sortedKeys(keys) {
   return SURROGATE.test(keys.join('')) ? keys.sort(compareText) : keys;
 }
 
-/** A copy of `value` as `JSON.stringify` would see it (`toJSON` applied, functions, symbols
- * and `undefined` members left out, `undefined` array items as null), object keys in code
- * point order; a TypeError for what JSON cannot hold (a BigInt, NaN or ±Infinity, as
- * serde_json refuses them). One walk: `JSON.stringify` then needs no replacer. */
+/** `value` as `JSON.stringify` would see it (`toJSON` applied, functions, symbols and
+ * `undefined` members left out, `undefined` array items as null), object keys in code point
+ * order; a TypeError for what JSON cannot hold (a BigInt, NaN or ±Infinity, as serde_json
+ * refuses them). One walk: `JSON.stringify` then needs no replacer. An object or array that is
+ * canonical already (keys in order, every member canonical: what workers mostly build) is
+ * returned as it is; only the others are copied. */
 function canonical(value) {
   if (value !== null && typeof value === 'object' && typeof value.toJSON === 'function') value = value.toJSON();
   switch (typeof value) {
@@ -64,15 +75,32 @@ function canonical(value) {
   }
   if (value === null) return null;
   if (Array.isArray(value)) {
-    const items = new Array(value.length);
+    let items = null;
     for (let i = 0; i < value.length; i++) {
-      const item = canonical(value[i]);
-      items[i] = item === undefined ? null : item;
+      const member = value[i];
+      let item = canonical(member);
+      if (item === undefined) item = null;
+      if (items === null && item !== member) items = value.slice(0, i);
+      if (items !== null) items[i] = item;
     }
-    return items;
+    return items ?? value;
+  }
+  const keys = Object.keys(value);
+  if (inCodePointOrder(keys)) {
+    let copy = null;
+    for (let i = 0; i < keys.length; i++) {
+      const member = value[keys[i]];
+      const canonicalMember = canonical(member);
+      if (copy === null && canonicalMember !== member) {
+        copy = {};
+        for (let j = 0; j < i; j++) copy[keys[j]] = value[keys[j]];
+      }
+      if (copy !== null && canonicalMember !== undefined) copy[keys[i]] = canonicalMember;
+    }
+    return copy ?? value;
   }
   const sorted = {};
-  for (const key of sortedKeys(Object.keys(value))) {
+  for (const key of sortedKeys(keys)) {
     const member = canonical(value[key]);
     if (member !== undefined) sorted[key] = member;
   }

@@ -116,13 +116,15 @@ function statusPatch(status) {
   return Object.fromEntries(Object.entries(status).filter(([key]) => !HOST_STATUS_FIELDS.includes(key)));
 }
 
-/** `object` checked as a Kubernetes object and serialized: the text is the decision, so later
- * changes to `object` do not change it (one serialization, no copy parsed back). */
-function outputJson(object, index) {
-  if (!isObject(object)) {
-    throw WorkerError.fatal(`output #${index} must be a Kubernetes object, not ${jsonType(object)}`);
-  }
-  const text = (value, key) => (isObject(value) && typeof value[key] === 'string' && value[key] ? value[key] : undefined);
+/** Whether `value` is a non-empty string. */
+function isText(value) {
+  return typeof value === 'string' && value !== '';
+}
+
+/** The error for an output without `apiVersion`, `kind` or `metadata.name` (each a non-empty
+ * string), naming what it has. */
+function missingIdentity(object, index) {
+  const text = (value, key) => (isObject(value) && isText(value[key]) ? value[key] : undefined);
   const kind = text(object, 'kind');
   const name = text(object.metadata, 'name');
   const missing = [
@@ -132,9 +134,17 @@ function outputJson(object, index) {
   ]
     .filter(([, value]) => value === undefined)
     .map(([fieldName]) => fieldName);
-  if (missing.length) {
-    const what = [kind, name].filter((p) => p !== undefined).join(' ');
-    throw WorkerError.fatal(`output #${index}${what ? ` (${what})` : ''} has no ${missing.join(', no ')}`);
+  const what = [kind, name].filter((p) => p !== undefined).join(' ');
+  return WorkerError.fatal(`output #${index}${what ? ` (${what})` : ''} has no ${missing.join(', no ')}`);
+}
+
+/** `object` checked as a Kubernetes object and serialized: the text is the decision, so later
+ * changes to `object` do not change it (one serialization, no copy parsed back). */
+function outputJson(object, index) {
+  if (!isObject(object)) {
+    throw WorkerError.fatal(`output #${index} must be a Kubernetes object, not ${jsonType(object)}`);
   }
+  const name = isObject(object.metadata) ? object.metadata.name : undefined;
+  if (!(isText(object.apiVersion) && isText(object.kind) && isText(name))) throw missingIdentity(object, index);
   return serializeFor(`output #${index}`, object);
 }

@@ -64,6 +64,11 @@ export class PhaseOutcome {
   /** Adds `object` as an output of `apiVersion` `kind`: both filled in when absent or empty, a
    * fatal WorkerError when it names another (as the Rust SDK's `output_of_kind`). */
   outputOfKind(apiVersion, kind, object) {
+    if (object !== null && typeof object === 'object' && object.apiVersion === apiVersion && object.kind === kind) {
+      // Already of this kind (what the generated builders get): added as it is.
+      this.untyped.output(object);
+      return this;
+    }
     const index = this.untyped.outputCount;
     if (object === null || typeof object !== 'object' || Array.isArray(object)) {
       this.untyped.output(object); // throws the SDK's error for a non-object

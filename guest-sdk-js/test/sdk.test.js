@@ -271,6 +271,20 @@ test('JSON is written as serde_json writes it: compact, keys sorted by code poin
   assert.throws(() => toJson(undefined), TypeError);
 });
 
+test('an object already in order is written as it is; one out of order anywhere is sorted', () => {
+  // In UTF-16 order but not in code point order (a surrogate pair sorts before U+FFFF there).
+  assert.equal(toJson({ '\u{1F600}': 0, '\uFFFF': 1 }), '{"\uFFFF":1,"\u{1F600}":0}');
+  // Sorted at the top, unsorted or holding what JSON leaves out further down: each level fixed,
+  // the caller's object untouched.
+  const value = { a: 1, b: { d: 1, c: [{ y: 1, x: undefined }] }, c: [1, undefined, { q: 1, p: 2 }], d: 'x' };
+  const before = JSON.stringify(value);
+  assert.equal(toJson(value), '{"a":1,"b":{"c":[{"y":1}],"d":1},"c":[1,null,{"p":2,"q":1}],"d":"x"}');
+  assert.equal(JSON.stringify(value), before);
+  // A member that is left out, at the end of an object in order, and toJSON on a nested object.
+  assert.equal(toJson({ a: { toJSON: () => ({ z: 1, y: 2 }) }, b: () => 1 }), '{"a":{"y":2,"z":1}}');
+  assert.throws(() => toJson({ a: 1, b: { c: Infinity } }), TypeError);
+});
+
 test('compareText orders by code point, as comparing code point arrays does', () => {
   const byCodePoints = (a, b) => {
     const [l, r] = [[...a], [...b]];

@@ -209,6 +209,13 @@ def test_outputs_are_checked():
     assert raised.value.message == "output #0 must be a Kubernetes object, not an array"
 
 
+def test_an_outputs_name_must_be_a_non_empty_string():
+    for metadata in ({"name": ""}, {"name": 3}, ["web"], None):
+        with pytest.raises(guest.WorkerError) as raised:
+            guest.Outcome.next("Ready").output({"apiVersion": "v1", "kind": "Service", "metadata": metadata})
+        assert raised.value.message == "output #0 (Service) has no metadata.name"
+
+
 def test_an_output_is_the_object_as_it_was_added():
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "labels": {"b": "2", "a": "1"}}}
     outcome = guest.Outcome.next("Ready").output(service)

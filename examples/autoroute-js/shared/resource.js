@@ -54,18 +54,33 @@ function list(parent, key, what) {
 }
 
 /** A Kubernetes LabelSelector checked: `matchLabels` strings, `matchExpressions` with string
- * `key`/`operator` and string `values`. */
+ * `key`/`operator` and string `values`. (Paths in messages are built only on error: this runs
+ * once per selected Deployment.) */
 function labelSelector(value, what) {
   const selector = object(value, what);
-  textMap(selector, 'matchLabels', `${what}.matchLabels`);
-  list(selector, 'matchExpressions', `${what}.matchExpressions`).forEach((expr, index) => {
-    const where = `${what}.matchExpressions[${index}]`;
-    object(expr, where);
-    optionalText(expr, 'key', `${where}.key`);
-    optionalText(expr, 'operator', `${where}.operator`);
-    if (expr.values !== undefined && expr.values !== null) textList(expr.values, `${where}.values`);
-  });
+  const labels = selector.matchLabels;
+  if (labels !== undefined && labels !== null && !(isObject(labels) && allText(labels))) {
+    textMap(selector, 'matchLabels', `${what}.matchLabels`); // throws, naming the field
+  }
+  const expressions = selector.matchExpressions;
+  if (expressions !== undefined && expressions !== null) {
+    list(selector, 'matchExpressions', `${what}.matchExpressions`).forEach((expr, index) => {
+      const where = `${what}.matchExpressions[${index}]`;
+      object(expr, where);
+      optionalText(expr, 'key', `${where}.key`);
+      optionalText(expr, 'operator', `${where}.operator`);
+      if (expr.values !== undefined && expr.values !== null) textList(expr.values, `${where}.values`);
+    });
+  }
   return selector;
+}
+
+/** Whether every member of `map` is a string. */
+function allText(map) {
+  for (const key in map) {
+    if (typeof map[key] !== 'string') return false;
+  }
+  return true;
 }
 
 /** Routes ingress traffic through an Istio gateway to every Deployment the selector matches. */
@@ -120,22 +135,38 @@ export class Deployment {
     const selector = labelSelector(optionalObject(spec, 'selector', 'spec.selector'), 'spec.selector');
     const template = optionalObject(spec, 'template', 'spec.template');
     const podSpec = optionalObject(template, 'spec', 'spec.template.spec');
-    const containerPorts = list(podSpec, 'containers', 'spec.template.spec.containers').map((container, index) => {
-      const where = `spec.template.spec.containers[${index}]`;
-      return list(object(container, where), 'ports', `${where}.ports`).map((port, portIndex) => {
-        const number = object(port, `${where}.ports[${portIndex}]`).containerPort ?? 0;
+    const containers = list(podSpec, 'containers', 'spec.template.spec.containers');
+    const containerPorts = [];
+    for (let index = 0; index < containers.length; index++) {
+      const container = containers[index];
+      if (!isObject(container)) object(container, `spec.template.spec.containers[${index}]`); // throws
+      const listed = container.ports;
+      if (listed !== undefined && listed !== null && !Array.isArray(listed)) {
+        list(container, 'ports', `spec.template.spec.containers[${index}].ports`); // throws
+      }
+      const ports = [];
+      for (let portIndex = 0; listed && portIndex < listed.length; portIndex++) {
+        const port = listed[portIndex];
+        const number = isObject(port) ? (port.containerPort ?? 0) : undefined;
         if (!Number.isInteger(number) || number < I32_MIN || number > I32_MAX) {
-          throw new TypeError(
-            `${where}.ports[${portIndex}].containerPort: expected a 32-bit integer, not ${JSON.stringify(number)}`,
-          );
+          throw portError(port, index, portIndex);
         }
-        return number;
-      });
-    });
+        ports.push(number);
+      }
+      containerPorts.push(ports);
+    }
     return new Deployment({
       name: optionalText(metadata, 'name', 'metadata.name'),
       podLabels: textMap(selector, 'matchLabels', 'spec.selector.matchLabels') ?? {},
       containerPorts,
     });
   }
+}
+
+/** Why port `portIndex` of container `index` is not a port with a 32-bit `containerPort`, as
+ * the Rust type's deserialization says it. */
+function portError(port, index, portIndex) {
+  const where = `spec.template.spec.containers[${index}].ports[${portIndex}]`;
+  const number = object(port, where).containerPort ?? 0; // throws when not an object
+  return new TypeError(`${where}.containerPort: expected a 32-bit integer, not ${JSON.stringify(number)}`);
 }

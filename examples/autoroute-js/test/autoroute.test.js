@@ -58,3 +58,24 @@ test('long values are cut', () => {
   assert.equal([...got].length, 201);
   assert.ok(got.endsWith('…'));
 });
+
+test('a malformed Deployment is named where it is wrong', () => {
+  const message = (containers, selector = { matchLabels: { pod: 'a' } }) => {
+    const spec = { selector, template: { spec: { containers } } };
+    try {
+      Deployment.fromJSON({ metadata: { name: 'a' }, spec });
+    } catch (err) {
+      assert.ok(err instanceof TypeError);
+      return err.message;
+    }
+    return assert.fail('parsed');
+  };
+  const where = 'spec.template.spec.containers[0]';
+  assert.equal(message(['x']), `${where}: expected an object, not a string`);
+  assert.equal(message([{ ports: 0 }]), `${where}.ports: expected an array, not a number`);
+  assert.equal(message([{ ports: [{ containerPort: 1 }, null] }]), `${where}.ports[1]: expected an object, not null`);
+  assert.equal(message([{ ports: [{ containerPort: true }] }]), `${where}.ports[0].containerPort: expected a 32-bit integer, not true`);
+  assert.equal(message([{ ports: [{ containerPort: 2 ** 31 }] }]), `${where}.ports[0].containerPort: expected a 32-bit integer, not 2147483648`);
+  assert.equal(message([], { matchLabels: { pod: 1 } }), 'spec.selector.matchLabels.pod: expected a string, not a number');
+  assert.equal(message([], { matchExpressions: [{ key: 1 }] }), 'spec.selector.matchExpressions[0].key: expected a string, not a number');
+});

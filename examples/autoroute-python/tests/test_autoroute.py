@@ -66,3 +66,22 @@ def test_long_values_are_cut():
     (difference,) = route_differences(desired, desired.services, virtual_services, [desired.gateway])
     got = difference.split("spec is ")[1].split(" (want")[0]
     assert len(got) == 201 and got.endswith("…")
+
+
+def test_a_malformed_deployment_is_named_where_it_is_wrong():
+    import pytest
+
+    def parse(containers, selector=None):
+        spec = {"selector": selector or {"matchLabels": {"pod": "a"}}, "template": {"spec": {"containers": containers}}}
+        with pytest.raises((TypeError, KeyError)) as raised:
+            Deployment.from_json({"metadata": {"name": "a"}, "spec": spec})
+        return str(raised.value)
+
+    where = "spec.template.spec.containers[0]"
+    assert parse(["x"]) == f"{where}: expected an object, not a string"
+    assert parse([{"ports": 0}]) == f"{where}.ports: expected an array, not a number"
+    assert parse([{"ports": [{"containerPort": 1}, None]}]) == f"{where}.ports[1]: expected an object, not null"
+    assert parse([{"ports": [{"containerPort": True}]}]) == f"{where}.ports[0].containerPort: expected a 32-bit integer, not True"
+    assert parse([{"ports": [{"containerPort": 2**31}]}]).endswith("expected a 32-bit integer, not 2147483648")
+    assert parse([], {"matchLabels": {"pod": 1}}) == "spec.selector.matchLabels.pod: expected a string, not a number"
+    assert parse([], {"matchExpressions": [{"key": 1}]}) == "spec.selector.matchExpressions[0].key: expected a string, not a number"

@@ -68,16 +68,17 @@ class Context:
     def log(self, level: LogLevel, message: str, /, **fields: object) -> None:
         """Writes a log line with key/value fields, in the order given. `level` and `message` are
         positional-only, so any name can be a field: `ctx.log(LogLevel.INFO, "x", message="y")`."""
-        record = LogRecord(
-            LogLevel(level),
-            message,
-            [(key, format_value(value)) for key, value in fields.items()],
-        )
+        level = level if type(level) is LogLevel else LogLevel(level)
+        pairs = [
+            (key, value if type(value) is str else format_value(value))
+            for key, value in fields.items()
+        ]
         if _wire.host_log is not None:
-            _wire.host_log(int(record.level), record.message, record.fields)
+            _wire.host_log(int(level), message, pairs)
         else:
             # Natively the host's `log` import does not exist: keep the record for the test
             # and print it (pytest shows it when the test fails).
+            record = LogRecord(level, message, pairs)
             print(f"[{self.operator} {self.phase}] {record}", file=sys.stderr)
             self._logs.append(record)
 

@@ -127,14 +127,33 @@ def status_patch(status: Any) -> dict[str, Any]:
 def output_json(obj: Any, index: int) -> str:
     """`obj` checked as a Kubernetes object and serialized: the text is the decision, so later
     changes to `obj` do not change it (one serialization, no copy parsed back)."""
-    if not isinstance(obj, Mapping):
+    # A dict is checked with C-level tests; any other Mapping through the ABC (slower).
+    if not isinstance(obj, dict) and not isinstance(obj, Mapping):
         raise WorkerError.fatal(
             f"output #{index} must be a Kubernetes object, not {json_type(obj)}"
         )
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, (dict, Mapping)) else None
+    if not (_text(obj.get("apiVersion")) and _text(obj.get("kind")) and _text(name)):
+        raise _missing_identity(obj, index)
+    try:
+        return to_json(obj)
+    except (TypeError, ValueError) as err:
+        raise WorkerError.fatal(f"output #{index} does not serialize to JSON: {err}") from err
+
+
+def _text(value: Any) -> bool:
+    """Whether `value` is a non-empty string."""
+    return isinstance(value, str) and value != ""
+
+
+def _missing_identity(obj: Mapping[str, Any], index: int) -> WorkerError:
+    """The error for an output without `apiVersion`, `kind` or `metadata.name` (each a
+    non-empty string), naming what it has."""
 
     def text(value: Any, key: str) -> Optional[str]:
         found = value.get(key) if isinstance(value, Mapping) else None
-        return found if isinstance(found, str) and found else None
+        return found if _text(found) else None
 
     kind, name = text(obj, "kind"), text(obj.get("metadata"), "name")
     missing = [
@@ -146,14 +165,9 @@ def output_json(obj: Any, index: int) -> str:
         )
         if value is None
     ]
-    if missing:
-        what = " ".join(p for p in (kind, name) if p is not None)
-        what = f" ({what})" if what else ""
-        raise WorkerError.fatal(f"output #{index}{what} has no {', no '.join(missing)}")
-    try:
-        return to_json(obj)
-    except (TypeError, ValueError) as err:
-        raise WorkerError.fatal(f"output #{index} does not serialize to JSON: {err}") from err
+    what = " ".join(p for p in (kind, name) if p is not None)
+    what = f" ({what})" if what else ""
+    return WorkerError.fatal(f"output #{index}{what} has no {', no '.join(missing)}")
 
 
 #: One encoder for every `to_json` call: `json.dumps` with options builds a new one each time.

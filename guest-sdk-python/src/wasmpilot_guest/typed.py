@@ -101,6 +101,14 @@ class PhaseOutcome:
     def _output(self, api_version: str, kind: str, obj: Mapping[str, Any]) -> Self:
         """Adds `obj` as an output of `api_version` `kind`: both filled in when absent or empty,
         a fatal `WorkerError` when it names another (as the Rust SDK's `output_of_kind`)."""
+        if (
+            isinstance(obj, dict)
+            and obj.get("apiVersion") == api_version
+            and obj.get("kind") == kind
+        ):
+            # Already of this kind (what the generated builders get): added as it is.
+            self.untyped.output(obj)
+            return self
         index = self.untyped.output_count
         if not isinstance(obj, Mapping):
             self.untyped.output(obj)  # raises the SDK's error for a non-object

@@ -63,16 +63,23 @@ def _list(parent: dict[str, Any], key: str, what: str) -> list[Any]:
 
 def label_selector(value: Any, what: str) -> dict[str, Any]:
     """A Kubernetes LabelSelector checked: `matchLabels` strings, `matchExpressions` with
-    string `key`/`operator` and string `values`."""
+    string `key`/`operator` and string `values`. (Paths in messages are built only on error:
+    this runs once per selected Deployment.)"""
     selector = _object(value, what)
-    _text_map(selector, "matchLabels", f"{what}.matchLabels")
-    for index, expr in enumerate(_list(selector, "matchExpressions", f"{what}.matchExpressions")):
-        where = f"{what}.matchExpressions[{index}]"
-        _object(expr, where)
-        _optional_text(expr, "key", f"{where}.key")
-        _optional_text(expr, "operator", f"{where}.operator")
-        if expr.get("values") is not None:
-            _text_list(expr["values"], f"{where}.values")
+    labels = selector.get("matchLabels")
+    if labels is not None and not (
+        type(labels) is dict and all(type(v) is str for v in labels.values())
+    ):
+        _text_map(selector, "matchLabels", f"{what}.matchLabels")  # raises, naming the field
+    expressions = selector.get("matchExpressions")
+    if expressions is not None:
+        for index, expr in enumerate(_list(selector, "matchExpressions", f"{what}.matchExpressions")):
+            where = f"{what}.matchExpressions[{index}]"
+            _object(expr, where)
+            _optional_text(expr, "key", f"{where}.key")
+            _optional_text(expr, "operator", f"{where}.operator")
+            if expr.get("values") is not None:
+                _text_list(expr["values"], f"{where}.values")
     return selector
 
 
@@ -129,15 +136,16 @@ class Deployment:
         pod_spec = _optional_object(template, "spec", "spec.template.spec")
         container_ports = []
         for index, container in enumerate(_list(pod_spec, "containers", "spec.template.spec.containers")):
-            where = f"spec.template.spec.containers[{index}]"
+            if type(container) is not dict:
+                _object(container, f"spec.template.spec.containers[{index}]")  # raises
+            listed = container.get("ports")
+            if listed is not None and type(listed) is not list:
+                _list(container, "ports", f"spec.template.spec.containers[{index}].ports")  # raises
             ports = []
-            for port_index, port in enumerate(_list(_object(container, where), "ports", f"{where}.ports")):
-                number = _object(port, f"{where}.ports[{port_index}]").get("containerPort", 0)
-                if isinstance(number, bool) or not isinstance(number, int) or number not in _I32:
-                    raise TypeError(
-                        f"{where}.ports[{port_index}].containerPort: expected a 32-bit integer, "
-                        f"not {number!r}"
-                    )
+            for port_index, port in enumerate(listed or ()):
+                number = port.get("containerPort", 0) if type(port) is dict else None
+                if type(number) is not int or number not in _I32:
+                    raise _port_error(container, index, port_index)
                 ports.append(number)
             container_ports.append(ports)
         return cls(
@@ -145,3 +153,15 @@ class Deployment:
             pod_labels=_text_map(selector, "matchLabels", "spec.selector.matchLabels") or {},
             container_ports=container_ports,
         )
+
+
+def _port_error(container: dict[str, Any], index: int, port_index: int) -> Exception:
+    """Why `ports[port_index]` of container `index` is not a port with a 32-bit `containerPort`
+    (or why `ports` is not a list), as the Rust type's deserialization says it."""
+    where = f"spec.template.spec.containers[{index}]"
+    ports = _list(container, "ports", f"{where}.ports")  # raises when not a list
+    port = _object(ports[port_index], f"{where}.ports[{port_index}]")
+    number = port.get("containerPort", 0)
+    return TypeError(
+        f"{where}.ports[{port_index}].containerPort: expected a 32-bit integer, not {number!r}"
+    )
