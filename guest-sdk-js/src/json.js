@@ -86,6 +86,9 @@ function canonical(value) {
     return items ?? value;
   }
   const keys = Object.keys(value);
+  // An engine lists integer-like keys first, in numeric order, whatever order they were added
+  // in: such an object cannot be rebuilt in code point order ("10" before "2").
+  if (keys.length > 1 && isDigit(keys[0].charCodeAt(0))) digitKeysSeen = true;
   if (inCodePointOrder(keys)) {
     let copy = null;
     for (let i = 0; i < keys.length; i++) {
@@ -107,9 +110,50 @@ function canonical(value) {
   return sorted;
 }
 
-/** Compact JSON with sorted keys. Throws a TypeError for values JSON cannot hold. */
+/** Set by `canonical` when an object of the value has more than one key and one starting with
+ * a digit. */
+let digitKeysSeen = false;
+
+function isDigit(unit) {
+  return unit >= 0x30 && unit <= 0x39;
+}
+
+/** `value` written as `JSON.stringify(canonical(value))` would be, but member by member, keys
+ * in code point order: for the values whose objects an engine cannot hold in that order
+ * (integer-like keys). Slower: one walk in JavaScript that writes every value. */
+function writeSorted(value) {
+  if (value !== null && typeof value === 'object' && typeof value.toJSON === 'function') value = value.toJSON();
+  switch (typeof value) {
+    case 'object':
+      break;
+    case 'string':
+    case 'boolean':
+    case 'number':
+      return JSON.stringify(value);
+    default:
+      return undefined;
+  }
+  if (value === null) return 'null';
+  if (Array.isArray(value)) {
+    const items = new Array(value.length);
+    for (let i = 0; i < value.length; i++) items[i] = writeSorted(value[i]) ?? 'null';
+    return `[${items.join(',')}]`;
+  }
+  const members = [];
+  for (const key of sortedKeys(Object.keys(value))) {
+    const member = writeSorted(value[key]);
+    if (member !== undefined) members.push(`${JSON.stringify(key)}:${member}`);
+  }
+  return `{${members.join(',')}}`;
+}
+
+/** Compact JSON with object keys in code point order (integer-like ones too: `"10"` before
+ * `"2"`, as serde_json writes a map): the bytes the Rust SDK writes for the same value. Throws a
+ * TypeError for values JSON cannot hold. */
 export function toJson(value) {
-  const text = JSON.stringify(canonical(value));
+  digitKeysSeen = false;
+  const checked = canonical(value);
+  const text = digitKeysSeen ? writeSorted(value) : JSON.stringify(checked);
   if (text === undefined) throw new TypeError(`${typeof value} is not JSON`);
   return text;
 }

@@ -285,6 +285,60 @@ test('an object already in order is written as it is; one out of order anywhere 
   assert.throws(() => toJson({ a: 1, b: { c: Infinity } }), TypeError);
 });
 
+test('integer-like keys are ordered as text, as serde_json orders a map', () => {
+  assert.equal(toJson({ b: 1, 10: 'x', 2: 'y', a: { 1: 1, '01': 2 } }), '{"10":"x","2":"y","a":{"01":2,"1":1},"b":1}');
+});
+
+test('only own members are written: class instances and __proto__ keys', () => {
+  class Named {
+    constructor() {
+      this.own = 1;
+    }
+
+    get name() {
+      return 'from the prototype';
+    }
+  }
+  // `name` is a key elsewhere in the value; JSON.stringify writes only own members.
+  assert.equal(toJson({ metadata: { name: 'web' }, item: new Named() }), '{"item":{"own":1},"metadata":{"name":"web"}}');
+  const parsed = JSON.parse('{"data":{"__proto__":"x","a":1},"other":{}}');
+  assert.equal(toJson(parsed), '{"data":{"__proto__":"x","a":1},"other":{}}');
+});
+
+test('JSON is the same bytes whichever way it is written: objects rebuilt in order or written by the walk', () => {
+  // Objects with integer-like keys are written by the walk; compare both ways with a reference
+  // serializer on random values.
+  let seed = 7;
+  const random = (n) => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed % n;
+  };
+  const keys = ['a', 'b', 'B', '10', '2', 'é', '\uFFFF', '\u{1F600}', 'name', 'z'];
+  const make = (depth) => {
+    const pick = random(depth > 3 ? 4 : 7);
+    if (pick === 0) return random(1000) - 500;
+    if (pick === 1) return keys[random(keys.length)];
+    if (pick === 2) return random(2) === 0;
+    if (pick === 3) return null;
+    if (pick === 4) return Array.from({ length: random(4) }, () => make(depth + 1));
+    const object = {};
+    for (let i = random(5); i > 0; i--) object[keys[random(keys.length)]] = make(depth + 1);
+    return object;
+  };
+  const reference = (value) => {
+    if (Array.isArray(value)) return `[${value.map(reference).join(',')}]`;
+    if (value === null || typeof value !== 'object') return JSON.stringify(value);
+    const ordered = Object.keys(value).sort(compareText);
+    return `{${ordered.map((k) => `${JSON.stringify(k)}:${reference(value[k])}`).join(',')}}`;
+  };
+  for (let i = 0; i < 300; i++) {
+    const value = make(0);
+    assert.equal(toJson(value), reference(value));
+  }
+  const wide = Array.from({ length: 600 }, (_, i) => ({ [`k${i}`]: { [`j${i}`]: i, 2: 'two', 10: 'ten' } }));
+  assert.equal(toJson(wide), reference(wide));
+});
+
 test('compareText orders by code point, as comparing code point arrays does', () => {
   const byCodePoints = (a, b) => {
     const [l, r] = [[...a], [...b]];
