@@ -209,6 +209,11 @@ export declare function jsonSize(value: unknown): number;
 export declare function describeThrown(err: unknown): string;
 /** Orders strings by Unicode code point (as Rust and Python compare strings). */
 export declare function compareText(a: string, b: string): number;
+/** Sorts `texts` in place by code point and returns it: the engine's own sort unless a text
+ * holds a surrogate (faster than `sort(compareText)`). */
+export declare function sortText<T extends string>(texts: T[]): T[];
+/** Sorts `items` in place by the text `keyOf(item)`, in code point order, and returns it. */
+export declare function sortByText<T>(items: T[], keyOf: (item: T) => string): T[];
 
 /** The `.status` fields the host writes on every resource it manages. */
 export declare class HostStatus {

@@ -9,7 +9,7 @@ export { Context, LogLevel, LogRecord } from './context.js';
 export { ErrorKind, WorkerError } from './errors.js';
 export { exportFinalizer, exportPhase, FinalizerWorker, PhaseWorker } from './export.js';
 export { Inputs, Sample } from './inputs.js';
-export { compareText, describeThrown, jsonSize, toJson } from './json.js';
+export { compareText, describeThrown, jsonSize, sortByText, sortText, toJson } from './json.js';
 export { Finalized, Outcome } from './outcome.js';
 export { LabelSelector, SelectorError } from './selector.js';
 export { HostStatus, Transition } from './status.js';

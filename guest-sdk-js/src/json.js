@@ -43,12 +43,36 @@ function inCodePointOrder(keys) {
   return keys.length < 2 || !SURROGATE.test(keys.join(''));
 }
 
+/** Whether any of `texts` holds a surrogate: only then may UTF-16 order and code point order
+ * differ. */
+function anySurrogate(texts) {
+  return SURROGATE.test(texts.join(''));
+}
+
+/** Sorts `texts` in place by code point (as Rust and Python sort strings) and returns it: the
+ * engine's own sort, no comparator called per pair, unless a text holds a surrogate. */
+export function sortText(texts) {
+  texts.sort();
+  return anySurrogate(texts) ? texts.sort(compareText) : texts;
+}
+
+/** Sorts `items` in place by the text `keyOf(item)`, in code point order, and returns it. The
+ * engine's string comparison orders each pair unless a key holds a surrogate. */
+export function sortByText(items, keyOf) {
+  const keyed = items.map((item) => [keyOf(item), item]);
+  if (anySurrogate(keyed.map(([key]) => key))) {
+    keyed.sort(([a], [b]) => compareText(a, b));
+  } else {
+    keyed.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  }
+  for (let i = 0; i < keyed.length; i++) items[i] = keyed[i][1];
+  return items;
+}
+
 /** `keys` in code point order: the engine's own sort (UTF-16 units, no comparator called per
  * pair) gives it unless a key holds a surrogate, which the code point comparison then orders. */
 function sortedKeys(keys) {
-  if (keys.length < 2) return keys;
-  keys.sort();
-  return SURROGATE.test(keys.join('')) ? keys.sort(compareText) : keys;
+  return keys.length < 2 ? keys : sortText(keys);
 }
 
 /** `value` as `JSON.stringify` would see it (`toJSON` applied, functions, symbols and

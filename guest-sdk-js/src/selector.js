@@ -7,7 +7,7 @@
 //
 // An input that declares `selectorFrom` (or `matchLabels` / `matchExpressions`) in the
 // WasmOperator is already selected by the host; a worker needs this only to select by itself.
-import { compareText } from './json.js';
+import { sortText } from './json.js';
 
 /** The `matchExpressions` operators Kubernetes knows. */
 const OPERATORS = ['In', 'NotIn', 'Exists', 'DoesNotExist'];
@@ -62,21 +62,19 @@ export class LabelSelector {
     }
     const matchLabels = parseMatchLabels(value.matchLabels, `${field}.matchLabels`);
     const expressions = parseMatchExpressions(value.matchExpressions, `${field}.matchExpressions`);
-    const requirements = Object.keys(matchLabels)
-      .sort(compareText)
-      .map((key) => {
-        const text = matchLabels[key];
-        let why = labelKeyProblem(key);
-        if (why) throw new SelectorError(`${field}.matchLabels`, `${debugQuoted(key)} is not a valid label key: ${why}`);
-        why = labelValueProblem(text);
-        if (why) {
-          throw new SelectorError(
-            `${field}.matchLabels`,
-            `${debugQuoted(text)} (key ${debugQuoted(key)}) is not a valid label value: ${why}`,
-          );
-        }
-        return { key, operator: 'In', values: [text] };
-      });
+    const requirements = sortText(Object.keys(matchLabels)).map((key) => {
+      const text = matchLabels[key];
+      let why = labelKeyProblem(key);
+      if (why) throw new SelectorError(`${field}.matchLabels`, `${debugQuoted(key)} is not a valid label key: ${why}`);
+      why = labelValueProblem(text);
+      if (why) {
+        throw new SelectorError(
+          `${field}.matchLabels`,
+          `${debugQuoted(text)} (key ${debugQuoted(key)}) is not a valid label value: ${why}`,
+        );
+      }
+      return { key, operator: 'In', values: [text] };
+    });
     expressions.forEach((expression, index) =>
       requirements.push(checked(expression, `${field}.matchExpressions[${index}]`)),
     );
@@ -160,7 +158,7 @@ const isDnsSubdomain = (text) => text.split('.').every((label) => /^[a-z0-9]([-a
 function parseMatchLabels(value, field) {
   if (value === undefined || value === null) return {};
   if (!isObject(value)) throw new SelectorError(field, invalidType(value, 'a map'));
-  for (const key of Object.keys(value).sort(compareText)) {
+  for (const key of sortText(Object.keys(value))) {
     if (typeof value[key] !== 'string') throw new SelectorError(field, invalidType(value[key], 'a string'));
   }
   return value;

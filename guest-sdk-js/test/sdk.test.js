@@ -4,6 +4,8 @@ import { test } from 'node:test';
 
 import {
   compareText,
+  sortByText,
+  sortText,
   describeThrown,
   exportFinalizer,
   exportPhase,
@@ -337,6 +339,20 @@ test('JSON is the same bytes whichever way it is written: objects rebuilt in ord
   }
   const wide = Array.from({ length: 600 }, (_, i) => ({ [`k${i}`]: { [`j${i}`]: i, 2: 'two', 10: 'ten' } }));
   assert.equal(toJson(wide), reference(wide));
+});
+
+test('sortText and sortByText sort by code point, as sort(compareText) does, and keep ties in order', () => {
+  const texts = ['b', '\uFFFF', '\u{1F600}', 'a', '', 'B', '\ud800', 'ab', '10', '2'];
+  assert.deepEqual(sortText([...texts]), [...texts].sort(compareText));
+  assert.deepEqual(sortText(['svc-2', 'svc-10', 'api']), ['api', 'svc-10', 'svc-2']);
+  const items = texts.map((name, index) => ({ name, index }));
+  const bySort = [...items].sort((x, y) => compareText(x.name, y.name));
+  assert.deepEqual(sortByText([...items], (item) => item.name), bySort);
+  // Without surrogates the engine's comparison orders them; ties keep their order.
+  const plain = [{ k: 'b', i: 0 }, { k: 'a', i: 1 }, { k: 'b', i: 2 }, { k: 'a', i: 3 }];
+  const sorted = sortByText(plain, (item) => item.k);
+  assert.equal(sorted, plain);
+  assert.deepEqual(sorted.map((item) => item.i), [1, 3, 0, 2]);
 });
 
 test('compareText orders by code point, as comparing code point arrays does', () => {

@@ -3,26 +3,22 @@
 //
 // The host selects them (operator.yaml: `selectorFrom: spec.deploymentSelector`): every
 // Deployment in the `deployments` input is in the route's namespace and matches its selector.
-import { compareText } from '@wasmpilot/guest';
+import { sortByText, sortText } from '@wasmpilot/guest';
 
 /** The sorted names of the selected Deployments, with or without a container port:
  * `status.syncedDeployments`. */
 export function deploymentNames(deployments) {
-  return deployments
-    .map((d) => d.name)
-    .filter((name) => name !== undefined)
-    .sort(compareText);
+  return sortText(deployments.map((d) => d.name).filter((name) => name !== undefined));
 }
 
 /** The selected Deployments that have a container port, as `{ name, port, podLabels }`: those
  * get a Service and a VirtualService. Sorted by name. */
 export function routableDeployments(deployments) {
-  return deployments
-    .flatMap((d) => {
-      const port = firstContainerPort(d);
-      return d.name === undefined || port === undefined ? [] : [{ name: d.name, port, podLabels: d.podLabels }];
-    })
-    .sort((a, b) => compareText(a.name, b.name));
+  const routable = deployments.flatMap((d) => {
+    const port = firstContainerPort(d);
+    return d.name === undefined || port === undefined ? [] : [{ name: d.name, port, podLabels: d.podLabels }];
+  });
+  return sortByText(routable, (r) => r.name);
 }
 
 /** The first port of the first container that declares one (port 0 counts as none). */

@@ -1,7 +1,7 @@
 // AutoRoute's Ready phase: stay Ready while `status.syncedDeployments` are the Deployments the
 // route selects and its routes (Services, VirtualServices, Gateway) are as Syncing made them; go
 // back to Syncing when either differs (a new or removed Deployment, or a route edited by hand).
-import { compareText, exportPhase } from '@wasmpilot/guest';
+import { exportPhase, sortText } from '@wasmpilot/guest';
 
 import {
   AutoRoute,
@@ -30,7 +30,7 @@ export class Ready extends ReadyWorker {
     const deployments = inputs.deployments(Deployment);
     const routable = routableDeployments(deployments);
     const actual = deploymentNames(deployments);
-    const synced = [...route.syncedDeployments].sort(compareText);
+    const synced = sortText([...route.syncedDeployments]);
 
     if (synced.length !== actual.length || synced.some((name, i) => name !== actual[i])) {
       ctx.info('routed deployments changed, syncing again', {
