@@ -929,10 +929,10 @@ async fn within_deadline<T>(
     }
 }
 
-/// A worker's own error, its message bounded: it ends in Conditions, Events and logs.
-/// The worker's own error, bounded. A fatal error that is an SDK's report of a decision too
-/// large to serialize ([`SerializeFailure`]) beyond the call's limit is that limit's error, in
-/// the words the host uses when it measures the JSON itself (a Rust or Python worker's case).
+/// A worker's own error, its message bounded: it ends in Conditions, Events and logs. A fatal
+/// error that is an SDK's report of a decision too large to serialize ([`SerializeFailure`])
+/// beyond the call's limit is that limit's error, in the words the host uses when it measures
+/// the JSON itself (a Rust or Python worker's case).
 fn worker_error(e: WorkerError, limits: &CallLimits) -> RunError {
     use crate::worker_text::{bound_owned, MESSAGE_BYTES};
     match e {
