@@ -42,8 +42,9 @@ guest_toolchains_install() {
     (cd "$GUEST_JS_PREFIX" && npm install --no-audit --no-fund --loglevel=error)
     sha256sum <"$lock" | cut -d' ' -f1 >"$GUEST_JS_PREFIX/.pins.sha256"
   fi
-  # Copied on every install: it changes with the repository, not with the pins.
+  # Copied on every install: they change with the repository, not with the pins.
   cp "$GUEST_TOOLCHAINS_SRC/bundle-js.mjs" "$GUEST_JS_PREFIX/bundle-js.mjs"
+  cp "$GUEST_TOOLCHAINS_SRC/componentize-js.mjs" "$GUEST_JS_PREFIX/componentize-js.mjs"
 }
 
 guest_pytest() {

@@ -327,7 +327,8 @@ fn jobs(dir: &Path, language: Language) -> anyhow::Result<Vec<Job>> {
 struct Toolchain {
     language: Language,
     program: PathBuf,
-    /// For JavaScript: the bundler script run before componentize-js.
+    /// For JavaScript: the bundler script run before componentize-js (`program` is then the
+    /// script that runs componentize-js with faster call glue, `componentize-js.mjs`).
     bundler: Option<PathBuf>,
 }
 
@@ -378,11 +379,13 @@ impl Toolchain {
             }
             Language::JavaScript => {
                 let js = root.join("js");
-                let program = js.join("node_modules/.bin/componentize-js");
+                // componentize-js through our wrapper (its glue made faster, see the script).
+                let program = js.join("componentize-js.mjs");
                 let bundler = js.join("bundle-js.mjs");
-                if !program.is_file() || !bundler.is_file() {
+                let installed = js.join("node_modules/.bin/componentize-js");
+                if !program.is_file() || !bundler.is_file() || !installed.is_file() {
                     bail!(
-                        "componentize-js and its bundler not found in {}: {INSTALL_HINT}",
+                        "componentize-js, its bundler or its wrapper not found in {}: {INSTALL_HINT}",
                         js.display()
                     );
                 }
@@ -427,8 +430,9 @@ impl Toolchain {
                     .arg(&bundle)
                     .arg(job.world))
                 .context("bundling the worker with its imports")?;
-                let mut cmd = Command::new(&self.program);
-                cmd.arg(&bundle)
+                let mut cmd = Command::new("node");
+                cmd.arg(&self.program)
+                    .arg(&bundle)
                     .args(["--wit", "wit/operator.wit", "--world-name", job.world])
                     // The host links no wasi:http: without these the component imports it.
                     .args(["--disable", "http", "--disable", "fetch-event"]);
