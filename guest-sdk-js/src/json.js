@@ -40,7 +40,7 @@ function inCodePointOrder(keys) {
   for (let i = 1; i < keys.length; i++) {
     if (!(keys[i - 1] < keys[i])) return false;
   }
-  return keys.length < 2 || !SURROGATE.test(keys.join(''));
+  return keys.length < 2 || !anySurrogate(keys);
 }
 
 /** Whether any of `texts` holds a surrogate: only then may UTF-16 order and code point order

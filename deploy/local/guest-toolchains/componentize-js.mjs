@@ -15,6 +15,7 @@
 // this file: the pinned componentize-js changed its glue.
 import { writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 const PACKAGE = new URL('./node_modules/@bytecodealliance/componentize-js/', import.meta.url);
 
@@ -71,7 +72,7 @@ function parseArgs(argv) {
   return { source: rest[0], ...opts };
 }
 
-if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.url).pathname)) {
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   let args;
   try {
     args = parseArgs(process.argv.slice(2));
