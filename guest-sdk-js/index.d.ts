@@ -214,6 +214,12 @@ export declare function compareText(a: string, b: string): number;
 export declare function sortText<T extends string>(texts: T[]): T[];
 /** Sorts `items` in place by the text `keyOf(item)`, in code point order, and returns it. */
 export declare function sortByText<T>(items: T[], keyOf: (item: T) => string): T[];
+/** `pattern`, compiled now by testing it on each sample (`''` when none), `lastIndex` reset:
+ * call it where a pattern is defined, at a module's top level, so the component's snapshot
+ * holds it compiled. Otherwise SpiderMonkey compiles it at its first test in every call's fresh
+ * instance. Patterns are compiled apart for text beyond U+00FF: give such a sample too if that
+ * is the usual input. */
+export declare function precompiled<P extends RegExp>(pattern: P, ...samples: string[]): P;
 
 /** The `.status` fields the host writes on every resource it manages. */
 export declare class HostStatus {

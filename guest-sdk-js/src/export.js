@@ -8,6 +8,7 @@ import { Context } from './context.js';
 import { ErrorKind, WorkerError } from './errors.js';
 import { identity, Inputs, parseAs, typeName } from './inputs.js';
 import { describeThrown, serializeFor } from './json.js';
+import { precompiled } from './patterns.js';
 
 /** The phase name a finalizer worker's `Context.phase` reports. */
 export const FINALIZER_PHASE = 'finalizer';
@@ -154,7 +155,10 @@ function asWorkerError(error) {
   throw error;
 }
 
-const RFC_3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+const RFC_3339 = precompiled(
+  /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/,
+  '1970-01-01T00:00:00Z',
+);
 
 function parseNow(now) {
   const parsed = new Date(now);

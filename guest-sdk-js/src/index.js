@@ -11,6 +11,7 @@ export { exportFinalizer, exportPhase, FinalizerWorker, PhaseWorker } from './ex
 export { Inputs, Sample } from './inputs.js';
 export { compareText, describeThrown, jsonSize, sortByText, sortText, toJson } from './json.js';
 export { Finalized, Outcome } from './outcome.js';
+export { precompiled } from './patterns.js';
 export { LabelSelector, SelectorError } from './selector.js';
 export { HostStatus, Transition } from './status.js';
 export { InputsView, PhaseOutcome, TypedPhaseWorker } from './typed.js';

@@ -2,6 +2,7 @@
 // worker's decision is the same bytes whichever language it is written in.
 
 import { WorkerError } from './errors.js';
+import { precompiled } from './patterns.js';
 
 /** Orders strings by Unicode code point (as Rust and Python compare strings). Compares UTF-16
  * code units in place, no copy: where the first pair that differs holds no surrogate, the code
@@ -32,7 +33,7 @@ function compareCodePoints(a, b) {
 }
 
 /** Lone or paired surrogates: where sorting by UTF-16 units and by code points can differ. */
-const SURROGATE = /[\ud800-\udfff]/;
+const SURROGATE = precompiled(/[\ud800-\udfff]/, 'key');
 
 /** Whether `keys` are in code point order already: in UTF-16 order (`<`, no comparator call)
  * with no surrogate in any key, where the two orders could differ. */
@@ -228,7 +229,7 @@ export function describeThrown(err) {
 }
 
 /** Printable ASCII other than `"` and `\\`: written as is, one byte a character. */
-const PLAIN_TEXT = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
+const PLAIN_TEXT = precompiled(/^[\x20\x21\x23-\x5b\x5d-\x7e]*$/, 'text');
 
 /** Characters of a long string looked at at once: a string built by concatenation (a rope) is
  * read a slice at a time, never made into one flat copy (which may be what just failed). */

@@ -8,6 +8,7 @@
 // An input that declares `selectorFrom` (or `matchLabels` / `matchExpressions`) in the
 // WasmOperator is already selected by the host; a worker needs this only to select by itself.
 import { sortText } from './json.js';
+import { precompiled } from './patterns.js';
 
 /** The `matchExpressions` operators Kubernetes knows. */
 const OPERATORS = ['In', 'NotIn', 'Exists', 'DoesNotExist'];
@@ -147,12 +148,18 @@ function labelValueProblem(value) {
 /** `'characters'` unless `text` is `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, then `'length'`
  * if longer than 63 (characters first, so the length is of ASCII text). */
 function nameProblem(text) {
-  if (!/^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(text)) return 'characters';
+  if (!NAME.test(text)) return 'characters';
   return text.length > 63 ? 'length' : undefined;
 }
 
+/** A label value, or a label key's name part. */
+const NAME = precompiled(/^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/, 'app.kubernetes.io');
+
+/** A label of an RFC 1123 subdomain. */
+const DNS_LABEL = precompiled(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'example');
+
 /** A lowercase RFC 1123 subdomain: dot-separated labels of `[a-z0-9]([-a-z0-9]*[a-z0-9])?`. */
-const isDnsSubdomain = (text) => text.split('.').every((label) => /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(label));
+const isDnsSubdomain = (text) => text.split('.').every((label) => DNS_LABEL.test(label));
 
 /** `matchLabels` (absent or null: none). Checked in key order, as the host's serde does. */
 function parseMatchLabels(value, field) {

@@ -16,6 +16,7 @@ import {
   jsonSize,
   Outcome,
   PhaseWorker,
+  precompiled,
   Sample,
   toJson,
   WorkerError,
@@ -467,4 +468,21 @@ test('fetch throws an error a worker can catch, saying workers have no network',
   assert.equal(typeof globalThis.fetch, 'function', 'the native fetch is back after the run');
   assert.doesNotThrow(() => globalThis.fetch.toString());
   assert.notEqual(globalThis.fetch.name, 'unavailable');
+});
+
+test('a precompiled pattern is the same pattern, tested on its samples, its lastIndex reset', () => {
+  const word = /^[a-z]+$/;
+  assert.equal(precompiled(word, 'web'), word);
+  assert.ok(word.test('api') && !word.test('API'));
+  const seen = [];
+  const spy = /x/g;
+  spy.test = (text) => {
+    seen.push(text);
+    return RegExp.prototype.test.call(spy, text);
+  };
+  precompiled(spy, 'x', 'ü x');
+  assert.deepEqual(seen, ['x', 'ü x']);
+  assert.equal(spy.lastIndex, 0, 'a global pattern starts from the beginning');
+  precompiled(spy);
+  assert.deepEqual(seen, ['x', 'ü x', ''], 'no sample: the empty text');
 });
