@@ -8,11 +8,19 @@
 //   encoding it: every string a worker hands the host (each output object, the status, each
 //   log line's text) is walked character by character, interpreted;
 // - builds an object literal for `_debugLog` at every import and export call, to drop it unless
-//   JCO_DEBUG is set in the component's environment (never, in a wasmpilot sandbox).
+//   JCO_DEBUG is set in the component's environment (never, in a wasmpilot sandbox);
+// - makes each export an `async function` awaiting the worker, though the SDK's exports answer
+//   at once: a generator, promises with their saved stacks, and an event-loop turn per call.
 // Rewritten, a string is encoded by the engine's TextEncoder and copied with one `set` (the same
-// bytes, one allocation of the exact size, as before), and `_debugLog` calls are skipped
-// without evaluating their arguments. A rewrite whose text is not found fails the build, naming
-// this file: the pinned componentize-js changed its glue.
+// bytes, one allocation of the exact size, as before), `_debugLog` calls are skipped without
+// evaluating their arguments, and exports are plain functions returning a settled promise. A
+// rewrite whose text is not found fails the build, naming this file: the pinned componentize-js
+// changed its glue.
+//
+// The glue also gets a warm-up, run once before the snapshot: SpiderMonkey creates a built-in
+// class (Uint8Array, DataView, Promise and the async-function machinery) at its first use in a
+// global, and each call runs in a fresh instance of the snapshot, so the glue's first
+// `new Uint8Array` recreated them at every call (15 % of a call's fixed cost in a profile).
 import { writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,8 +40,80 @@ const MEASURED_ENCODE = {
 `,
 };
 
-/** `jsBindings` with the faster encoding and no debug-log calls; throws when the glue is not
- * the one these rewrites were written for. */
+/** Appended to the glue: uses, once before the snapshot, every built-in the glue uses in a call,
+ * so the snapshot holds them created (`TextEncoder` and `TextDecoder` are the glue's bindings of
+ * the content global's). A promise job it leaves runs at the first call's event loop. */
+export const WARM_UP = `
+// Added by deploy/local/guest-toolchains/componentize-js.mjs: built-ins created before the snapshot.
+{
+  const warmBytes = new Uint8Array(new ArrayBuffer(8), 0, 8);
+  const warmView = new DataView(warmBytes.buffer);
+  warmView.setUint32(0, 1, true);
+  warmView.setBigInt64(0, BigInt.asUintN(64, BigInt(warmView.getUint32(0, true))), true);
+  warmView.setInt8(0, warmView.getInt8(0), true);
+  new TextDecoder().decode(new TextEncoder().encode('warm'));
+  (async () => { await Promise.resolve(null); })().then(() => {}, () => {});
+}
+`;
+
+/** What every rewritten export returns once it has written its answer: the engine only waits
+ * for a promise to settle, and this one has (made once, before the snapshot). */
+const ANSWERED = `
+// Added by deploy/local/guest-toolchains/componentize-js.mjs: the promise exports return.
+const EXPORT_ANSWERED = Promise.resolve();
+function answeredAtOnce(answer) {
+  if (answer !== null && (typeof answer === 'object' || typeof answer === 'function') && typeof answer.then === 'function') {
+    throw new TypeError('a wasmpilot worker answers at once: its export returned a promise (componentize-js.mjs)');
+  }
+}
+`;
+
+/**
+ * The glue's exports made synchronous. As generated, each is an `async function` that awaits
+ * the worker's export and so allocates a generator, two promises and their saved stacks, and
+ * resumes from the event loop, though the SDK's exports answer at once. Rewritten, it calls the
+ * export, refuses a promise (a TypeError, which traps the call), writes the answer as before and
+ * returns an already settled promise; what it throws is returned as a rejected promise, which
+ * the engine reports and traps on as it did the async function's.
+ */
+function synchronousExports(glue) {
+  const fail = (why) => {
+    throw new Error(`componentize-js.mjs: ${why}; update deploy/local/guest-toolchains/componentize-js.mjs for this componentize-js`);
+  };
+  const header = /^async function (export_[\w$]+)\(([^)]*)\) \{\n/gm;
+  let out = '';
+  let last = 0;
+  let exports = 0;
+  for (let match; (match = header.exec(glue)) !== null; ) {
+    const bodyStart = match.index + match[0].length;
+    const end = glue.indexOf('\n}\n', bodyStart);
+    if (end < 0) fail(`the export ${match[1]} has no end where expected`);
+    let body = glue.slice(bodyStart, end + 1);
+    const awaits = body.match(/\bawait\b/g) ?? [];
+    const call = /const (hostRet\d+) = await ([\w$]+)\(/.exec(body);
+    if (awaits.length !== 1 || call === null) fail(`the export ${match[1]} does not await its worker once`);
+    const callEnd = body.indexOf(');\n', call.index);
+    if (callEnd < 0) fail(`the export ${match[1]}'s call has no end`);
+    body =
+      body.slice(0, call.index) +
+      `const ${call[1]} = ${call[2]}(` +
+      body.slice(call.index + call[0].length, callEnd + 3) +
+      `    answeredAtOnce(${call[1]});\n` +
+      body.slice(callEnd + 3);
+    if (!body.endsWith('  return;\n')) fail(`the export ${match[1]} does not end with \`return;\``);
+    body = body.slice(0, -'  return;\n'.length) + '  return EXPORT_ANSWERED;\n';
+    out +=
+      glue.slice(last, match.index) +
+      `function ${match[1]}(${match[2]}) {\n  try {\n${body}  } catch (e) {\n    return Promise.reject(e);\n  }\n`;
+    last = end + 1;
+    exports++;
+  }
+  if (exports === 0) fail('the generated glue has no async export');
+  return out + glue.slice(last) + ANSWERED;
+}
+
+/** `jsBindings` with the faster encoding, no debug-log calls, synchronous exports and the
+ * warm-up; throws when the glue is not the one these rewrites were written for. */
 export function fasterBindings(jsBindings) {
   const from = jsBindings.indexOf(MEASURED_ENCODE.from);
   const to = jsBindings.indexOf(MEASURED_ENCODE.to);
@@ -47,7 +127,7 @@ export function fasterBindings(jsBindings) {
   }
   const encoded = jsBindings.slice(0, from) + MEASURED_ENCODE.with + jsBindings.slice(to);
   // Statements only (a line's first token): `false && f(...)` evaluates none of the arguments.
-  return encoded.replace(/^(\s*)_debugLog\(/gm, '$1false && _debugLog(');
+  return synchronousExports(encoded.replace(/^(\s*)_debugLog\(/gm, '$1false && _debugLog(')) + WARM_UP;
 }
 
 function parseArgs(argv) {
