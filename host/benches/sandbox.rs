@@ -997,7 +997,7 @@ fn languages(
             );
         }
     }
-    interpreter_fixed_cost(bench, rt, env, &dirs, &loaded, &initializing);
+    interpreter_fixed_cost(bench, rt, env, &dirs, &loaded, [&initializing, &syncing]);
     modules_loaded(bench, rt, env, &dirs, &cache, &initializing, sum);
 }
 
@@ -1094,7 +1094,8 @@ fn modules_loaded(
 /// (the same pool settings, no call) and a call into a warm instance (no fresh instance: the
 /// interpreter's own work), with the page faults per call. For a profile:
 /// `WASMPILOT_BENCH_PROFILE_LOOP=<seconds>` runs only fresh-instance calls per language (attach
-/// `perf record -p <pid>` when it prints its pid), `WASMPILOT_BENCH_PERFMAP=1` names the guests'
+/// `perf record -p <pid>` when it prints its pid; `WASMPILOT_BENCH_PROFILE_PHASE=Syncing` loops
+/// on the Syncing call at 100 Deployments instead), `WASMPILOT_BENCH_PERFMAP=1` names the guests'
 /// functions in `/tmp/perf-<pid>.map`.
 fn interpreter_fixed_cost(
     bench: &Bench,
@@ -1102,7 +1103,7 @@ fn interpreter_fixed_cost(
     env: &Env,
     dirs: &[(&str, PathBuf)],
     loaded: &[(&str, Vec<PhaseModule>)],
-    request: &SyncRequest,
+    [request, syncing]: [&SyncRequest; 2],
 ) {
     let title = "languages: where the fixed cost goes (Initializing)";
     if !bench.selected(title) && !bench.selected("languages") {
@@ -1115,6 +1116,14 @@ fn interpreter_fixed_cost(
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
         {
+            let (raw, module, request) = if std::env::var_os("WASMPILOT_BENCH_PROFILE_PHASE")
+                .is_some_and(|p| p == "Syncing")
+            {
+                let bytes = std::fs::read(dir.join(SYNCING)).expect("component");
+                (RawWorker::new(&bytes, Alloc::PoolingPagemap), &modules[1], syncing)
+            } else {
+                (raw, &modules[0], request)
+            };
             // Fresh-instance calls and nothing else, for a profiler attached meanwhile.
             println!("profiling loop: {lang}, pid {}", std::process::id());
             let until = Instant::now() + Duration::from_secs_f64(seconds);
@@ -1123,7 +1132,7 @@ fn interpreter_fixed_cost(
             let host = std::env::var_os("WASMPILOT_BENCH_PROFILE_HOST").is_some();
             while Instant::now() < until {
                 if host {
-                    black_box(env.run(rt, &modules[0], request.clone()));
+                    black_box(env.run(rt, module, request.clone()));
                 } else {
                     black_box(raw.call(request));
                 }
