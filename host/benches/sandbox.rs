@@ -1120,7 +1120,11 @@ fn interpreter_fixed_cost(
                 .is_some_and(|p| p == "Syncing")
             {
                 let bytes = std::fs::read(dir.join(SYNCING)).expect("component");
-                (RawWorker::new(&bytes, Alloc::PoolingPagemap), &modules[1], syncing)
+                (
+                    RawWorker::new(&bytes, Alloc::PoolingPagemap),
+                    &modules[1],
+                    syncing,
+                )
             } else {
                 (raw, &modules[0], request)
             };
