@@ -127,15 +127,16 @@ export function exportFinalizer(workerClass) {
   };
 }
 
-/** Runs `call`; what it throws besides a WorkerError (a bug in the worker, which traps the
- * component) is written to stderr first, with where it was thrown: the component's bindings
- * then report only their own frame, and the host puts stderr in the worker's Condition. */
+/** Runs `call`; what it throws is a bug in the worker (a WorkerError is returned, not thrown),
+ * which traps the component: the engine writes the error's message and where it was thrown to
+ * stderr, which the host puts in the worker's Condition, after the line written here naming its
+ * class. A thrown value that is no Error is thrown as one, naming the value. */
 function reportingBugs(call) {
   try {
     return call();
   } catch (error) {
-    const stack = error instanceof Error && typeof error.stack === 'string' ? error.stack.trim() : '';
-    console.error(`the worker threw ${describeThrown(error)}${stack ? `\n${stack}` : ''}`);
+    if (!(error instanceof Error)) throw new Error(`the worker threw ${describeThrown(error)}`);
+    console.error(`the worker threw ${error.name}:`);
     throw error;
   }
 }

@@ -1,5 +1,5 @@
 //! What a JavaScript worker is told when its engine cannot serialize its decision, or when it
-//! reaches for the network: a project from `wasmpilot init --lang javascript`, built with the
+//! reaches for the network, and what its bug (an uncaught throw) reports: a project from `wasmpilot init --lang javascript`, built with the
 //! pinned toolchain and run through the host's sandbox offline (`wasmpilot run-phase`). Needs
 //! the toolchains (`deploy/local/guest-toolchains.sh install`; the test command installs them).
 
@@ -69,14 +69,27 @@ export class Reach extends PhaseWorker {
 export const phaseWorker = exportPhase(Reach);
 "#;
 
+const BUG: &str = r#"import { exportPhase, Outcome, PhaseWorker } from '@wasmpilot/guest';
+
+/** A bug: reads a property of null, or throws `spec.text` (no Error). */
+export class Bug extends PhaseWorker {
+  sync(ctx, resource) {
+    if (resource.spec.text) throw resource.spec.text;
+    return Outcome.next(null.nextPhase);
+  }
+}
+
+export const phaseWorker = exportPhase(Bug);
+"#;
+
 struct Project {
     _work: tempfile::TempDir,
     dir: PathBuf,
     modules: PathBuf,
 }
 
-/// `wasmpilot init` with phases Hoard, Reach and Done; Hoard and Reach replaced by the workers
-/// above, Hoard allowed `memory_mib`; built.
+/// `wasmpilot init` with phases Hoard, Reach, Done and Bug; Hoard, Reach and Bug replaced by the
+/// workers above, Hoard allowed `memory_mib`; built.
 fn project(memory_mib: u32) -> Project {
     let work = tempfile::tempdir().expect("temp dir");
     run(
@@ -91,12 +104,13 @@ fn project(memory_mib: u32) -> Project {
             "--group",
             "demo.io",
             "--phases",
-            "Hoard,Reach,Done",
+            "Hoard,Reach,Done,Bug",
         ]),
     );
     let dir = work.path().join("greedy");
     std::fs::write(dir.join("workers/hoard/worker.js"), HOARD).expect("hoard");
     std::fs::write(dir.join("workers/reach/worker.js"), REACH).expect("reach");
+    std::fs::write(dir.join("workers/bug/worker.js"), BUG).expect("bug");
     let manifest = dir.join("operator.yaml");
     let operator = std::fs::read_to_string(&manifest).expect("operator.yaml");
     let mut yaml: serde_yaml::Value = serde_yaml::from_str(&operator).expect("operator.yaml");
@@ -190,6 +204,7 @@ fn a_javascript_decision_too_large_to_serialize_names_the_hosts_limit_and_the_en
         assert!(!out.contains("undefined"), "the cause is named: {out}");
         if memory_mib == 64 {
             fetch_is_an_error_not_a_trap(&project);
+            a_bug_traps_naming_its_class_message_and_line(&project);
         }
     }
 }
@@ -210,4 +225,23 @@ fn fetch_is_an_error_not_a_trap(project: &Project) {
         out.contains("fetch() is not available in a wasmpilot worker"),
         "uncaught, the host's report names the error (a worker's bug traps, as a Rust panic does): {out}"
     );
+}
+
+/// The engine's report of an error thrown in the worker's global, after the SDK's line naming
+/// its class; never the bindings' "invalid variant tag value `undefined`" (they took an error
+/// from another global for a `worker-error` to send).
+fn a_bug_traps_naming_its_class_message_and_line(project: &Project) {
+    let (ok, out) = project.run_phase("Bug", "{}");
+    assert!(!ok, "{out}");
+    assert!(out.contains("the worker trapped"), "a bug traps: {out}");
+    assert!(
+        out.contains("the worker threw TypeError:\ncan't access property \"nextPhase\" of null\nStack:\n  sync@"),
+        "class, message and the worker's frame: {out}"
+    );
+    assert!(!out.contains("invalid variant tag"), "{out}");
+    let (ok, out) = project.run_phase("Bug", "{text: no route}");
+    assert!(!ok, "{out}");
+    assert!(out.contains("the worker trapped"), "{out}");
+    assert!(out.contains("the worker threw no route\nStack:"), "the value thrown is named: {out}");
+    assert!(!out.contains("invalid variant tag"), "{out}");
 }

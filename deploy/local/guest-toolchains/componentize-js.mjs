@@ -17,6 +17,12 @@
 // rewrite whose text is not found fails the build, naming this file: the pinned componentize-js
 // changed its glue.
 //
+// A worker's bug (what it throws that is not a `worker-error`) traps the call: the generated
+// glue rethrows an `Error`, but checks it with `instanceof Error`, which is false for an error
+// made in the worker's global (not the glue's), so it sent the error object as the
+// `worker-error` and the trap's message ended in "invalid variant tag value `undefined`".
+// Rewritten, an error is recognised by its built-in class, from whichever global it comes.
+//
 // The glue also gets a warm-up, run once before the snapshot: SpiderMonkey creates a built-in
 // class (Uint8Array, DataView, Promise and the async-function machinery) at its first use in a
 // global, and each call runs in a fresh instance of the snapshot, so the glue's first
@@ -38,6 +44,13 @@ const MEASURED_ENCODE = {
   new Uint8Array(memory.buffer, ptr, len).set(bytes);
   const codepoints = undefined;
 `,
+};
+
+/** The glue's check that a thrown value is an error to rethrow (not a payload to send). */
+const ERROR_CHECK = {
+  from: '  if (e instanceof Error) throw e;\n',
+  // `Object.prototype.toString` reads the built-in class through cross-global wrappers too.
+  with: "  if (e instanceof Error || Object.prototype.toString.call(e) === '[object Error]') throw e;\n",
 };
 
 /** Appended to the glue: uses, once before the snapshot, every built-in the glue uses in a call,
@@ -112,8 +125,8 @@ function synchronousExports(glue) {
   return out + glue.slice(last) + ANSWERED;
 }
 
-/** `jsBindings` with the faster encoding, no debug-log calls, synchronous exports and the
- * warm-up; throws when the glue is not the one these rewrites were written for. */
+/** `jsBindings` with the faster encoding, errors rethrown from any global, no debug-log calls,
+ * synchronous exports and the warm-up; throws when the glue is not the one these rewrites were written for. */
 export function fasterBindings(jsBindings) {
   const from = jsBindings.indexOf(MEASURED_ENCODE.from);
   const to = jsBindings.indexOf(MEASURED_ENCODE.to);
@@ -126,8 +139,15 @@ export function fasterBindings(jsBindings) {
     throw new Error('componentize-js.mjs: the generated glue reads `codepoints`; update the rewrite');
   }
   const encoded = jsBindings.slice(0, from) + MEASURED_ENCODE.with + jsBindings.slice(to);
+  const checks = encoded.split(ERROR_CHECK.from).length - 1;
+  if (checks !== 1) {
+    throw new Error(
+      `componentize-js.mjs: the generated glue checks for an error to rethrow ${checks} times, not once; update deploy/local/guest-toolchains/componentize-js.mjs for this componentize-js`,
+    );
+  }
+  const rethrowing = encoded.replace(ERROR_CHECK.from, ERROR_CHECK.with);
   // Statements only (a line's first token): `false && f(...)` evaluates none of the arguments.
-  return synchronousExports(encoded.replace(/^(\s*)_debugLog\(/gm, '$1false && _debugLog(')) + WARM_UP;
+  return synchronousExports(rethrowing.replace(/^(\s*)_debugLog\(/gm, '$1false && _debugLog(')) + WARM_UP;
 }
 
 function parseArgs(argv) {

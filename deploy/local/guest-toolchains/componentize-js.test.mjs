@@ -3,6 +3,7 @@
 // warm-up appended that runs. Run by deploy/local/build-guest-examples.sh.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { runInNewContext } from 'node:vm';
 
 import { fasterBindings, WARM_UP } from './componentize-js.mjs';
 
@@ -152,6 +153,7 @@ test('a glue without the expected text fails the build, naming the script', () =
   assert.throws(() => fasterBindings('function _utf8AllocateAndEncode() {}'), /componentize-js\.mjs/);
   assert.throws(() => fasterBindings(`${GLUE}const x = res.codepoints;\n`), /codepoints/);
   assert.throws(() => fasterBindings(GLUE.replace(EXPORT, '')), /no async export/);
+  assert.throws(() => fasterBindings(GLUE.replace('if (e instanceof Error) throw e;', '')), /checks for an error to rethrow 0 times/);
   const twice = EXPORT.replace('  let ret;', '  await null;\n  let ret;');
   assert.throws(() => fasterBindings(GLUE.replace(EXPORT, twice)), /does not await its worker once/);
   const noReturn = EXPORT.replace('  return;\n}', '}');
@@ -194,6 +196,16 @@ test('an export answers at once, as the async export did after its await', async
     assert.deepEqual(got.written, written, what);
   }
   assert.deepEqual((await exportCall(original, () => answer)).writtenAtOnce, [], 'the generated export answers after its await');
+  // A bug whose error was made in another global (the worker's, in a component): the generated
+  // export sent the error object as the worker-error (a trap on its missing tag); now rethrown.
+  const foreign = runInNewContext('new TypeError("can\'t access property of null")');
+  assert.equal(foreign instanceof Error, false, 'the premise: an error from another global');
+  assert.deepEqual((await exportCall(original, () => { throw foreign; })).written, [['err', foreign]]);
+  const rethrown = await exportCall(rewritten, () => { throw foreign; });
+  assert.equal(rethrown.outcome.rejected, foreign);
+  assert.deepEqual(rethrown.written, []);
+  // A thrown value that is no error at all is still the generated glue's payload.
+  assert.deepEqual((await exportCall(rewritten, () => { throw 'text'; })).written, [['err', 'text']]);
   // A promise: awaited by the generated export, refused (a rejected call, so a trap) now.
   const promised = async () => answer;
   assert.deepEqual((await exportCall(original, promised)).written, [['ok', answer]]);
