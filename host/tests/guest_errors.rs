@@ -242,6 +242,9 @@ fn a_bug_traps_naming_its_class_message_and_line(project: &Project) {
     let (ok, out) = project.run_phase("Bug", "{text: no route}");
     assert!(!ok, "{out}");
     assert!(out.contains("the worker trapped"), "{out}");
-    assert!(out.contains("the worker threw no route\nStack:"), "the value thrown is named: {out}");
+    assert!(
+        out.contains("the worker threw no route\nStack:"),
+        "the value thrown is named: {out}"
+    );
     assert!(!out.contains("invalid variant tag"), "{out}");
 }
