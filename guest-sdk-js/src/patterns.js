@@ -9,8 +9,9 @@
 /**
  * `pattern`, compiled now by testing it on each sample (`''` when none): call it where the
  * pattern is defined, at the module's top level, so a component's snapshot holds it compiled.
- * Natively it only tests once. The engine compiles a pattern separately for text with characters beyond
- * U+00FF, so give such a sample too if that is the usual input. `lastIndex` is reset.
+ * Natively it only tests once. The engine compiles a pattern separately for text with
+ * characters beyond U+00FF, so give such a sample too if that is the usual input. `lastIndex`
+ * is reset.
  * @template {RegExp} P
  * @param {P} pattern
  * @param {...string} samples

@@ -126,7 +126,8 @@ function synchronousExports(glue) {
 }
 
 /** `jsBindings` with the faster encoding, errors rethrown from any global, no debug-log calls,
- * synchronous exports and the warm-up; throws when the glue is not the one these rewrites were written for. */
+ * synchronous exports and the warm-up; throws when the glue is not the one these rewrites were
+ * written for. */
 export function fasterBindings(jsBindings) {
   const from = jsBindings.indexOf(MEASURED_ENCODE.from);
   const to = jsBindings.indexOf(MEASURED_ENCODE.to);
