@@ -4,6 +4,7 @@
 
 use anyhow::{anyhow, bail, Context};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -226,12 +227,6 @@ pub fn build(dir: &Path, build: bool) -> anyhow::Result<Built> {
         std::fs::write(out.join("wit/operator.wit"), OPERATOR_WIT)?;
         let toolchain = Toolchain::find(language)?;
         for job in &jobs {
-            eprintln!(
-                "building {} from {} ({}) …",
-                job.file,
-                job.worker.display(),
-                language.name()
-            );
             toolchain.build(dir, job, &out)?;
         }
     }
@@ -398,9 +393,12 @@ impl Toolchain {
         }
     }
 
-    /// Builds one component into `out` (the WIT is at `out/wit/operator.wit`).
+    /// Builds one component into `out` (the WIT is at `out/wit/operator.wit`), unless the file
+    /// there was built from the same inputs (see [`BuildInputs`]): then it is kept.
     fn build(&self, dir: &Path, job: &Job, out: &Path) -> anyhow::Result<()> {
         let target = out.join(&job.file);
+        let mut inputs = BuildInputs::new(self.language, job.world);
+        inputs.add("toolchain", &self.identity()?);
         let mut cmd = match self.language {
             Language::Python => {
                 let mut cmd = Command::new(&self.program);
@@ -413,6 +411,7 @@ impl Toolchain {
                     "app",
                 ]);
                 for path in python_paths(dir, &job.worker)? {
+                    inputs.add_tree(&path)?;
                     cmd.arg("-p").arg(path);
                 }
                 // componentize-py bundles an active virtualenv's packages: build from the
@@ -430,6 +429,10 @@ impl Toolchain {
                     .arg(&bundle)
                     .arg(job.world))
                 .context("bundling the worker with its imports")?;
+                // The bundle holds every module the worker imports.
+                let bundled = std::fs::read(&bundle)
+                    .with_context(|| format!("reading the bundle {}", bundle.display()))?;
+                inputs.add("bundle", &bundled);
                 let mut cmd = Command::new("node");
                 cmd.arg(&self.program)
                     .arg(&bundle)
@@ -440,7 +443,171 @@ impl Toolchain {
             }
         };
         cmd.arg("-o").arg(&target).current_dir(out);
-        run(&mut cmd).with_context(|| format!("building {}", job.file))
+        let inputs = inputs.finish();
+        if inputs.built(&target) {
+            eprintln!(
+                "{} unchanged: built before from the same inputs ({}), kept",
+                job.file,
+                inputs.short()
+            );
+            return Ok(());
+        }
+        eprintln!(
+            "building {} from {} ({}) …",
+            job.file,
+            job.worker.display(),
+            self.language.name()
+        );
+        inputs.forget(&target)?;
+        run(&mut cmd).with_context(|| format!("building {}", job.file))?;
+        inputs.record(&target)
+    }
+
+    /// What names this toolchain's version: componentize-py's `--version`; for JavaScript the
+    /// wrapper and bundler scripts and the toolchain's npm lock file (componentize-js pinned).
+    fn identity(&self) -> anyhow::Result<Vec<u8>> {
+        match (&self.language, &self.bundler) {
+            (Language::Python, _) | (_, None) => {
+                let version = Command::new(&self.program)
+                    .arg("--version")
+                    .output()
+                    .with_context(|| format!("running {} --version", self.program.display()))?;
+                Ok(version.stdout)
+            }
+            (_, Some(bundler)) => {
+                let mut identity = Vec::new();
+                let lock = self.program.with_file_name("package-lock.json");
+                for file in [&self.program, bundler, &lock] {
+                    identity.extend(
+                        std::fs::read(file)
+                            .with_context(|| format!("reading {}", file.display()))?,
+                    );
+                }
+                Ok(identity)
+            }
+        }
+    }
+}
+
+// ---- Rebuilding only what changed ----
+
+/// The inputs one Python or JavaScript component is built from, hashed: the toolchain's
+/// version, the WIT world, and the worker's sources (JavaScript: its bundle, which holds every
+/// module it imports; Python: every file of the directories componentize-py reads). Their
+/// snapshots are not byte-reproducible (the interpreter's heap differs from build to build),
+/// so without this each build of unchanged workers gave new digests, and `wasmpilot deploy` a
+/// module swap that runs every resource of the operator again. `<file>.inputs`, beside the
+/// built file, holds this hash and the file's own digest; a file that no longer has that
+/// digest (edited, or a build cut short) is built again.
+struct BuildInputs {
+    hasher: Sha256,
+}
+
+/// The hash of a finished [`BuildInputs`].
+struct InputsDigest(String);
+
+impl BuildInputs {
+    fn new(language: Language, world: &str) -> Self {
+        let mut inputs = Self {
+            hasher: Sha256::new(),
+        };
+        inputs.add("language", language.name().as_bytes());
+        inputs.add("world", world.as_bytes());
+        inputs.add("wit", OPERATOR_WIT.as_bytes());
+        inputs
+    }
+
+    /// Adds one named input (length-prefixed, so no two sequences hash alike).
+    fn add(&mut self, name: &str, bytes: &[u8]) {
+        for part in [name.as_bytes(), bytes] {
+            self.hasher.update((part.len() as u64).to_le_bytes());
+            self.hasher.update(part);
+        }
+    }
+
+    /// Adds every file under `root` by its relative path, in path order (`__pycache__`,
+    /// `node_modules` and hidden entries left out: none of them is a source).
+    fn add_tree(&mut self, root: &Path) -> anyhow::Result<()> {
+        let mut pending = vec![root.to_path_buf()];
+        let mut files = Vec::new();
+        while let Some(dir) = pending.pop() {
+            let entries =
+                std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
+            for entry in entries {
+                let path = entry?.path();
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                if name.starts_with('.') || name == "__pycache__" || name == "node_modules" {
+                    continue;
+                }
+                if path.is_dir() {
+                    pending.push(path);
+                } else {
+                    files.push(path);
+                }
+            }
+        }
+        files.sort();
+        self.add("tree", root.to_string_lossy().as_bytes());
+        for file in files {
+            let relative = file.strip_prefix(root).unwrap_or(&file);
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            self.add(&relative.to_string_lossy(), &bytes);
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> InputsDigest {
+        InputsDigest(format!("sha256:{}", hex::encode(self.hasher.finalize())))
+    }
+}
+
+impl InputsDigest {
+    fn short(&self) -> &str {
+        &self.0[..self.0.len().min(19)]
+    }
+
+    fn stamp(target: &Path) -> PathBuf {
+        let mut name = target.as_os_str().to_owned();
+        name.push(".inputs");
+        PathBuf::from(name)
+    }
+
+    /// Whether `target` was built from these inputs and is still what that build wrote.
+    fn built(&self, target: &Path) -> bool {
+        let Ok(stamp) = std::fs::read_to_string(Self::stamp(target)) else {
+            return false;
+        };
+        let Ok(bytes) = std::fs::read(target) else {
+            return false;
+        };
+        stamp == self.stamp_text(&bytes)
+    }
+
+    /// Removes the stamp before a build, so a build that fails leaves none.
+    fn forget(&self, target: &Path) -> anyhow::Result<()> {
+        match std::fs::remove_file(Self::stamp(target)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", Self::stamp(target).display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn record(&self, target: &Path) -> anyhow::Result<()> {
+        let bytes =
+            std::fs::read(target).with_context(|| format!("reading {}", target.display()))?;
+        let stamp = Self::stamp(target);
+        std::fs::write(&stamp, self.stamp_text(&bytes))
+            .with_context(|| format!("writing {}", stamp.display()))
+    }
+
+    fn stamp_text(&self, built: &[u8]) -> String {
+        format!(
+            "inputs {}\nbuilt {}\n",
+            self.0,
+            crate::modules::digest_of(built)
+        )
     }
 }
 

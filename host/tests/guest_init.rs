@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -204,6 +205,7 @@ fn scaffold_build_simulate(lang: &str, native_tests: impl Fn(&Path) -> Command) 
             "{file} for {phase} in:\n{built}"
         );
     }
+    rebuilds_only_what_changed(lang, &dir, &built);
     let simulated = run(
         "wasmpilot simulate",
         wasmpilot(&dir).args(["simulate", ".", "--resource", "sample.yaml"]),
@@ -212,6 +214,77 @@ fn scaffold_build_simulate(lang: &str, native_tests: impl Fn(&Path) -> Command) 
     assert!(simulated.contains("stop: converged"), "{simulated}");
 
     finalizer_reads_its_inputs(lang, &dir);
+}
+
+/// file → digest, from `wasmpilot build`'s table (`  <phase>  <file>  <size> KiB  sha256:…`).
+fn digests(built: &str) -> BTreeMap<String, String> {
+    built
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let digest = words.iter().find(|w| w.starts_with("sha256:"))?;
+            let file = words.iter().find(|w| w.ends_with(".wasm"))?;
+            Some((file.to_string(), digest.to_string()))
+        })
+        .collect()
+}
+
+/// Building unchanged workers again keeps their components and digests (their snapshots are
+/// not byte-reproducible, so a build would give new ones); a changed worker alone is built.
+fn rebuilds_only_what_changed(lang: &str, dir: &Path, built: &str) {
+    let first = digests(built);
+    assert_eq!(first.len(), 3, "three components in:\n{built}");
+    let again = run(
+        "wasmpilot build, again",
+        wasmpilot(dir).args(["build", "."]),
+    );
+    assert_eq!(digests(&again), first, "{again}");
+    for file in first.keys() {
+        assert!(
+            again.contains(&format!("{file} unchanged")),
+            "{file} kept in:\n{again}"
+        );
+    }
+    assert!(!again.contains("building "), "{again}");
+
+    let worker = dir.join(worker_file(lang, "pending"));
+    let source = std::fs::read_to_string(&worker).expect("the Pending worker");
+    let changed = source.replacen("Pending: ", "Pending, changed: ", 1);
+    assert_ne!(
+        changed, source,
+        "the scaffold's Pending worker logs `Pending: …`"
+    );
+    std::fs::write(&worker, changed).expect("the Pending worker");
+    let rebuilt = run(
+        "wasmpilot build, one worker changed",
+        wasmpilot(dir).args(["build", "."]),
+    );
+    let after = digests(&rebuilt);
+    assert!(
+        rebuilt.contains("building backup_pending.wasm"),
+        "{rebuilt}"
+    );
+    assert_ne!(
+        after["backup_pending.wasm"], first["backup_pending.wasm"],
+        "{rebuilt}"
+    );
+    for file in ["backup_running.wasm", "backup_done.wasm"] {
+        assert_eq!(after[file], first[file], "{file} kept in:\n{rebuilt}");
+    }
+    // The stamp names the file's digest: a file changed since its build is built again.
+    let component = dir.join("target/guest-components/backup/backup_done.wasm");
+    let mut bytes = std::fs::read(&component).expect("backup_done.wasm");
+    bytes.push(0);
+    std::fs::write(&component, bytes).expect("backup_done.wasm");
+    let repaired = run(
+        "wasmpilot build, a component edited",
+        wasmpilot(dir).args(["build", "."]),
+    );
+    assert!(repaired.contains("building backup_done.wasm"), "{repaired}");
+    assert!(
+        repaired.contains("backup_running.wasm unchanged"),
+        "{repaired}"
+    );
 }
 
 /// A finalizer added to the scaffold, declaring an input: built into the `finalizer` world with
