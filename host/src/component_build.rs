@@ -226,8 +226,9 @@ pub fn build(dir: &Path, build: bool) -> anyhow::Result<Built> {
             .with_context(|| format!("creating {}", out.display()))?;
         std::fs::write(out.join("wit/operator.wit"), OPERATOR_WIT)?;
         let toolchain = Toolchain::find(language)?;
+        let identity = toolchain.identity()?;
         for job in &jobs {
-            toolchain.build(dir, job, &out)?;
+            toolchain.build(dir, job, &out, &identity)?;
         }
     }
     let mut components = BTreeMap::new();
@@ -325,6 +326,20 @@ struct Toolchain {
     /// For JavaScript: the bundler script run before componentize-js (`program` is then the
     /// script that runs componentize-js with faster call glue, `componentize-js.mjs`).
     bundler: Option<PathBuf>,
+    /// For JavaScript: `wasmpilot-js-snapshot` beside this binary, which takes the engine's
+    /// snapshot reproducibly in place of componentize-js's wizer; without it, components of the
+    /// same bundle differ from build to build.
+    snapshot: Option<PathBuf>,
+}
+
+/// `wasmpilot-js-snapshot` beside the running binary (cargo builds and installs both).
+fn js_snapshot_program() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let program = exe.with_file_name(format!(
+        "wasmpilot-js-snapshot{}",
+        std::env::consts::EXE_SUFFIX
+    ));
+    program.is_file().then_some(program)
 }
 
 const INSTALL_HINT: &str = "install the pinned toolchains with deploy/local/guest-toolchains.sh install (from a wasmpilot checkout)";
@@ -370,6 +385,7 @@ impl Toolchain {
                     language,
                     program,
                     bundler: None,
+                    snapshot: None,
                 })
             }
             Language::JavaScript => {
@@ -384,21 +400,29 @@ impl Toolchain {
                         js.display()
                     );
                 }
+                let snapshot = js_snapshot_program();
+                if snapshot.is_none() {
+                    eprintln!(
+                        "note: wasmpilot-js-snapshot is not beside this wasmpilot binary: components are snapshotted by componentize-js's wizer, and differ from build to build"
+                    );
+                }
                 Ok(Toolchain {
                     language,
                     program,
                     bundler: Some(bundler),
+                    snapshot,
                 })
             }
         }
     }
 
     /// Builds one component into `out` (the WIT is at `out/wit/operator.wit`), unless the file
-    /// there was built from the same inputs (see [`BuildInputs`]): then it is kept.
-    fn build(&self, dir: &Path, job: &Job, out: &Path) -> anyhow::Result<()> {
+    /// there was built from the same inputs (see [`BuildInputs`]; `identity`: this toolchain's,
+    /// [`Toolchain::identity`]): then it is kept.
+    fn build(&self, dir: &Path, job: &Job, out: &Path, identity: &[u8]) -> anyhow::Result<()> {
         let target = out.join(&job.file);
         let mut inputs = BuildInputs::new(self.language, job.world);
-        inputs.add("toolchain", &self.identity()?);
+        inputs.add("toolchain", identity);
         let mut cmd = match self.language {
             Language::Python => {
                 let mut cmd = Command::new(&self.program);
@@ -439,6 +463,9 @@ impl Toolchain {
                     .args(["--wit", "wit/operator.wit", "--world-name", job.world])
                     // The host links no wasi:http: without these the component imports it.
                     .args(["--disable", "http", "--disable", "fetch-event"]);
+                if let Some(snapshot) = &self.snapshot {
+                    cmd.arg("--snapshot").arg(snapshot);
+                }
                 cmd
             }
         };
@@ -464,7 +491,8 @@ impl Toolchain {
     }
 
     /// What names this toolchain's version: componentize-py's `--version`; for JavaScript the
-    /// wrapper and bundler scripts and the toolchain's npm lock file (componentize-js pinned).
+    /// wrapper and bundler scripts, the toolchain's npm lock file (componentize-js pinned) and
+    /// the snapshot program.
     fn identity(&self) -> anyhow::Result<Vec<u8>> {
         match (&self.language, &self.bundler) {
             (Language::Python, _) | (_, None) => {
@@ -477,7 +505,10 @@ impl Toolchain {
             (_, Some(bundler)) => {
                 let mut identity = Vec::new();
                 let lock = self.program.with_file_name("package-lock.json");
-                for file in [&self.program, bundler, &lock] {
+                for file in [&self.program, bundler, &lock]
+                    .into_iter()
+                    .chain(self.snapshot.as_ref())
+                {
                     identity.extend(
                         std::fs::read(file)
                             .with_context(|| format!("reading {}", file.display()))?,

@@ -1,7 +1,13 @@
 // Builds a component from a bundled worker as `componentize-js` does, with faster glue: the JS
 // bindings componentize-js generates for the WIT calls (jco's) are rewritten before the engine
 // snapshot. Installed beside componentize-js by deploy/local/guest-toolchains.sh; usage:
-//   node componentize-js.mjs <bundle.js> --wit <file> --world-name <world> [--disable <f>]... -o <out>
+//   node componentize-js.mjs <bundle.js> --wit <file> --world-name <world> [--disable <f>]...
+//        [--snapshot <wasmpilot-js-snapshot>] -o <out>
+//
+// `--snapshot` names the program that takes the engine's snapshot in place of componentize-js's
+// wizer (`wasmpilot build` passes its `wasmpilot-js-snapshot`): the same snapshot, taken with fixed
+// randomness and clocks and the work directory under a fixed name, so that the same bundle gives
+// the same component, byte for byte (host/src/bin/wasmpilot-js-snapshot.rs).
 //
 // The glue runs in the component's interpreter at every call. As generated it
 // - measures a string's UTF-8 length in a JavaScript loop over its characters before
@@ -164,11 +170,12 @@ function parseArgs(argv) {
     else if (arg === '--world-name' || arg === '-n') opts.worldName = value();
     else if (arg === '--disable' || arg === '-d') opts.disable.push(value());
     else if (arg === '--out' || arg === '-o') opts.out = value();
+    else if (arg === '--snapshot') opts.snapshot = value();
     else if (arg.startsWith('-')) throw new Error(`unknown option ${arg}`);
     else rest.push(arg);
   }
   if (rest.length !== 1 || !opts.wit || !opts.out) {
-    throw new Error('usage: node componentize-js.mjs <bundle.js> --wit <file> [--world-name <world>] [--disable <feature>]... -o <out>');
+    throw new Error('usage: node componentize-js.mjs <bundle.js> --wit <file> [--world-name <world>] [--disable <feature>]... [--snapshot <program>] -o <out>');
   }
   return { source: rest[0], ...opts };
 }
@@ -195,6 +202,8 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
     sourcePath: args.source,
     witPath: resolve(args.wit),
     worldName: args.worldName,
+    // componentize-js's own wizer when no `--snapshot` is given.
+    wizerBin: args.snapshot,
     disableFeatures: args.disable,
   });
   if (rewritten !== 1) throw new Error(`componentize-js.mjs: the glue was generated ${rewritten} times, not once`);
