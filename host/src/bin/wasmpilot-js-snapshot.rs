@@ -188,7 +188,12 @@ fn snapshot(invocation: &Invocation) -> Result<Vec<u8>> {
         .instrument(&wasm)
         .context("instrumenting the engine")?;
 
-    let engine = Engine::default();
+    // What could differ between machines: relaxed SIMD's and NaNs' bits.
+    let mut config = wasmtime::Config::new();
+    config
+        .relaxed_simd_deterministic(true)
+        .cranelift_nan_canonicalization(true);
+    let engine = Engine::new(&config)?;
     let module = Module::new(&engine, &instrumented).context("compiling the engine")?;
     let mut linker = Linker::new(&engine);
     wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |ctx| ctx)?;
