@@ -419,10 +419,10 @@ impl Toolchain {
     /// Builds one component into `out` (the WIT is at `out/wit/operator.wit`), unless the file
     /// there was built from the same inputs (see [`BuildInputs`]; `identity`: this toolchain's,
     /// [`Toolchain::identity`]): then it is kept.
-    fn build(&self, dir: &Path, job: &Job, out: &Path, identity: &[u8]) -> anyhow::Result<()> {
+    fn build(&self, dir: &Path, job: &Job, out: &Path, identity: &str) -> anyhow::Result<()> {
         let target = out.join(&job.file);
         let mut inputs = BuildInputs::new(self.language, job.world);
-        inputs.add("toolchain", identity);
+        inputs.add("toolchain", identity.as_bytes());
         let mut cmd = match self.language {
             Language::Python => {
                 let mut cmd = Command::new(&self.program);
@@ -490,33 +490,28 @@ impl Toolchain {
         inputs.record(&target)
     }
 
-    /// What names this toolchain's version: componentize-py's `--version`; for JavaScript the
-    /// wrapper and bundler scripts, the toolchain's npm lock file (componentize-js pinned) and
-    /// the snapshot program.
-    fn identity(&self) -> anyhow::Result<Vec<u8>> {
-        match (&self.language, &self.bundler) {
-            (Language::Python, _) | (_, None) => {
-                let version = Command::new(&self.program)
-                    .arg("--version")
-                    .output()
-                    .with_context(|| format!("running {} --version", self.program.display()))?;
-                Ok(version.stdout)
-            }
-            (_, Some(bundler)) => {
-                let mut identity = Vec::new();
-                let lock = self.program.with_file_name("package-lock.json");
-                for file in [&self.program, bundler, &lock]
-                    .into_iter()
-                    .chain(self.snapshot.as_ref())
-                {
-                    identity.extend(
-                        std::fs::read(file)
-                            .with_context(|| format!("reading {}", file.display()))?,
-                    );
-                }
-                Ok(identity)
-            }
+    /// The digest of what names this toolchain's version, read once per build: componentize-py's
+    /// `--version`; for JavaScript the wrapper and bundler scripts, the toolchain's npm lock file
+    /// (componentize-js pinned) and the snapshot program.
+    fn identity(&self) -> anyhow::Result<String> {
+        let Some(bundler) = &self.bundler else {
+            let version = Command::new(&self.program)
+                .arg("--version")
+                .output()
+                .with_context(|| format!("running {} --version", self.program.display()))?;
+            return Ok(crate::modules::digest_of(&version.stdout));
+        };
+        let mut identity = Vec::new();
+        let lock = self.program.with_file_name("package-lock.json");
+        for file in [&self.program, bundler, &lock]
+            .into_iter()
+            .chain(self.snapshot.as_ref())
+        {
+            identity.extend(
+                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?,
+            );
         }
+        Ok(crate::modules::digest_of(&identity))
     }
 }
 
@@ -524,10 +519,11 @@ impl Toolchain {
 
 /// The inputs one Python or JavaScript component is built from, hashed: the toolchain's
 /// version, the WIT world, and the worker's sources (JavaScript: its bundle, which holds every
-/// module it imports; Python: every file of the directories componentize-py reads). Their
-/// snapshots are not byte-reproducible (the interpreter's heap differs from build to build),
-/// so without this each build of unchanged workers gave new digests, and `wasmpilot deploy` a
-/// module swap that runs every resource of the operator again. `<file>.inputs`, beside the
+/// module it imports; Python: every file of the directories componentize-py reads). Python
+/// snapshots are not byte-reproducible (CPython's heap differs from build to build), so without
+/// this each build of unchanged workers gave new digests, and `wasmpilot deploy` a module swap
+/// that runs every resource of the operator again; JavaScript ones are (wasmpilot-js-snapshot),
+/// and are kept as well rather than built again. `<file>.inputs`, beside the
 /// built file, holds this hash and the file's own digest; a file that no longer has that
 /// digest (edited, or a build cut short) is built again.
 struct BuildInputs {

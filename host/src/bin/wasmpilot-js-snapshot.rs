@@ -37,11 +37,10 @@ struct Invocation {
     output: PathBuf,
 }
 
-fn parse(args: impl Iterator<Item = String>) -> Result<Invocation> {
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Invocation> {
     let mut init_func = None;
     let (mut sources, mut workspace, mut input, mut output) = (None, None, None, None);
     let mut inherit_env = false;
-    let mut args = args.peekable();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
             Some((flag, value)) if flag.starts_with('-') => (flag.to_string(), Some(value.into())),
@@ -217,15 +216,14 @@ fn snapshot(invocation: &Invocation) -> Result<Vec<u8>> {
         .call(&mut store, ())
         .with_context(|| format!("the `{}` function trapped", invocation.init_func))?;
 
-    let state = Initialized {
-        store: &mut store,
-        instance,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-    runtime.block_on(async move {
-        let mut state = state;
-        wizer.snapshot(&cx, &mut state).await
-    })
+    // Nothing in the snapshot waits: the future completes on its first poll.
+    futures::executor::block_on(wizer.snapshot(
+        &cx,
+        &mut Initialized {
+            store: &mut store,
+            instance,
+        },
+    ))
 }
 
 fn main() -> Result<()> {
