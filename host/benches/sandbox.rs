@@ -982,7 +982,7 @@ fn languages(
                 black_box(native_sync.run(&syncing::Export(Syncing)).expect("native"));
             })
         };
-        let mut cases = vec![Case::new("native Rust (baseline)", native)];
+        let mut cases = vec![Case::new("native Rust (baseline)", &native)];
         for (lang, modules) in &loaded {
             let module = &modules[index];
             cases.push(Case::new(format!("{lang} component"), move || {
@@ -995,6 +995,30 @@ fn languages(
                 &s,
                 &[("Rust", 1), ("Python", 2), ("JavaScript", 3)],
             );
+        }
+        // The group above runs native, Rust, Python and JavaScript calls in turn, so each call
+        // starts after the other languages' calls have taken the caches. Here each language
+        // alternates with native alone: the same call after a call of its own kind, as when one
+        // operator's resources are reconciled one after another.
+        for (lang, modules) in &loaded {
+            let module = &modules[index];
+            let cases = vec![
+                Case::new("native Rust (baseline)", &native),
+                Case::new(format!("{lang} component"), move || {
+                    black_box(env.run(rt, module, request.clone()));
+                }),
+            ];
+            let title = format!("{label}, {lang} beside native alone");
+            if let Some(s) = bench.group(&title, "the host's sandbox, default limits", 5, cases) {
+                sum.row(
+                    format!(
+                        "{}, {lang} beside native alone",
+                        label.trim_start_matches("languages: ")
+                    ),
+                    &s,
+                    &[(lang, 1)],
+                );
+            }
         }
     }
     interpreter_fixed_cost(bench, rt, env, &dirs, &loaded, [&initializing, &syncing]);

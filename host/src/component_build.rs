@@ -649,29 +649,64 @@ fn run(cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 /// What a Python worker imports from: its own directory, the project's `shared/`, and the
-/// wasmpilot_guest SDK (`$WASMPILOT_PYTHON_SDK`, else `guest-sdk-python/src` of an enclosing
-/// wasmpilot checkout, else of the checkout this binary was built from).
+/// wasmpilot_guest SDK (`$WASMPILOT_PYTHON_SDK`, else the entry of the project's pytest
+/// `pythonpath` that holds it, as `wasmpilot init` writes it, else `guest-sdk-python/src` of an
+/// enclosing wasmpilot checkout, else of the checkout this binary was built from).
 fn python_paths(dir: &Path, worker: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut paths = vec![worker.canonicalize()?];
     let shared = dir.join("shared");
     if shared.is_dir() {
         paths.push(shared.canonicalize()?);
     }
+    let holds_sdk = |candidate: &PathBuf| candidate.join("wasmpilot_guest").is_dir();
     let sdk = std::env::var_os("WASMPILOT_PYTHON_SDK")
         .map(PathBuf::from)
+        .or_else(|| {
+            pyproject_pythonpath(dir)
+                .into_iter()
+                .map(|entry| dir.join(entry))
+                .find(holds_sdk)
+        })
         .or_else(|| {
             let built = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
             let dir = dir.canonicalize().ok()?;
             dir.ancestors()
                 .chain(std::iter::once(built))
                 .map(|a| a.join("guest-sdk-python/src"))
-                .find(|candidate| candidate.join("wasmpilot_guest").is_dir())
+                .find(holds_sdk)
         })
         .ok_or_else(|| {
-            anyhow!("the Python guest SDK (wasmpilot_guest) was not found: set WASMPILOT_PYTHON_SDK to the directory holding it (guest-sdk-python/src of a wasmpilot checkout)")
+            anyhow!("the Python guest SDK (wasmpilot_guest) was not found: name it in pyproject.toml's pythonpath (as `wasmpilot init --sdk-path` does) or set WASMPILOT_PYTHON_SDK to the directory holding it (guest-sdk-python/src of a wasmpilot checkout)")
         })?;
-    paths.push(sdk);
+    paths.push(sdk.canonicalize().unwrap_or(sdk));
     Ok(paths)
+}
+
+/// The entries of `pythonpath = ["…", …]` in a project's pyproject.toml (pytest's setting, one
+/// line, as `wasmpilot init` writes it); none without the file or the line.
+fn pyproject_pythonpath(dir: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(dir.join("pyproject.toml")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("pythonpath"))
+        .filter_map(|rest| rest.trim_start().strip_prefix('='))
+        .filter_map(|rest| {
+            let list = rest.trim().strip_prefix('[')?;
+            Some(list[..list.find(']')?].to_string())
+        })
+        .flat_map(|list| {
+            list.split(',')
+                .map(|entry| {
+                    entry
+                        .trim()
+                        .trim_matches(|c| c == '"' || c == '\'')
+                        .to_string()
+                })
+                .filter(|entry| !entry.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// `npm install` in a JavaScript project whose dependencies are not installed yet.
@@ -694,6 +729,49 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../examples")
             .join(name)
+    }
+
+    #[test]
+    fn a_python_project_names_its_sdk_in_pyproject() {
+        if std::env::var_os("WASMPILOT_PYTHON_SDK").is_some() {
+            eprintln!("SKIPPED: WASMPILOT_PYTHON_SDK is set and wins over pyproject.toml");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let project = work.path().join("project");
+        let sdk = work.path().join("elsewhere/guest-sdk-python/src");
+        std::fs::create_dir_all(sdk.join("wasmpilot_guest")).unwrap();
+        std::fs::create_dir_all(project.join("workers/sync")).unwrap();
+        std::fs::write(
+            project.join("pyproject.toml"),
+            "[tool.pytest.ini_options]\npythonpath = [\"shared\", '../elsewhere/guest-sdk-python/src']\n",
+        )
+        .unwrap();
+        assert_eq!(
+            pyproject_pythonpath(&project),
+            ["shared", "../elsewhere/guest-sdk-python/src"]
+        );
+        let paths = python_paths(&project, &project.join("workers/sync")).unwrap();
+        assert_eq!(
+            paths.last(),
+            Some(&sdk.canonicalize().unwrap()),
+            "{paths:?}"
+        );
+        // Without the line, the checkout this binary was built from.
+        std::fs::write(
+            project.join("pyproject.toml"),
+            "[tool.mypy]\nstrict = true\n",
+        )
+        .unwrap();
+        assert!(pyproject_pythonpath(&project).is_empty());
+        let paths = python_paths(&project, &project.join("workers/sync")).unwrap();
+        assert!(
+            paths
+                .last()
+                .is_some_and(|p| p.ends_with("guest-sdk-python/src"))
+                && paths.last() != Some(&sdk.canonicalize().unwrap()),
+            "{paths:?}"
+        );
     }
 
     #[test]

@@ -126,6 +126,88 @@ fn init_writes_the_typed_api_generate_writes_and_workers_against_it() {
     }
 }
 
+/// `--sdk-path` names the Python or JavaScript SDK a project refers to (here a copy outside any
+/// checkout, as for a `wasmpilot` installed on its own), and a wrong one is refused by name.
+#[test]
+fn init_takes_the_language_sdk_from_sdk_path() {
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let work = tempfile::tempdir().expect("temp dir");
+    for (lang, name, file, refers) in [
+        (
+            "python",
+            "guest-sdk-python",
+            "pyproject.toml",
+            "../sdks/guest-sdk-python/src",
+        ),
+        (
+            "javascript",
+            "guest-sdk-js",
+            "package.json",
+            "file:../sdks/guest-sdk-js",
+        ),
+    ] {
+        let copy = work.path().join("sdks").join(name);
+        copy_tree(&checkout.join(name), &copy);
+        let dir = work.path().join(format!("tool-{lang}"));
+        run(
+            "wasmpilot init --sdk-path",
+            wasmpilot(work.path())
+                .args(["init", dir.to_str().expect("utf-8"), "--lang", lang])
+                .args(["--kind", "Tool", "--group", "demo.io", "--phases", "A,B"])
+                .arg("--sdk-path")
+                .arg(&copy),
+        );
+        let written = std::fs::read_to_string(dir.join(file)).expect(file);
+        assert!(
+            written.contains(refers),
+            "{lang}: {file} refers to {refers}:\n{written}"
+        );
+
+        // A directory without the SDK, and --sdk-version, are refused by name; nothing is left.
+        for (args, says) in [
+            (
+                vec!["--sdk-path", "/"],
+                format!("--sdk-path /: no {name} there"),
+            ),
+            (
+                vec!["--sdk-version", "0.1.0"],
+                "--sdk-version applies to Rust workers".into(),
+            ),
+        ] {
+            let refused = work.path().join(format!("refused-{lang}"));
+            let out = wasmpilot(work.path())
+                .args(["init", refused.to_str().expect("utf-8"), "--lang", lang])
+                .args(["--kind", "Tool", "--group", "demo.io", "--phases", "A,B"])
+                .args(&args)
+                .output()
+                .expect("wasmpilot init");
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && said.contains(&says),
+                "{args:?}: {said}"
+            );
+            assert!(!refused.exists(), "{args:?} left {}", refused.display());
+        }
+    }
+}
+
+/// Copies the files of `from` into `to`, without `node_modules` and caches.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name();
+        if name == "node_modules" || name == "__pycache__" {
+            continue;
+        }
+        if entry.file_type().expect("file type").is_dir() {
+            copy_tree(&entry.path(), &to.join(&name));
+        } else {
+            std::fs::copy(entry.path(), to.join(&name)).expect("copy");
+        }
+    }
+}
+
 /// The scaffold's workers pass the type checker of `lang` (its settings in pyproject.toml or
 /// tsconfig.json, against the generated API), and fail it, naming the method, once Running
 /// moves to a phase operator.yaml does not allow it (`next: [Done]`).

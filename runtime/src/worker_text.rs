@@ -41,9 +41,35 @@ pub fn bound_owned(text: String, max: usize) -> String {
     }
 }
 
+/// `text` if it fits in `max` bytes, else its last `max` bytes (cut on a character boundary)
+/// after a note saying how much was cut: the end of what a guest or a child wrote to stderr is
+/// where its error is.
+pub fn tail(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    Cow::Owned(format!(
+        "({start} earlier bytes truncated) …{}",
+        &text[start..]
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tail_keeps_the_end_and_says_how_much_went() {
+        assert_eq!(tail("panicked", 16), "panicked");
+        let long = format!("{}the error", "é".repeat(600));
+        let cut = tail(&long, 20);
+        // 1,209 bytes; the last 20 would start inside an "é", so the cut moves past it.
+        assert_eq!(cut, "(1190 earlier bytes truncated) …éééééthe error");
+    }
 
     #[test]
     fn short_text_is_kept_and_long_text_says_it_was_cut() {

@@ -14,7 +14,8 @@
 //!
 //! The crates never inherit from a workspace (`version.workspace = true` etc.), so the same
 //! files work both ways. `wasmpilot-guest` is a path dependency when the project is inside a
-//! wasmpilot checkout (relative path) or `--sdk-path` names one, else `--sdk-version`.
+//! wasmpilot checkout (relative path) or `--sdk-path` names one, else `--sdk-version`. A Python
+//! or JavaScript project refers to its SDK (`--sdk-path`, else a checkout's) by relative path.
 
 use super::scaffold::{self, Lang, Project};
 use super::workspace::{add_workspace_members, enclosing_workspace, relative_path, Workspace};
@@ -48,8 +49,10 @@ pub struct InitArgs {
     /// The resource's plural; default: the kind in lowercase + "s" (or "es", "ies").
     #[arg(long)]
     pub plural: Option<String>,
-    /// A wasmpilot-guest checkout to depend on by path (default: the enclosing wasmpilot
-    /// checkout, else the one this binary was built from).
+    /// The guest SDK to depend on by path: for Rust the `guest-sdk` directory of a wasmpilot
+    /// checkout, for Python or JavaScript its `guest-sdk-python` or `guest-sdk-js` (or the
+    /// checkout itself). Default: the enclosing wasmpilot checkout's, else the one this binary
+    /// was built from.
     #[arg(long, conflicts_with = "sdk_version")]
     pub sdk_path: Option<PathBuf>,
     /// Depend on wasmpilot-guest from a registry at this version instead of by path (it is not
@@ -127,26 +130,54 @@ pub fn choose_sdk(
     bail!("cannot find the wasmpilot-guest SDK: pass --sdk-path <wasmpilot checkout>/guest-sdk, or --sdk-version <version> to use a published one")
 }
 
-/// The guest SDK directory of another language (`guest-sdk-python`, `guest-sdk-js`): in an
-/// enclosing wasmpilot checkout, else the checkout this binary was built from.
-fn guest_sdk_dir(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+/// Whether `dir` is the guest SDK of `lang` (Python: `src/wasmpilot_guest/`; JavaScript: the
+/// `@wasmpilot/guest` package).
+fn is_language_sdk(lang: Lang, dir: &Path) -> bool {
+    match lang {
+        Lang::Python => dir.join("src/wasmpilot_guest/__init__.py").is_file(),
+        _ => std::fs::read_to_string(dir.join("package.json"))
+            .is_ok_and(|t| t.contains("\"name\": \"@wasmpilot/guest\"")),
+    }
+}
+
+/// The guest SDK directory of a Python or JavaScript project (`guest-sdk-python`,
+/// `guest-sdk-js`): `--sdk-path` (that directory, or a wasmpilot checkout holding it), else an
+/// enclosing wasmpilot checkout's, else the one of the checkout this binary was built from.
+fn guest_sdk_dir(dir: &Path, lang: Lang, sdk_path: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let name = match lang {
+        Lang::Python => "guest-sdk-python",
+        _ => "guest-sdk-js",
+    };
+    if let Some(p) = sdk_path {
+        let found = [p.to_path_buf(), p.join(name)]
+            .into_iter()
+            .find(|candidate| is_language_sdk(lang, candidate))
+            .ok_or_else(|| {
+                anyhow!(
+                    "--sdk-path {}: no {name} there (pass <wasmpilot checkout>/{name}, or the checkout)",
+                    p.display()
+                )
+            })?;
+        return Ok(found.canonicalize()?);
+    }
     let built = Path::new(BUILT_SDK_DIR).join("..").join(name);
     dir.ancestors()
         .map(|a| a.join(name))
         .chain(std::iter::once(built))
-        .find(|candidate| candidate.join("README.md").is_file())
+        .find(|candidate| is_language_sdk(lang, candidate))
         .map(|found| found.canonicalize())
         .transpose()?
-        .ok_or_else(|| anyhow!("cannot find {name} (the guest SDK): create the project inside a wasmpilot checkout"))
+        .ok_or_else(|| {
+            anyhow!("cannot find {name} (the guest SDK): pass --sdk-path <wasmpilot checkout>/{name}, or create the project inside a wasmpilot checkout")
+        })
 }
 
 /// Writes a Python or JavaScript project (no cargo involved).
 fn init_guest(args: &InitArgs, project: &Project, dir: &Path) -> anyhow::Result<Scaffold> {
-    let sdk_name = match args.lang {
-        Lang::Python => "guest-sdk-python",
-        _ => "guest-sdk-js",
-    };
-    let sdk = guest_sdk_dir(dir, sdk_name)?;
+    if args.sdk_version.is_some() {
+        bail!("--sdk-version applies to Rust workers: the Python and JavaScript SDKs are used from a wasmpilot checkout (--sdk-path <checkout>/guest-sdk-python or guest-sdk-js)");
+    }
+    let sdk = guest_sdk_dir(dir, args.lang, args.sdk_path.as_deref())?;
     let sdk_for_files = match args.lang {
         Lang::Python => sdk.join("src"),
         _ => sdk.clone(),

@@ -176,16 +176,7 @@ async fn read_bounded(
 /// The last [`MAX_STDERR_BYTES`] of what a child wrote to stderr, as one trimmed line.
 fn stderr_tail(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes).trim().replace('\n', " / ");
-    let mut start = text.len().saturating_sub(MAX_STDERR_BYTES);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    let tail = &text[start..];
-    if start > 0 {
-        format!("…{tail}")
-    } else {
-        tail.to_string()
-    }
+    crate::worker_text::tail(&text, MAX_STDERR_BYTES).into_owned()
 }
 
 /// Runs as a compile child when the process was started as one (first argument [`SUBCOMMAND`]):
@@ -283,9 +274,10 @@ mod tests {
     fn the_tail_of_a_long_stderr_is_kept_on_one_line() {
         let long = format!("{}\nthe error", "x".repeat(5000));
         let tail = stderr_tail(long.as_bytes());
-        assert!(tail.starts_with('…'));
+        let cut = format!("({} earlier bytes truncated) …", 5012 - MAX_STDERR_BYTES);
+        assert!(tail.starts_with(&cut), "{tail}");
         assert!(tail.ends_with("x / the error"));
-        assert!(tail.len() <= MAX_STDERR_BYTES + '…'.len_utf8());
+        assert_eq!(tail.len(), cut.len() + MAX_STDERR_BYTES);
         assert_eq!(stderr_tail(b"  short\n"), "short");
     }
 

@@ -239,18 +239,26 @@ fn stderr_suffix(stderr: &str) -> String {
     }
 }
 
-/// The end of what the guest wrote to stderr (a panic message comes last), bounded for messages.
+/// Lines an engine writes to stderr on its own whatever the worker's error, which would only
+/// push the worker's message out of the tail (StarlingMonkey's, as a JavaScript worker aborts).
+const ENGINE_STDERR_NOISE: &[&str] = &["Redirecting call to abort() to mozalloc_abort"];
+
+/// The end of what the guest wrote to stderr (a panic message comes last) without the engines'
+/// own noise, bounded for messages.
 fn stderr_tail(stderr: &str) -> String {
     let stderr = stderr.trim();
-    let max = crate::worker_text::MESSAGE_BYTES;
-    if stderr.len() <= max {
-        return stderr.to_string();
-    }
-    let mut start = stderr.len() - max;
-    while !stderr.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("({start} earlier bytes truncated) …{}", &stderr[start..])
+    let kept: String;
+    let stderr = if ENGINE_STDERR_NOISE.iter().any(|n| stderr.contains(n)) {
+        kept = stderr
+            .lines()
+            .filter(|line| !ENGINE_STDERR_NOISE.contains(&line.trim()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        kept.trim()
+    } else {
+        stderr
+    };
+    crate::worker_text::tail(stderr, crate::worker_text::MESSAGE_BYTES).into_owned()
 }
 
 impl RunError {
@@ -1067,6 +1075,24 @@ fn forward_stdio(store: &Store<HostState>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trap_message_keeps_the_workers_stderr_without_the_engines_noise() {
+        // What a JavaScript worker's uncaught error leaves on stderr (StarlingMonkey's line last).
+        let js = "the worker threw TypeError: x is undefined\nStack:\n  decide@w.js:9:7\n\
+                  Redirecting call to abort() to mozalloc_abort\n";
+        assert_eq!(
+            stderr_tail(js),
+            "the worker threw TypeError: x is undefined\nStack:\n  decide@w.js:9:7"
+        );
+        // A worker's own line that merely mentions it is kept.
+        let own = "log: Redirecting call to abort() to mozalloc_abort is the engine's";
+        assert_eq!(stderr_tail(own), own);
+        let long = format!("{}\npanicked at the end", "x".repeat(4000));
+        let tail = stderr_tail(&long);
+        assert!(tail.ends_with("x\npanicked at the end"), "{tail}");
+        assert!(tail.starts_with("("), "{tail}");
+    }
 
     /// Page faults of the calling thread so far.
     fn thread_minor_faults() -> i64 {
