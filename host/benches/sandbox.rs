@@ -16,7 +16,9 @@
 //!
 //! Each group runs its cases round-robin (one call of each per round, after a warm-up), so a
 //! baseline and its subjects see the same machine load; it prints median and p90 per case and
-//! the ratio of medians against the group's first case.
+//! the ratio of medians against the group's first case. The languages' groups also run native
+//! and each language in runs of their own calls ([`RUN_OF_CALLS`]): a call after calls of
+//! another language starts on caches that language took.
 
 mod fixtures;
 
@@ -997,22 +999,35 @@ fn languages(
             );
         }
         // The group above runs native, Rust, Python and JavaScript calls in turn, so each call
-        // starts after the other languages' calls have taken the caches. Here each language
-        // alternates with native alone: the same call after a call of its own kind, as when one
-        // operator's resources are reconciled one after another.
+        // starts after the other languages' calls have taken the caches (native's most: its
+        // call is a few microseconds of work on cold caches). Here each language and native
+        // run in runs of calls of their own, as when one operator's resources are reconciled
+        // one after another: each case's time is a call after calls of its own kind.
+        let calls = if index == 0 {
+            RUN_OF_CALLS
+        } else {
+            RUN_OF_CALLS / 4
+        };
         for (lang, modules) in &loaded {
             let module = &modules[index];
             let cases = vec![
-                Case::new("native Rust (baseline)", &native),
-                Case::new(format!("{lang} component"), move || {
-                    black_box(env.run(rt, module, request.clone()));
+                Case::batched("native Rust (baseline)", calls, || {
+                    for _ in 0..calls {
+                        native();
+                    }
+                }),
+                Case::batched(format!("{lang} component"), calls, move || {
+                    for _ in 0..calls {
+                        black_box(env.run(rt, module, request.clone()));
+                    }
                 }),
             ];
-            let title = format!("{label}, {lang} beside native alone");
-            if let Some(s) = bench.group(&title, "the host's sandbox, default limits", 5, cases) {
+            let title = format!("{label}, {lang} and native in runs of {calls} calls");
+            let note = "the host's sandbox, default limits; a case's time is one call's";
+            if let Some(s) = bench.group(&title, note, 5, cases) {
                 sum.row(
                     format!(
-                        "{}, {lang} beside native alone",
+                        "{}, {lang} and native in runs of {calls}",
                         label.trim_start_matches("languages: ")
                     ),
                     &s,
@@ -1024,6 +1039,10 @@ fn languages(
     interpreter_fixed_cost(bench, rt, env, &dirs, &loaded, [&initializing, &syncing]);
     modules_loaded(bench, rt, env, &dirs, &cache, &initializing, sum);
 }
+
+/// Calls in a row of one case in the languages' groups that run each language apart (a quarter
+/// of them for Syncing).
+const RUN_OF_CALLS: u32 = 20;
 
 /// Calls of each group's run, going round the modules.
 const MODULES_LOADED_CALLS: u32 = 30;
