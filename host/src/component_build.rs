@@ -648,6 +648,21 @@ fn run(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `rel` under the nearest ancestor of `dir` where `is_it` holds, else under the wasmpilot
+/// checkout this binary was built from: where an SDK is found for a project that names none.
+pub fn in_checkout(dir: &Path, rel: &str, is_it: impl Fn(&Path) -> bool) -> Option<PathBuf> {
+    let built = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    dir.ancestors()
+        .chain(std::iter::once(built))
+        .map(|a| a.join(rel))
+        .find(|candidate| is_it(candidate))
+}
+
+/// Whether `src` holds the Python guest SDK's package (`guest-sdk-python/src`).
+pub fn holds_python_sdk(src: &Path) -> bool {
+    src.join("wasmpilot_guest").is_dir()
+}
+
 /// What a Python worker imports from: its own directory, the project's `shared/`, and the
 /// wasmpilot_guest SDK (`$WASMPILOT_PYTHON_SDK`, else the entry of the project's pytest
 /// `pythonpath` that holds it, as `wasmpilot init` writes it, else `guest-sdk-python/src` of an
@@ -658,22 +673,17 @@ fn python_paths(dir: &Path, worker: &Path) -> anyhow::Result<Vec<PathBuf>> {
     if shared.is_dir() {
         paths.push(shared.canonicalize()?);
     }
-    let holds_sdk = |candidate: &PathBuf| candidate.join("wasmpilot_guest").is_dir();
     let sdk = std::env::var_os("WASMPILOT_PYTHON_SDK")
         .map(PathBuf::from)
         .or_else(|| {
             pyproject_pythonpath(dir)
                 .into_iter()
                 .map(|entry| dir.join(entry))
-                .find(holds_sdk)
+                .find(|candidate| holds_python_sdk(candidate))
         })
         .or_else(|| {
-            let built = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
             let dir = dir.canonicalize().ok()?;
-            dir.ancestors()
-                .chain(std::iter::once(built))
-                .map(|a| a.join("guest-sdk-python/src"))
-                .find(holds_sdk)
+            in_checkout(&dir, "guest-sdk-python/src", holds_python_sdk)
         })
         .ok_or_else(|| {
             anyhow!("the Python guest SDK (wasmpilot_guest) was not found: name it in pyproject.toml's pythonpath (as `wasmpilot init --sdk-path` does) or set WASMPILOT_PYTHON_SDK to the directory holding it (guest-sdk-python/src of a wasmpilot checkout)")

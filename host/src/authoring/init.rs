@@ -19,12 +19,10 @@
 
 use super::scaffold::{self, Lang, Project};
 use super::workspace::{add_workspace_members, enclosing_workspace, relative_path, Workspace};
+use crate::component_build::in_checkout;
 use anyhow::{anyhow, bail, Context};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// The guest SDK this `wasmpilot` was built from, used when nothing else names one.
-const BUILT_SDK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest-sdk");
 
 /// `wasmpilot init` arguments.
 #[derive(clap::Args, Clone, Debug)]
@@ -117,15 +115,8 @@ pub fn choose_sdk(
         }
         return Ok(Sdk::Path(p));
     }
-    for ancestor in dir.ancestors() {
-        let candidate = ancestor.join("guest-sdk");
-        if is_guest_sdk(&candidate) {
-            return Ok(Sdk::Path(candidate.canonicalize()?));
-        }
-    }
-    let built = Path::new(BUILT_SDK_DIR);
-    if is_guest_sdk(built) {
-        return Ok(Sdk::Path(built.canonicalize()?));
+    if let Some(found) = in_checkout(dir, "guest-sdk", is_guest_sdk) {
+        return Ok(Sdk::Path(found.canonicalize()?));
     }
     bail!("cannot find the wasmpilot-guest SDK: pass --sdk-path <wasmpilot checkout>/guest-sdk, or --sdk-version <version> to use a published one")
 }
@@ -134,7 +125,7 @@ pub fn choose_sdk(
 /// `@wasmpilot/guest` package).
 fn is_language_sdk(lang: Lang, dir: &Path) -> bool {
     match lang {
-        Lang::Python => dir.join("src/wasmpilot_guest/__init__.py").is_file(),
+        Lang::Python => crate::component_build::holds_python_sdk(&dir.join("src")),
         _ => std::fs::read_to_string(dir.join("package.json"))
             .is_ok_and(|t| t.contains("\"name\": \"@wasmpilot/guest\"")),
     }
@@ -160,11 +151,7 @@ fn guest_sdk_dir(dir: &Path, lang: Lang, sdk_path: Option<&Path>) -> anyhow::Res
             })?;
         return Ok(found.canonicalize()?);
     }
-    let built = Path::new(BUILT_SDK_DIR).join("..").join(name);
-    dir.ancestors()
-        .map(|a| a.join(name))
-        .chain(std::iter::once(built))
-        .find(|candidate| is_language_sdk(lang, candidate))
+    in_checkout(dir, name, |candidate| is_language_sdk(lang, candidate))
         .map(|found| found.canonicalize())
         .transpose()?
         .ok_or_else(|| {
