@@ -4,6 +4,7 @@
 use crate::controller::leader::{LeaderElection, LeaseTiming};
 use crate::controller::manager::Manager;
 use crate::modules::ModuleCache;
+use crate::sandbox::log_rate::LogRateLimit;
 use crate::sandbox::{InstanceMemory, Sandbox, SandboxLimits, DEFAULT_WARM_MODULES};
 use anyhow::Context;
 use std::path::PathBuf;
@@ -52,6 +53,13 @@ pub struct RunArgs {
     /// wrote, up to --keep-resident-mib.
     #[arg(long, default_value_t = DEFAULT_WARM_MODULES)]
     warm_modules: usize,
+    /// Worker log lines per second the host's log takes from one operator's workers together,
+    /// on average (a call's printed output counts as one line); bursts of up to one call's whole
+    /// log budget (1,000 lines) pass. Lines over it are not written: they are counted in
+    /// wasmpilot_worker_log_lines_dropped_total and reported in one line per operator at most
+    /// every 10 s. The workers' calls do not change. 0: no limit.
+    #[arg(long, default_value_t = 100)]
+    worker_log_lines_per_second: u32,
     /// Give each worker call freshly mmapped memory instead of a slot of the instance pool.
     #[arg(long)]
     no_instance_pool: bool,
@@ -281,6 +289,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         },
         ..SandboxLimits::default()
+    };
+    let limits = SandboxLimits {
+        log_rate: Some(LogRateLimit {
+            lines_per_second: args.worker_log_lines_per_second,
+            burst: u32::try_from(limits.log_lines).unwrap_or(u32::MAX),
+        }),
+        ..limits
     };
     if let Some(budget) = limits.worker_memory_budget {
         let defaults = limits

@@ -110,6 +110,9 @@ pub struct Metrics {
     pub reconciles_not_held: Family<OperatorLabels, Counter>,
     /// Objects in the shared watch caches per kind (a sharded replica's: its buckets' only).
     pub cached_objects: Family<CacheLabels, Gauge>,
+    /// Worker log lines (and printed output) the host's log did not take: over the operator's
+    /// share (`--worker-log-lines-per-second`).
+    pub worker_log_lines_dropped: Family<OperatorLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -237,8 +240,15 @@ impl Metrics {
             "Reconciles skipped because the resource's bucket is held by another replica (--shard)",
             reconciles_not_held.clone(),
         );
+        let worker_log_lines_dropped = Family::<OperatorLabels, Counter>::default();
+        registry.register(
+            "worker_log_lines_dropped",
+            "Worker log lines (and printed output) not written to the host's log: over the operator's share (--worker-log-lines-per-second)",
+            worker_log_lines_dropped.clone(),
+        );
         Metrics {
             registry,
+            worker_log_lines_dropped,
             buckets_held,
             buckets,
             reconciles_not_held,

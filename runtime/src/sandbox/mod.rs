@@ -4,6 +4,7 @@
 
 pub mod bindings;
 mod digest;
+pub mod log_rate;
 pub mod slots;
 mod state;
 mod stdio;
@@ -82,6 +83,8 @@ pub struct SandboxLimits {
     /// Bytes the host may give worker calls together (`None`: not bounded): a definition whose
     /// largest call limit times `concurrency` exceeds it is refused at load.
     pub worker_memory_budget: Option<usize>,
+    /// Worker log lines the host's log takes from one operator (`None`: all of them).
+    pub log_rate: Option<log_rate::LogRateLimit>,
 }
 
 /// Where a fresh instance's linear memory and tables come from.
@@ -122,6 +125,7 @@ impl Default for SandboxLimits {
                 warm_modules: DEFAULT_WARM_MODULES,
             },
             worker_memory_budget: None,
+            log_rate: None,
         }
     }
 }
@@ -466,6 +470,8 @@ pub struct Sandbox {
     limits: SandboxLimits,
     /// The `concurrency` worker slots, handed to operators in turn.
     slots: slots::FairSlots,
+    /// Each operator's share of the host's log.
+    log_rates: log_rate::LogRates,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -514,11 +520,13 @@ impl Sandbox {
                 }
             })?;
         let slots = slots::FairSlots::new(limits.concurrency.max(1));
+        let log_rates = log_rate::LogRates::new(limits.log_rate);
         Ok(Arc::new(Sandbox {
             engine,
             linker,
             limits,
             slots,
+            log_rates,
             ticker_stop,
         }))
     }
@@ -711,7 +719,7 @@ impl Sandbox {
             None => self.slot(&request.operator).await?,
         };
         let seed = (module.randomness == Randomness::Seeded).then_some(digest);
-        let mut call = self.call(limits, &request.now, seed);
+        let mut call = self.call(&request.operator, limits, &request.now, seed);
         call.store.data_mut().redactor = redactor;
         let store = &mut call.store;
         let result = within_deadline(limits.deadline, call.started, async {
@@ -755,7 +763,7 @@ impl Sandbox {
         let _slot = self.slot(&request.operator).await?;
         let seed = (module.randomness == Randomness::Seeded)
             .then(|| RequestDigest::of_finalize(&request, &inputs));
-        let mut call = self.call(limits, &request.now, seed);
+        let mut call = self.call(&request.operator, limits, &request.now, seed);
         call.store.data_mut().finalizer_inputs = inputs;
         call.store.data_mut().redactor = redactor;
         let store = &mut call.store;
@@ -788,9 +796,16 @@ impl Sandbox {
         slot.map_err(|_| RunError::ShuttingDown)
     }
 
-    /// A fresh store for one call: its own WASI context, memory limiter, log and output budgets,
-    /// and a deadline checked at every epoch tick, where the call also yields to the runtime.
-    fn call(&self, limits: CallLimits, now: &str, seed: Option<RequestDigest>) -> WorkerCall {
+    /// A fresh store for one call of `operator`: its own WASI context, memory limiter, log and
+    /// output budgets (and the operator's share of the host's log), and a deadline checked at
+    /// every epoch tick, where the call also yields to the runtime.
+    fn call(
+        &self,
+        operator: &str,
+        limits: CallLimits,
+        now: &str,
+        seed: Option<RequestDigest>,
+    ) -> WorkerCall {
         let run_limits = RunLimits {
             deadline: limits.deadline,
             memory_bytes: limits.memory_bytes,
@@ -800,7 +815,9 @@ impl Sandbox {
             wall_clock: state::wall_clock_at(now),
             random_seed: seed.map(|d| d.0),
         };
-        let mut store = Store::new(&self.engine, HostState::new(&run_limits));
+        let mut state = HostState::new(&run_limits);
+        state.log_rate = self.log_rates.of(operator);
+        let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let started = Instant::now();
         let deadline = limits.deadline;
@@ -1065,7 +1082,7 @@ fn forward_stdio(store: &Store<HostState>) {
         ("stderr", &store.data().stderr),
     ] {
         let bytes = pipe.contents();
-        if !bytes.is_empty() {
+        if !bytes.is_empty() && store.data().host_log_takes_a_line() {
             let dropped = pipe.dropped();
             tracing::info!(target: "wasmpilot::guest", stream, dropped_bytes = dropped, "{}", String::from_utf8_lossy(&bytes).trim_end());
         }

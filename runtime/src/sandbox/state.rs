@@ -35,6 +35,8 @@ pub struct HostState {
     pub(super) finalizer_inputs: Vec<super::NamedObjects>,
     /// The Secret values the call was handed: replaced in the log lines it sends.
     pub(super) redactor: crate::redaction::Redactor,
+    /// The operator's share of the host's log (`None`: not limited).
+    pub(super) log_rate: Option<std::sync::Arc<super::log_rate::LogRate>>,
 }
 
 impl HostState {
@@ -89,7 +91,16 @@ impl HostState {
             deadline: limits.deadline,
             finalizer_inputs: Vec::new(),
             redactor: Default::default(),
+            log_rate: None,
         }
+    }
+}
+
+impl HostState {
+    /// Whether the host's log takes one more line of this call's operator (its share, see
+    /// [`super::log_rate`]); the call goes on either way.
+    pub(super) fn host_log_takes_a_line(&self) -> bool {
+        self.log_rate.as_ref().is_none_or(|rate| rate.admit())
     }
 }
 
@@ -195,6 +206,9 @@ impl log::Host for HostState {
         }
         self.logs.lines_left -= 1;
         self.logs.bytes_left -= size;
+        if !guest_level_enabled(level) || !self.host_log_takes_a_line() {
+            return Ok(());
+        }
         // The budget counts what the guest sent; the host's log gets a bounded line.
         let fields = fields
             .iter()
@@ -227,6 +241,19 @@ impl log::Host for HostState {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether the host's log writes worker lines of `level` (a line it filters out takes nothing
+/// of the operator's share).
+fn guest_level_enabled(level: LogLevel) -> bool {
+    use tracing::Level;
+    match level {
+        LogLevel::Trace => tracing::enabled!(target: "wasmpilot::guest", Level::TRACE),
+        LogLevel::Debug => tracing::enabled!(target: "wasmpilot::guest", Level::DEBUG),
+        LogLevel::Info => tracing::enabled!(target: "wasmpilot::guest", Level::INFO),
+        LogLevel::Warn => tracing::enabled!(target: "wasmpilot::guest", Level::WARN),
+        LogLevel::Error => tracing::enabled!(target: "wasmpilot::guest", Level::ERROR),
     }
 }
 
