@@ -603,6 +603,7 @@ mod tests {
         };
         m.buckets_held.get_or_create(&operator).set(1);
         m.buckets.get_or_create(&operator).set(16);
+        m.worker_log_lines_dropped.get_or_create(&operator).inc();
         let _ = m.shadow_skipped.get_or_create(&phase);
         let exported = m.encode();
         let rules = std::fs::read_to_string(concat!(
