@@ -227,13 +227,112 @@ fn one_line_fields(
 ) -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + Send + Sync + 'static {
     use std::fmt::Write;
     use tracing_subscriber::field::MakeExt;
-    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
-        if field.name() != "message" {
-            write!(writer, "{}=", field.name())?;
+    RecordedOnce(
+        tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+            if field.name() != "message" {
+                write!(writer, "{}=", field.name())?;
+            }
+            write!(OneLine(writer), "{value:?}")
+        })
+        .delimited(" "),
+    )
+}
+
+/// Text fields where a span's field recorded again replaces its value rather than being added
+/// beside it: a reconcile records the phase of each phase it chains, and its lines would
+/// otherwise read `phase="Initializing" phase="Syncing" phase="Ready"`. (JSON logs keep the
+/// last value already.)
+struct RecordedOnce<F>(F);
+
+impl<'w, F> tracing_subscriber::fmt::FormatFields<'w> for RecordedOnce<F>
+where
+    F: for<'a> tracing_subscriber::fmt::FormatFields<'a>,
+{
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        self.0.format_fields(writer, fields)
+    }
+
+    fn add_fields(
+        &self,
+        current: &'w mut tracing_subscriber::fmt::FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> std::fmt::Result {
+        let mut added = String::new();
+        self.0.format_fields(
+            tracing_subscriber::fmt::format::Writer::new(&mut added),
+            fields,
+        )?;
+        replace_fields(&mut current.fields, &added);
+        Ok(())
+    }
+}
+
+/// `current` with the fields of `added` (both `name=value …` as the text format writes them)
+/// in place of its own of the same names; when either does not read as such fields (a value
+/// written bare with a space in it), `added` is appended, as tracing does.
+fn replace_fields(current: &mut String, added: &str) {
+    if added.is_empty() {
+        return;
+    }
+    let (Some(old), Some(new)) = (text_fields(current), text_fields(added)) else {
+        if !current.is_empty() {
+            current.push(' ');
         }
-        write!(OneLine(writer), "{value:?}")
-    })
-    .delimited(" ")
+        current.push_str(added);
+        return;
+    };
+    let kept: Vec<&str> = old
+        .iter()
+        .filter(|(name, _)| new.iter().all(|(n, _)| n != name))
+        .map(|(_, field)| *field)
+        .collect();
+    let mut fields = kept.join(" ");
+    if !fields.is_empty() {
+        fields.push(' ');
+    }
+    fields.push_str(added);
+    *current = fields;
+}
+
+/// The `name=value` fields of a span's text, each with its name; a quoted value ends at its
+/// closing quote (escapes skipped), any other at the next space. `None` when the text does not
+/// read as such fields.
+fn text_fields(text: &str) -> Option<Vec<(&str, &str)>> {
+    let mut fields = Vec::new();
+    let mut at = 0;
+    while at < text.len() {
+        if text[at..].starts_with(' ') {
+            at += 1;
+            continue;
+        }
+        let eq = at + text[at..].find('=')?;
+        let name = &text[at..eq];
+        if name.is_empty() || name.contains([' ', '"']) {
+            return None;
+        }
+        let value = eq + 1;
+        let end = if text[value..].starts_with('"') {
+            let mut escaped = false;
+            let close = text[value + 1..].char_indices().find_map(|(i, c)| {
+                let closes = c == '"' && !escaped;
+                escaped = c == '\\' && !escaped;
+                closes.then_some(value + 1 + i + 1)
+            })?;
+            if !(close == text.len() || text[close..].starts_with(' ')) {
+                return None;
+            }
+            close
+        } else {
+            text[value..].find(' ').map_or(text.len(), |i| value + i)
+        };
+        fields.push((name, &text[at..end]));
+        at = end;
+    }
+    Some(fields)
 }
 
 /// Writes through to `W` with control characters (tab aside) escaped, so the text stays one
@@ -562,6 +661,61 @@ mod tests {
         assert_eq!(line["span"]["resource"], "team-a/r1", "{line}");
         assert_eq!(line["span"]["phase"], "Syncing", "{line}");
         assert!(line["timestamp"].is_string(), "{line}");
+    }
+
+    /// Text logs: a reconcile that chains phases records each, and its lines name the one
+    /// running now, once.
+    #[test]
+    fn text_logs_name_the_phase_running_now_once() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = log_subscriber("info", LogFormat::Text, false, move || writer.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(
+                "reconcile",
+                operator = "autoroute",
+                resource = "team-a/r1",
+                phase = tracing::field::Empty
+            );
+            let _entered = span.enter();
+            span.record("phase", "Initializing");
+            tracing::info!("first");
+            span.record("phase", "Syncing \"quoted\" phase=Ready");
+            span.record("phase", "Ready");
+            tracing::info!("last");
+        });
+        let text =
+            String::from_utf8(captured.0.lock().expect("the buffer").clone()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[0].contains(
+                r#"reconcile{operator="autoroute" resource="team-a/r1" phase="Initializing"}: first"#
+            ),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains(
+                r#"reconcile{operator="autoroute" resource="team-a/r1" phase="Ready"}: last"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn fields_recorded_again_replace_their_values() {
+        let mut fields = String::from(r#"operator="a" n=1 phase="P \" q=1""#);
+        replace_fields(&mut fields, r#"phase="Q""#);
+        assert_eq!(fields, r#"operator="a" n=1 phase="Q""#);
+        replace_fields(&mut fields, "n=2 extra=x");
+        assert_eq!(fields, r#"operator="a" phase="Q" n=2 extra=x"#);
+        // A bare value with a space in it is not read as fields: appended, as tracing does.
+        let mut bare = String::from("key=a b");
+        replace_fields(&mut bare, "key=c");
+        assert_eq!(bare, "key=a b key=c");
+        let mut empty = String::new();
+        replace_fields(&mut empty, r#"phase="P""#);
+        assert_eq!(empty, r#"phase="P""#);
     }
 
     /// Text logs: what a worker wrote with line breaks (here, a forged host line naming another
