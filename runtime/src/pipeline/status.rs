@@ -66,7 +66,7 @@ pub fn progress_conditions(phase: &str, ready: bool) -> [ConditionUpdate; 3] {
             phase,
             match ready {
                 true => format!("in ready phase {phase}"),
-                false => format!("moving on from phase {phase}"),
+                false => format!("reconciling phase {phase} (not a ready one)"),
             },
         ),
         ConditionUpdate::new(STALLED, false, phase, "no error"),
