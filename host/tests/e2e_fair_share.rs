@@ -43,16 +43,6 @@ async fn a_busy_operator_delays_another_by_at_most_one_call() {
     .await;
 }
 
-fn operator(name: &str, kind: (&str, &str)) -> serde_json::Value {
-    json!({"apiVersion": OPS.0, "kind": OPS.1, "metadata": {"name": name}, "spec": {
-        "resource": {"apiVersion": kind.0, "kind": kind.1},
-        "phases": [
-            {"name": "Start", "initial": true, "next": ["Done"],
-             "module": {"file": {"path": "wasmpilot_test_scripted.wasm"}},
-             "limits": {"deadline": "2s"}},
-            {"name": "Done", "final": true}]}})
-}
-
 async fn scenario(client: &kube::Client, ns: &str, metrics: &str) -> anyhow::Result<()> {
     test_kind_free(client, LAG.1).await?;
     let result = steps(client, ns, metrics).await;
@@ -61,19 +51,19 @@ async fn scenario(client: &kube::Client, ns: &str, metrics: &str) -> anyhow::Res
 }
 
 async fn steps(client: &kube::Client, ns: &str, metrics: &str) -> anyhow::Result<()> {
-    apply_yaml(client, &operator(QUICK, PROBE).to_string(), None).await?;
-    apply_yaml(client, &operator(BUSY, LAG).to_string(), None).await?;
-    for op in [QUICK, BUSY] {
-        wait_condition(
-            client,
-            OPS,
-            None,
-            op,
-            ("Ready", "True", "ControllerRunning"),
-            T,
-        )
-        .await?;
-    }
+    apply_yaml(
+        client,
+        &scripted_start_done(QUICK, PROBE, json!({"deadline": "2s"})).to_string(),
+        None,
+    )
+    .await?;
+    apply_yaml(
+        client,
+        &scripted_start_done(BUSY, LAG, json!({"deadline": "2s"})).to_string(),
+        None,
+    )
+    .await?;
+    wait_operators_running(client, &[QUICK, BUSY]).await?;
     let alone = quick_latencies(client, ns, "alone").await?;
 
     for i in 0..BUSY_RESOURCES {

@@ -8,7 +8,7 @@ mod common;
 use anyhow::ensure;
 use common::autoroute::T;
 use common::cluster::*;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::Instant;
 
 const OPS: (&str, &str) = ("wasmpilot.io/v1alpha1", "WasmOperator");
@@ -53,15 +53,6 @@ async fn a_flooding_operator_gets_its_share_of_the_host_log_and_another_all_its_
     .await;
 }
 
-fn operator(name: &str, kind: (&str, &str)) -> serde_json::Value {
-    json!({"apiVersion": OPS.0, "kind": OPS.1, "metadata": {"name": name}, "spec": {
-        "resource": {"apiVersion": kind.0, "kind": kind.1},
-        "phases": [
-            {"name": "Start", "initial": true, "next": ["Done"],
-             "module": {"file": {"path": "wasmpilot_test_scripted.wasm"}}},
-            {"name": "Done", "final": true}]}})
-}
-
 fn dropped(metrics: &str, operator: &str) -> anyhow::Result<f64> {
     let text = http_get(metrics, "/metrics")?;
     Ok(metric_value(
@@ -85,19 +76,19 @@ async fn scenario(
     metrics: &str,
     log: &std::path::Path,
 ) -> anyhow::Result<()> {
-    apply_yaml(client, &operator(QUIET, PROBE).to_string(), None).await?;
-    apply_yaml(client, &operator(FLOOD, LAG).to_string(), None).await?;
-    for op in [QUIET, FLOOD] {
-        wait_condition(
-            client,
-            OPS,
-            None,
-            op,
-            ("Ready", "True", "ControllerRunning"),
-            T,
-        )
-        .await?;
-    }
+    apply_yaml(
+        client,
+        &scripted_start_done(QUIET, PROBE, Value::Null).to_string(),
+        None,
+    )
+    .await?;
+    apply_yaml(
+        client,
+        &scripted_start_done(FLOOD, LAG, Value::Null).to_string(),
+        None,
+    )
+    .await?;
+    wait_operators_running(client, &[QUIET, FLOOD]).await?;
     // The flood: every resource logs FLOOD_LINES lines per call and runs again after 1 s.
     let started = Instant::now();
     for i in 0..FLOODERS {

@@ -627,14 +627,21 @@ mod tests {
         }
     }
 
+    /// What the host's log subscriber in `format` writes while `body` runs.
+    fn logged(format: LogFormat, body: impl FnOnce()) -> String {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = log_subscriber("info", format, false, move || writer.clone());
+        tracing::subscriber::with_default(subscriber, body);
+        let bytes = captured.0.lock().expect("the buffer").clone();
+        String::from_utf8(bytes).expect("utf-8")
+    }
+
     /// `--log-format json`: one object per line; the event's fields and the reconcile span's
     /// fields are keys a log pipeline can filter on.
     #[test]
     fn json_logs_carry_the_reconciles_span_fields_as_keys() {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = log_subscriber("info", LogFormat::Json, false, move || writer.clone());
-        tracing::subscriber::with_default(subscriber, || {
+        let text = logged(LogFormat::Json, || {
             let span = tracing::info_span!(
                 "reconcile",
                 operator = "autoroute",
@@ -647,8 +654,6 @@ mod tests {
             span.record("phase", "Syncing");
             tracing::warn!(error = "boom", fatal = true, "reconcile failed");
         });
-        let text =
-            String::from_utf8(captured.0.lock().expect("the buffer").clone()).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1, "{text}");
         let line: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON object");
@@ -667,10 +672,7 @@ mod tests {
     /// running now, once.
     #[test]
     fn text_logs_name_the_phase_running_now_once() {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = log_subscriber("info", LogFormat::Text, false, move || writer.clone());
-        tracing::subscriber::with_default(subscriber, || {
+        let text = logged(LogFormat::Text, || {
             let span = tracing::info_span!(
                 "reconcile",
                 operator = "autoroute",
@@ -684,8 +686,6 @@ mod tests {
             span.record("phase", "Ready");
             tracing::info!("last");
         });
-        let text =
-            String::from_utf8(captured.0.lock().expect("the buffer").clone()).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
         assert!(
@@ -722,18 +722,13 @@ mod tests {
     /// operator) stays inside the one line of the reconcile that logged it.
     #[test]
     fn text_logs_keep_worker_text_on_one_line() {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = log_subscriber("info", LogFormat::Text, false, move || writer.clone());
         let forged = "2026-11-29T15:10:38Z ERROR reconcile{operator=victim}: forged";
-        tracing::subscriber::with_default(subscriber, || {
+        let text = logged(LogFormat::Text, || {
             let span = tracing::info_span!("reconcile", operator = "attacker");
             let _entered = span.enter();
             tracing::info!(fields = %format!("k=v\n{forged}"), "fine\r\n{forged}\u{1b}[31m");
             tracing::info!(stream = "stderr", "Traceback:\n  File \"app.py\"\tline 1");
         });
-        let text =
-            String::from_utf8(captured.0.lock().expect("the buffer").clone()).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
         assert!(

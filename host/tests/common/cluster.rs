@@ -381,6 +381,38 @@ pub async fn wait_condition(
     .await
 }
 
+/// A WasmOperator of the test components' scripted worker for `kind`: phase `Start` (the
+/// worker does what each resource's `spec.phases.Start` says, within `limits`) moving to the
+/// final `Done`.
+pub fn scripted_start_done(name: &str, (api_version, kind): (&str, &str), limits: Value) -> Value {
+    let mut start = serde_json::json!({"name": "Start", "initial": true, "next": ["Done"],
+        "module": {"file": {"path": "wasmpilot_test_scripted.wasm"}}});
+    if !limits.is_null() {
+        start["limits"] = limits;
+    }
+    serde_json::json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator",
+        "metadata": {"name": name}, "spec": {
+        "resource": {"apiVersion": api_version, "kind": kind},
+        "phases": [start, {"name": "Done", "final": true}]}})
+}
+
+/// Waits until each WasmOperator of `names` runs its controller (`Ready=True`,
+/// `ControllerRunning`).
+pub async fn wait_operators_running(client: &Client, names: &[&str]) -> anyhow::Result<()> {
+    for name in names {
+        wait_condition(
+            client,
+            ("wasmpilot.io/v1alpha1", "WasmOperator"),
+            None,
+            name,
+            ("Ready", "True", "ControllerRunning"),
+            super::autoroute::T,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Events (core/v1 view) about an object.
 pub async fn events_for(
     client: &Client,
