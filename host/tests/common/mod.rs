@@ -76,3 +76,31 @@ pub fn replay_autoroute(cases: &std::path::Path, extra: &[&str]) -> (bool, Strin
 pub mod autoroute;
 pub mod cluster;
 pub mod sharding;
+
+/// The scripted test worker (`host/tests/guests/scripted`) compiled in `sandbox`: it does what
+/// its request's `spec.phases.<phase>` says.
+pub fn scripted_module(sandbox: &wasmpilot::sandbox::Sandbox) -> wasmpilot::sandbox::PhaseModule {
+    let bytes = component("wasmpilot_test_scripted.wasm");
+    let component = sandbox
+        .compile(&bytes)
+        .expect("scripted component compiles");
+    sandbox
+        .phase_module("sha256:test", &component)
+        .expect("scripted component is a phase worker")
+}
+
+/// A request to the scripted worker of operator `scripted`, phase `Start` doing `step`.
+pub fn scripted_request(step: serde_json::Value) -> wasmpilot::sandbox::SyncRequest {
+    let resource = serde_json::json!({
+        "apiVersion": "test.wasmpilot.io/v1", "kind": "Scripted",
+        "metadata": {"name": "s", "namespace": "default"},
+        "spec": {"phases": {"Start": step}}
+    });
+    wasmpilot::sandbox::SyncRequest {
+        operator: "scripted".into(),
+        phase: "Start".into(),
+        resource: resource.to_string(),
+        inputs: vec![],
+        now: "2026-01-01T00:00:00Z".into(),
+    }
+}
