@@ -680,6 +680,9 @@ cmd_up() {
     BIN_DIR="$(cached_bin_dir)"
     write_kubeconfig "$KUBECONFIG_ADMIN" admin
     write_kubeconfig "$KUBECONFIG_LIMITED" wasmpilot-limited
+    # The kubelet removes unused images when the disk runs low (DiskPressure), and the node
+    # cannot pull them again (no registry): build any that went.
+    if node_wanted; then ensure_node_images; fi
     log "already running and ready"
     print_usage_hint
     return 0
