@@ -24,7 +24,7 @@ pub struct LogRateLimit {
     pub burst: u32,
 }
 
-/// The buckets of every operator that logged, created at an operator's first line.
+/// The buckets of every operator that called a worker, created at its first call.
 pub struct LogRates {
     limit: Option<LogRateLimit>,
     operators: Mutex<HashMap<String, Arc<LogRate>>>,
@@ -43,12 +43,12 @@ impl LogRates {
     pub fn of(&self, operator: &str) -> Option<Arc<LogRate>> {
         let limit = self.limit?;
         let mut operators = self.operators.lock().unwrap_or_else(|p| p.into_inner());
-        Some(
-            operators
-                .entry(operator.to_string())
-                .or_insert_with(|| Arc::new(LogRate::new(operator, limit, Instant::now())))
-                .clone(),
-        )
+        if let Some(rate) = operators.get(operator) {
+            return Some(rate.clone());
+        }
+        let rate = Arc::new(LogRate::new(operator, limit, Instant::now()));
+        operators.insert(operator.to_string(), rate.clone());
+        Some(rate)
     }
 }
 
@@ -57,6 +57,8 @@ pub struct LogRate {
     operator: String,
     limit: LogRateLimit,
     bucket: Mutex<Bucket>,
+    /// The operator's `wasmpilot_worker_log_lines_dropped_total`.
+    dropped_total: prometheus_client::metrics::counter::Counter,
 }
 
 struct Bucket {
@@ -69,7 +71,7 @@ struct Bucket {
 
 /// What the host's log does with one line.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Admission {
+enum Admission {
     /// Write it; first report `dropped` lines dropped before it, if any.
     Write { dropped: u64 },
     /// Drop it; report `dropped` lines (this one included) now, if any.
@@ -81,6 +83,12 @@ impl LogRate {
         LogRate {
             operator: operator.to_string(),
             limit,
+            dropped_total: crate::metrics::METRICS
+                .worker_log_lines_dropped
+                .get_or_create(&crate::metrics::OperatorLabels {
+                    operator: operator.to_string(),
+                })
+                .clone(),
             bucket: Mutex::new(Bucket {
                 tokens: f64::from(limit.burst.max(1)),
                 refilled: now,
@@ -99,12 +107,7 @@ impl LogRate {
             Admission::Drop { dropped } => (false, dropped),
         };
         if !written {
-            crate::metrics::METRICS
-                .worker_log_lines_dropped
-                .get_or_create(&crate::metrics::OperatorLabels {
-                    operator: self.operator.clone(),
-                })
-                .inc();
+            self.dropped_total.inc();
         }
         if dropped > 0 {
             tracing::warn!(
