@@ -11,7 +11,8 @@
 # Builds the guest components it needs (release, wasm32-wasip2). WASMPILOT_BENCH_SECONDS sets the
 # time budget per sandbox group (default 5); WASMPILOT_BENCH_E2E_SIZES (default 200,1000),
 # WASMPILOT_BENCH_E2E_PARTS (throughput,startup,memory,requeue), WASMPILOT_BENCH_E2E_HOST_ARGS and
-# WASMPILOT_BENCH_E2E_BASE_HOST (and WASMPILOT_BENCH_STARTUP_ROUNDS, default 5) tune the e2e part.
+# WASMPILOT_BENCH_E2E_BASE_HOST (and WASMPILOT_BENCH_STARTUP_ROUNDS, default 5) tune the e2e part;
+# WASMPILOT_BENCH_E2E_EXAMPLE=examples/autoroute-python (or -js) runs that language's workers.
 # See BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,6 +43,13 @@ e2e() {
   deploy/local/setup.sh
   deploy/local/cluster.sh up
   eval "$(deploy/local/cluster.sh env)"
+  case "${WASMPILOT_BENCH_E2E_EXAMPLE:-examples/autoroute}" in
+    examples/autoroute) ;;
+    *)
+      echo "==> Python and JavaScript components (${WASMPILOT_BENCH_E2E_EXAMPLE})"
+      deploy/local/build-guest-examples.sh --no-tests
+      ;;
+  esac
   echo "==> cargo bench -p wasmpilot --bench e2e (e2e-bench profile: optimized, no LTO)"
   cargo bench -p wasmpilot --bench e2e --profile e2e-bench
 }

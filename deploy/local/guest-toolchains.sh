@@ -7,7 +7,8 @@
 #
 # Toolchains live under ${WASMPILOT_CACHE:-$HOME/.cache/wasmpilot}/toolchains/: a Python venv
 # (componentize-py, pytest, mypy; python-requirements.txt) and an npm prefix (componentize-js, jco,
-# rolldown, typescript; js/package-lock.json). Each is reinstalled only when its pin file changes.
+# rolldown, typescript; js/package-lock.json) with wasmpilot-js-snapshot in its bin/ (built from
+# tools/js-snapshot, its own workspace). Each is reinstalled only when its pins change.
 # Sourcing this file defines the same commands as functions (guest_toolchains_install, …).
 set -euo pipefail
 
@@ -41,6 +42,17 @@ guest_toolchains_install() {
     # (it names optional platform packages of jco, componentize-qjs and rolldown it has no entry for).
     (cd "$GUEST_JS_PREFIX" && npm install --no-audit --no-fund --loglevel=error)
     sha256sum <"$lock" | cut -d' ' -f1 >"$GUEST_JS_PREFIX/.pins.sha256"
+  fi
+  # componentize-js's snapshot step, reproducible (tools/js-snapshot): `wasmpilot build` finds it
+  # here when it is not beside the wasmpilot binary. Rebuilt when its sources change.
+  local snapshot_src="$GUEST_TOOLCHAINS_SRC/../../../tools/js-snapshot"
+  local snapshot_pins
+  snapshot_pins="$(cat "$snapshot_src/Cargo.toml" "$snapshot_src/Cargo.lock" "$snapshot_src"/src/*.rs | sha256sum | cut -d' ' -f1)"
+  if [ ! -x "$GUEST_JS_PREFIX/bin/wasmpilot-js-snapshot" ] || [ "$(cat "$GUEST_JS_PREFIX/.snapshot.sha256" 2>/dev/null)" != "$snapshot_pins" ]; then
+    echo "building wasmpilot-js-snapshot into $GUEST_JS_PREFIX/bin" >&2
+    cargo install --quiet --locked --force --debug --path "$snapshot_src" --root "$GUEST_JS_PREFIX" \
+      --target-dir "${CARGO_TARGET_DIR:-${WASMPILOT_CACHE:-$HOME/.cache/wasmpilot}/target}/js-snapshot"
+    echo "$snapshot_pins" >"$GUEST_JS_PREFIX/.snapshot.sha256"
   fi
   # Copied on every install: they change with the repository, not with the pins.
   cp "$GUEST_TOOLCHAINS_SRC/bundle-js.mjs" "$GUEST_JS_PREFIX/bundle-js.mjs"

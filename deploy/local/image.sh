@@ -6,7 +6,9 @@
 # Usage: deploy/local/image.sh [TAG...]     (default: 0.1.0, the tag deploy/deployment.yaml names)
 #
 # Base images (built once, cached under ~/.cache/wasmpilot/images):
-#   localhost/wasmpilot/debian-build:bookworm  Debian's minbase from Debian's mirror (debootstrap)
+#   localhost/wasmpilot/debian-build:bookworm  Debian's minbase from the mirror this machine's
+#                                              apt uses for bookworm (debootstrap; or
+#                                              $WASMPILOT_DEBIAN_MIRROR), through apt's proxy
 #                                              with gcc and libc6-dev; the build mounts this
 #                                              machine's Rust toolchain and cargo home into it
 #   localhost/wasmpilot/cc:bookworm            only what the binary links (libc, libm, libgcc_s,
@@ -22,7 +24,6 @@ TARGET="${CARGO_TARGET_DIR:-$CACHE/target}"
 REPOSITORY="ghcr.io/wasmpilot/wasmpilot"
 BUILD_BASE="localhost/wasmpilot/debian-build:bookworm"
 RUNTIME_BASE="localhost/wasmpilot/cc:bookworm"
-MIRROR="${WASMPILOT_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BUILDAH=(buildah --root "$IMAGES/buildah/root" --runroot "$IMAGES/buildah/run" --storage-driver vfs)
 TAGS=("$@")
 [[ ${#TAGS[@]} -gt 0 ]] || TAGS=(0.1.0)
@@ -48,10 +49,34 @@ ensure_tools() {
 
 have_image() { "${BUILDAH[@]}" images -q "$1" >/dev/null 2>&1; }
 
+# The mirror this machine's apt takes bookworm's packages from (apt itself reads its sources,
+# one-line or deb822), unless $WASMPILOT_DEBIAN_MIRROR names one.
+debian_mirror() {
+  if [[ -n "${WASMPILOT_DEBIAN_MIRROR:-}" ]]; then
+    printf '%s' "$WASMPILOT_DEBIAN_MIRROR"
+    return
+  fi
+  local mirror
+  mirror="$(apt-get indextargets --no-release-info --format '$(REPO_URI) $(RELEASE) $(CREATED_BY)' 2>/dev/null |
+    awk '$2 == "bookworm" && $3 == "Packages" { print $1; exit }')"
+  [[ -n "$mirror" ]] || die "no apt source for bookworm's packages on this machine: set WASMPILOT_DEBIAN_MIRROR to a Debian mirror"
+  printf '%s' "$mirror"
+}
+
+# apt's own proxy for http (Acquire::http::Proxy), for debootstrap, which reads only the
+# environment's; the environment's own http_proxy wins.
+apt_http_proxy() {
+  apt-config shell proxy Acquire::http::Proxy 2>/dev/null | sed -n "s/^proxy='\(.*\)'$/\1/p"
+}
+
 # The Debian rootfs both base images come from (debootstrap; ~2 min, cached).
 ensure_rootfs() {
   local rootfs="$IMAGES/bookworm-build"
   if [[ ! -x "$rootfs/usr/bin/gcc" ]]; then
+    local MIRROR proxy
+    MIRROR="$(debian_mirror)"
+    proxy="${http_proxy:-$(apt_http_proxy)}"
+    [[ -n "$proxy" ]] && export http_proxy="$proxy"
     log "debootstrap bookworm (minbase + gcc, libc6-dev, ca-certificates) from $MIRROR (log $IMAGES/debootstrap.log)"
     rm -rf "$rootfs.tmp"
     debootstrap --variant=minbase --include=gcc,libc6-dev,ca-certificates bookworm "$rootfs.tmp" "$MIRROR" \

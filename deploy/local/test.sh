@@ -31,6 +31,11 @@ cargo build --release --target wasm32-wasip2 "${GUESTS[@]}"
 step "clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "tools/js-snapshot (a workspace of its own, see its Cargo.toml): rustfmt, clippy, unit tests"
+(cd tools/js-snapshot && cargo fmt -- --check &&
+  cargo clippy --locked --all-targets --target-dir "$CARGO_TARGET_DIR/js-snapshot" -- -D warnings &&
+  cargo test --locked --target-dir "$CARGO_TARGET_DIR/js-snapshot")
+
 step "build the tests (the host image below reuses this build)"
 cargo test --workspace --no-run
 

@@ -65,6 +65,11 @@ enum Command {
         /// acting as it).
         #[arg(long, default_value = "wasmpilot-system/wasmpilot")]
         host_service_account: String,
+        /// The host's --allow-fetch-from: addresses beyond public ones the definition's module and
+        /// Prometheus URLs may name (comma-separated IPs or CIDR blocks). A URL naming another
+        /// loopback, link-local or private address is refused here, as the host would.
+        #[arg(long, env = "WASMPILOT_ALLOW_FETCH_FROM", value_delimiter = ',')]
+        allow_fetch_from: Vec<String>,
     },
     /// Run one phase of an operator offline, from files, and print the decision as YAML (or,
     /// with --finalizer, its finalizer as on the resource's deletion).
@@ -174,6 +179,7 @@ impl Cli {
                 no_grants,
                 identity_namespace,
                 host_service_account,
+                allow_fetch_from,
             } => {
                 let grants = if no_grants {
                     None
@@ -189,6 +195,7 @@ impl Cli {
                     no_build,
                     module_namespace,
                     grants,
+                    egress: wasmpilot::egress::EgressPolicy::allowing(&allow_fetch_from)?,
                 };
                 // Everything that can be checked without the cluster is, first.
                 let prepared = wasmpilot::deploy::prepare(&opts)?;

@@ -332,14 +332,17 @@ struct Toolchain {
     snapshot: Option<PathBuf>,
 }
 
-/// `wasmpilot-js-snapshot` beside the running binary (cargo builds and installs both).
-fn js_snapshot_program() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let program = exe.with_file_name(format!(
-        "wasmpilot-js-snapshot{}",
-        std::env::consts::EXE_SUFFIX
-    ));
-    program.is_file().then_some(program)
+/// `wasmpilot-js-snapshot` beside the running binary, else in the JavaScript toolchain's `bin/`
+/// (`deploy/local/guest-toolchains.sh install` builds it from `tools/js-snapshot` there).
+fn js_snapshot_program(js_toolchain: &std::path::Path) -> Option<PathBuf> {
+    let name = format!("wasmpilot-js-snapshot{}", std::env::consts::EXE_SUFFIX);
+    let beside = std::env::current_exe()
+        .ok()
+        .map(|exe| exe.with_file_name(&name));
+    beside
+        .into_iter()
+        .chain([js_toolchain.join("bin").join(&name)])
+        .find(|program| program.is_file())
 }
 
 const INSTALL_HINT: &str = "install the pinned toolchains with deploy/local/guest-toolchains.sh install (from a wasmpilot checkout)";
@@ -400,10 +403,11 @@ impl Toolchain {
                         js.display()
                     );
                 }
-                let snapshot = js_snapshot_program();
+                let snapshot = js_snapshot_program(&js);
                 if snapshot.is_none() {
                     eprintln!(
-                        "note: wasmpilot-js-snapshot is not beside this wasmpilot binary: components are snapshotted by componentize-js's wizer, and differ from build to build"
+                        "note: wasmpilot-js-snapshot is neither beside this wasmpilot binary nor in {}: components are snapshotted by componentize-js's wizer, and differ from build to build ({INSTALL_HINT})",
+                        js.join("bin").display()
                     );
                 }
                 Ok(Toolchain {

@@ -38,6 +38,9 @@ pub struct DeployOptions {
     /// The operator's account and its grants, applied before the WasmOperator (as
     /// `wasmpilot rbac` prints them); `None`: left to an admin.
     pub grants: Option<crate::rbac::GrantTarget>,
+    /// Where the host may fetch for the operator (its `--allow-fetch-from`): the definition's
+    /// URLs are checked against it.
+    pub egress: crate::egress::EgressPolicy,
 }
 
 /// An operator ready to deploy, checked without the cluster: its definition valid as the host
@@ -60,6 +63,13 @@ pub fn prepare(opts: &DeployOptions) -> anyhow::Result<Prepared> {
         .name
         .clone()
         .ok_or_else(|| anyhow!("{}: metadata.name is required", manifest.display()))?;
+    crate::definition::OperatorDefinition::validate_for_host(&op_name, &op.spec, &opts.egress)
+        .with_context(|| {
+            format!(
+                "{}: WasmOperator {op_name}: the host would refuse it",
+                manifest.display()
+            )
+        })?;
     let components = crate::component_build::build(&opts.dir, !opts.no_build)?.components;
     for (role, module) in module_roles(&mut op) {
         if let Some(file) = &module.file {

@@ -102,15 +102,16 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let _ = delete(client, OPS.0, OPS.1, None, TOO_BIG).await;
 
     // Reach: a module URL on the metadata address, an OCI registry on loopback (the host runs
-    // without --allow-fetch-from): refused before any connection, naming the address.
+    // without --allow-fetch-from): the definition refused as it loads, before any connection,
+    // naming the field and the address.
     for (module, refused) in [
         (
             json!({"url": {"url": "https://169.254.169.254/latest/meta-data/x.wasm", "sha256": "0".repeat(64)}}),
-            "a link-local address 169.254.169.254",
+            "spec.phases[0].module.url: a link-local address 169.254.169.254",
         ),
         (
             json!({"oci": {"reference": "127.0.0.1:5000/team/worker:v1", "insecure": true}}),
-            "a loopback address 127.0.0.1",
+            "spec.phases[0].module.oci.reference: a loopback address 127.0.0.1",
         ),
     ] {
         let mut op = operator(REACH, LAG, None);
@@ -119,7 +120,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
         let o = wait_for(&format!("{REACH} refused: {refused}"), T, || async {
             let o = must(get(client, OPS.0, OPS.1, None, REACH).await?, REACH)?;
             let ready = condition(&o, "Ready").cloned().unwrap_or_default();
-            Ok((ready["reason"] == "ModuleFetchFailed"
+            Ok((ready["reason"] == "InvalidDefinition"
                 && ready["message"]
                     .as_str()
                     .is_some_and(|m| m.contains(refused)))

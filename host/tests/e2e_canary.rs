@@ -405,9 +405,9 @@ async fn scenario(
     step("bad stays rolled back");
 
     // The operator's own override (spec.prometheus.url) on loopback: the host does not connect
-    // there for an operator (only its own --prometheus-url may be internal), and the query
-    // fails as a retryable MetricQueryFailed on the resource, naming the address; dropping the
-    // override recovers without touching the resource.
+    // there for an operator (only its own --prometheus-url may be internal), so it refuses the
+    // definition as it loads it, naming the field and the address; dropping the override
+    // recovers without touching the resource.
     let operators = dynamic_api(client, WOP.0, WOP.1, None).await?;
     let set_url = |url: Value| json!({"spec": {"prometheus": {"url": url}}});
     operators
@@ -417,6 +417,32 @@ async fn scenario(
             &Patch::Merge(&set_url(json!("http://127.0.0.1:9"))),
         )
         .await?;
+    let o = wait_condition(
+        client,
+        WOP,
+        None,
+        OPERATOR,
+        ("Ready", "False", "InvalidDefinition"),
+        T,
+    )
+    .await
+    .context("the operator's Prometheus on loopback refused as the definition loads")?;
+    let msg = condition(&o, "Ready")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default();
+    ensure!(
+        msg.contains("spec.prometheus.url: a loopback address 127.0.0.1, which the host does not fetch from for an operator"),
+        "the message names the field and the address the host does not fetch from: {msg}"
+    );
+    step("an operator's Prometheus on loopback refused at load (InvalidDefinition)");
+    operators
+        .patch(
+            OPERATOR,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"prometheus": null}})),
+        )
+        .await?;
+    wait_operators_running(client, &[OPERATOR]).await?;
     merge_patch(
         client,
         DEP,
@@ -427,31 +453,6 @@ async fn scenario(
         ] } } } }),
     )
     .await?;
-    let o = wait_condition(
-        client,
-        CD,
-        Some(ns),
-        "good",
-        ("Synced", "False", "MetricQueryFailed"),
-        T,
-    )
-    .await
-    .context("a query against the operator's unreachable Prometheus")?;
-    let msg = condition(&o, "Synced")
-        .and_then(|c| c["message"].as_str())
-        .unwrap_or_default();
-    ensure!(
-        msg.contains("127.0.0.1:9") && msg.contains("a loopback address"),
-        "the message names the address the host does not fetch from for an operator: {msg}"
-    );
-    step("an operator's Prometheus on loopback refused (MetricQueryFailed)");
-    operators
-        .patch(
-            OPERATOR,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"prometheus": null}})),
-        )
-        .await?;
     wait_condition(
         client,
         CD,

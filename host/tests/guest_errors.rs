@@ -72,10 +72,16 @@ export const phaseWorker = exportPhase(Reach);
 
 const BUG: &str = r#"import { exportPhase, Outcome, PhaseWorker } from '@wasmpilot/guest';
 
-/** A bug: reads a property of null, or throws `spec.text` (no Error). */
+/** Recurses without end, directly or through Array.prototype.map's callbacks. */
+function dive(n, viaMap) {
+  return viaMap ? [n].map((m) => dive(m + 1, viaMap)) : dive(n + 1, viaMap) + 1;
+}
+
+/** A bug: reads a property of null, throws `spec.text` (no Error), or recurses without end. */
 export class Bug extends PhaseWorker {
   sync(ctx, resource) {
     if (resource.spec.text) throw resource.spec.text;
+    if (resource.spec.recurse) dive(0, resource.spec.recurse === 'map');
     return Outcome.next(null.nextPhase);
   }
 }
@@ -242,6 +248,19 @@ fn a_bug_traps_naming_its_class_message_and_line(project: &Project) {
         out.contains("the worker threw no route\nStack:"),
         "the value thrown is named: {out}"
     );
+    // A runaway recursion prints thousands of frames: the error's class and message stay, with
+    // the first and last frames and how many went between.
+    for how in ["direct", "map"] {
+        let out = trapped(project, &format!("{{recurse: {how}}}"));
+        assert!(
+            out.contains("the worker threw InternalError:\ntoo much recursion\nStack:\n  dive@"),
+            "{how}: the error's class and message are kept: {out}"
+        );
+        assert!(
+            out.contains(" frames dropped) …"),
+            "{how}: the frames are bounded: {out}"
+        );
+    }
 }
 
 /// What `run-phase` of Bug printed on a Greedy with `spec`: a trap, without the bindings' own

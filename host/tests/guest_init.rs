@@ -372,7 +372,7 @@ fn rebuilds_only_what_changed(lang: &str, dir: &Path, built: &str) {
         // wasmpilot-js-snapshot takes the engine's snapshot with fixed randomness and clocks:
         // built again from the same bundle, the component is the same, byte for byte.
         assert!(
-            !repaired.contains("wasmpilot-js-snapshot is not beside"),
+            !repaired.contains("wasmpilot-js-snapshot is neither beside"),
             "{repaired}"
         );
         assert_eq!(

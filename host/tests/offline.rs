@@ -702,3 +702,62 @@ spec:
         serde_json::json!(["op-reader"])
     );
 }
+
+/// `wasmpilot deploy` refuses a definition naming an address the host would not fetch from
+/// (here the cloud metadata address as its Prometheus, and a loopback OCI registry), in the
+/// host's own words, before the cluster is asked; its `--allow-fetch-from` allows as the
+/// host's does.
+#[test]
+fn deploy_refuses_a_literal_forbidden_address_as_the_host_would() {
+    let root = common::repo_root();
+    let text = std::fs::read_to_string(root.join("examples/autoroute/operator.yaml")).unwrap();
+    let mut op: Value = serde_yaml::from_str(&text).unwrap();
+    op["spec"]["prometheus"] =
+        serde_json::json!({"url": "http://169.254.169.254/latest/meta-data"});
+    op["spec"]["phases"][0]["module"] = serde_json::json!({"oci": {"reference": "127.0.0.1:5000/team/worker:v1", "insecure": true}});
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("operator.yaml"),
+        serde_yaml::to_string(&op).unwrap(),
+    )
+    .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n\
+         current-context: x\n",
+    )
+    .unwrap();
+    let deploy = |allow: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+            .args(["deploy", "--no-build"])
+            .args(allow)
+            .arg(dir.path())
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("WASMPILOT_ALLOW_FETCH_FROM")
+            .output()
+            .expect("running wasmpilot");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = deploy(&[]);
+    assert!(
+        stderr.contains(
+            "spec.prometheus.url: a link-local address 169.254.169.254, which the host does not fetch from for an operator (an admin allows it with `wasmpilot run --allow-fetch-from 169.254.169.254`)"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("spec.phases[0].module.oci.reference: a loopback address 127.0.0.1, which the host does not fetch from"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("applying") && !stderr.contains("storing"),
+        "{stderr}"
+    );
+    // Allowed as the host would be run: the addresses pass (deploy stops later, at the
+    // unbuilt components).
+    let stderr = deploy(&["--allow-fetch-from", "169.254.169.254,127.0.0.0/8"]);
+    assert!(!stderr.contains("does not fetch from"), "{stderr}");
+}

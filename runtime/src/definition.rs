@@ -259,6 +259,44 @@ fn finalizer_pending_timeout(
     )))
 }
 
+/// Each URL of `spec` naming an IP literal that `egress` refuses, as a problem of its field.
+fn refused_addresses(
+    spec: &WasmOperatorSpec,
+    egress: &crate::egress::EgressPolicy,
+) -> Vec<DefinitionError> {
+    let mut modules: Vec<(String, &ModuleRef)> = Vec::new();
+    for (i, p) in spec.phases.iter().enumerate() {
+        modules.extend(
+            p.module
+                .iter()
+                .map(|m| (format!("spec.phases[{i}].module"), m)),
+        );
+        modules.extend(
+            p.shadow
+                .iter()
+                .map(|m| (format!("spec.phases[{i}].shadow"), m)),
+        );
+    }
+    if let Some(f) = &spec.finalizer {
+        modules.push(("spec.finalizer.module".into(), &f.module));
+    }
+    let mut problems: Vec<DefinitionError> = modules
+        .into_iter()
+        .filter_map(|(field, m)| {
+            let (sub, refused) = crate::modules::refused_literal_address(m, egress)?;
+            Some(invalid(format!("{field}.{sub}"), refused.to_string()))
+        })
+        .collect();
+    let prometheus = spec
+        .prometheus
+        .as_ref()
+        .and_then(|p| reqwest::Url::parse(&p.url).ok());
+    if let Some(Err(refused)) = prometheus.map(|url| egress.check_url(&url)) {
+        problems.push(invalid("spec.prometheus.url", refused.to_string()));
+    }
+    problems
+}
+
 /// The Prometheus the phases' queries go to: an http(s) URL and a timeout within the host's;
 /// each problem with either is added to `problems`.
 fn prometheus(
@@ -362,8 +400,29 @@ impl OperatorDefinition {
     }
 
     /// Checks every part of `spec` and reports all its problems at once (an author fixes them
-    /// in one round, not one per apply).
+    /// in one round, not one per apply). Where its URLs lead is not checked: the tools that
+    /// fetch with their user's own reach (`simulate`, `run-phase`) use this.
     pub fn validate(name: &str, spec: &WasmOperatorSpec) -> Result<Self, DefinitionError> {
+        Self::validated(name, spec, None)
+    }
+
+    /// [`OperatorDefinition::validate`], and every URL of `spec` whose host is an IP literal
+    /// (a module's, the Prometheus's) allowed by the host's egress policy (`wasmpilot run
+    /// --allow-fetch-from`), refused in the words the host uses when it would connect: how the
+    /// host loads a definition, and `wasmpilot deploy` checks one before the cluster is asked.
+    pub fn validate_for_host(
+        name: &str,
+        spec: &WasmOperatorSpec,
+        egress: &crate::egress::EgressPolicy,
+    ) -> Result<Self, DefinitionError> {
+        Self::validated(name, spec, Some(egress))
+    }
+
+    fn validated(
+        name: &str,
+        spec: &WasmOperatorSpec,
+        egress: Option<&crate::egress::EgressPolicy>,
+    ) -> Result<Self, DefinitionError> {
         let mut problems = Vec::new();
         if name.len() > MAX_OPERATOR_NAME_BYTES {
             problems.push(invalid(
@@ -477,6 +536,9 @@ impl OperatorDefinition {
         );
         let finalizer_pending_timeout = gathered(&mut problems, finalizer_pending_timeout(spec));
         let prometheus = prometheus(spec, &mut problems);
+        if let Some(egress) = egress {
+            problems.extend(refused_addresses(spec, egress));
+        }
         // A field already refused (the host's own kind as the resource) is not named again.
         for e in sensitive_kinds_not_allowed(spec) {
             if !problems.iter().any(|p| p.field == e.field) {

@@ -276,15 +276,34 @@ fn special_v4(ip: Ipv4Addr) -> Option<&'static str> {
 }
 
 fn special_v6(ip: Ipv6Addr) -> Option<&'static str> {
-    let first = ip.segments()[0];
+    let s = ip.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
     if ip.is_loopback() {
         Some("a loopback")
-    } else if (first & 0xffc0) == 0xfe80 {
+    } else if (s[0] & 0xffc0) == 0xfe80 {
         Some("a link-local")
-    } else if (first & 0xfe00) == 0xfc00 {
+    } else if (s[0] & 0xfe00) == 0xfc00 || (s[0] & 0xffc0) == 0xfec0 {
+        // Unique local addresses, and the deprecated site-local block.
         Some("a private (cluster-internal)")
     } else if ip.is_unspecified() || ip.is_multicast() {
         Some("an unroutable")
+    } else if s[..6] == [0; 6] || (s[..4] == [0x100, 0, 0, 0]) {
+        // IPv4-compatible (::/96, deprecated) and the discard block (100::/64).
+        Some("an unroutable")
+    } else if s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1 {
+        // NAT64 for local use (64:ff9b:1::/48): a translator inside the network.
+        Some("a private (cluster-internal)")
+    } else if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0; 4] {
+        // Well-known NAT64 (64:ff9b::/96): the IPv4 address it reaches decides.
+        special_v4(v4(s[6], s[7]))
+    } else if s[0] == 0x2002 {
+        // 6to4 (2002::/16): the IPv4 address of the relay's other end decides.
+        special_v4(v4(s[1], s[2]))
+    } else if s[0] == 0x2001 && s[1] == 0 {
+        // Teredo (2001::/32): a tunnel whose IPv4 end is hidden.
+        Some("a tunnelled (Teredo)")
+    } else if s[0] == 0x2001 && s[1] == 0xdb8 {
+        Some("a reserved")
     } else {
         None
     }
@@ -356,6 +375,30 @@ mod tests {
         assert_eq!(refused(&p, "fd00::1"), Some("a private (cluster-internal)"));
         assert_eq!(refused(&p, "fe80::1"), Some("a link-local"));
         assert_eq!(refused(&p, "0.0.0.0"), Some("an unroutable"));
+        // Addresses that carry or reach an IPv4 one: NAT64, 6to4, IPv4-compatible; and the
+        // deprecated site-local block.
+        assert_eq!(refused(&p, "64:ff9b::a9fe:a9fe"), Some("a link-local"));
+        assert_eq!(refused(&p, "64:ff9b::7f00:1"), Some("a loopback"));
+        assert_eq!(refused(&p, "64:ff9b::5db8:d822"), None);
+        assert_eq!(
+            refused(&p, "64:ff9b:1::a00:1"),
+            Some("a private (cluster-internal)")
+        );
+        assert_eq!(refused(&p, "2002:a9fe:a9fe::1"), Some("a link-local"));
+        assert_eq!(
+            refused(&p, "2002:0a00:0001::1"),
+            Some("a private (cluster-internal)")
+        );
+        assert_eq!(refused(&p, "2002:5db8:d822::1"), None);
+        assert_eq!(refused(&p, "::a9fe:a9fe"), Some("an unroutable"));
+        assert_eq!(refused(&p, "::5db8:d822"), Some("an unroutable"));
+        assert_eq!(refused(&p, "fec0::1"), Some("a private (cluster-internal)"));
+        assert_eq!(
+            refused(&p, "2001:0:4136:e378::1"),
+            Some("a tunnelled (Teredo)")
+        );
+        assert_eq!(refused(&p, "2001:db8::1"), Some("a reserved"));
+        assert_eq!(refused(&p, "100::1"), Some("an unroutable"));
         assert_eq!(refused(&p, "93.184.216.34"), None);
         assert_eq!(refused(&p, "2606:2800:220:1::1"), None);
     }

@@ -70,9 +70,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 512)]
     max_memory_limit_mib: usize,
     /// Memory all worker calls may hold together, in MiB: a WasmOperator whose per-call limit
-    /// times --max-concurrent-workers exceeds it is refused. Default: the container's memory
-    /// limit less 512 MiB for the host itself (its caches and compiles); none outside a
-    /// container with a limit.
+    /// times --max-concurrent-workers exceeds it is refused. Default: the tightest memory limit
+    /// of the host's cgroup and its parents (v1 or v2, nested), else the machine's memory, less
+    /// 512 MiB for the host itself (its caches and compiles).
     #[arg(long, env = "WASMPILOT_WORKER_MEMORY_BUDGET_MIB")]
     worker_memory_budget_mib: Option<usize>,
     /// Run controllers only while holding a Lease, so several replicas can run (one active).
@@ -402,7 +402,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .saturating_mul(limits.concurrency.max(1));
         anyhow::ensure!(
             defaults <= budget,
-            "--memory-limit-mib {} × --max-concurrent-workers {} = {} MiB does not fit the worker memory budget of {} MiB (--worker-memory-budget-mib, or the container's memory limit less 512 MiB): every operator with default limits would be refused",
+            "--memory-limit-mib {} × --max-concurrent-workers {} = {} MiB does not fit the worker memory budget of {} MiB (--worker-memory-budget-mib, or the cgroup's or machine's memory less 512 MiB): every operator with default limits would be refused",
             limits.memory_bytes >> 20,
             limits.concurrency,
             defaults >> 20,
@@ -556,33 +556,31 @@ fn default_identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// What the host keeps of its container's memory limit for itself (watch caches, compiles: one
+/// What the host keeps of its memory limit (cgroup or machine) for itself (watch caches, compiles: one
 /// compile alone peaks at 290–410 MiB) when it sizes the worker memory budget.
 const HOST_MEMORY_RESERVE: usize = 512 << 20;
 
-/// The worker memory budget: `flag` MiB, else the cgroup's memory limit (v2, then v1) less
-/// [`HOST_MEMORY_RESERVE`] (half of a limit smaller than twice that), else none.
-fn worker_memory_budget(flag: Option<usize>) -> Option<usize> {
+/// The worker memory budget: `flag` MiB, else the tightest memory limit of the process's cgroup
+/// and its parents (v1 or v2, [`crate::memory_limit`]), else the machine's memory, less
+/// [`HOST_MEMORY_RESERVE`] (half of a limit smaller than twice that). None only when neither
+/// can be read.
+pub(crate) fn worker_memory_budget(flag: Option<usize>) -> Option<usize> {
     if let Some(mib) = flag {
         return Some(mib << 20);
     }
-    let limit = [
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ]
-    .iter()
-    .find_map(|path| std::fs::read_to_string(path).ok())
-    .and_then(|text| text.trim().parse::<u64>().ok())
-    // cgroup v1 writes "no limit" as a page-rounded i64::MAX.
-    .filter(|bytes| *bytes < 1 << 60)
-    .and_then(|bytes| usize::try_from(bytes).ok())?;
+    let Some(found) = crate::memory_limit::discover() else {
+        tracing::warn!("no cgroup memory limit and no /proc/meminfo: worker memory is not budgeted (set --worker-memory-budget-mib)");
+        return None;
+    };
+    let limit = usize::try_from(found.bytes).unwrap_or(usize::MAX);
     let budget = if limit >= 2 * HOST_MEMORY_RESERVE {
         limit - HOST_MEMORY_RESERVE
     } else {
         limit / 2
     };
     tracing::info!(
-        container_limit_mib = limit >> 20,
+        memory_limit_mib = limit >> 20,
+        from = %found.source,
         worker_budget_mib = budget >> 20,
         "worker memory budget"
     );

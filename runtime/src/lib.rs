@@ -15,7 +15,8 @@
 //!     → effects: outputs (server-side applied, pruned) → status (phase, Conditions, Events)
 //! ```
 //!
-//! Around it: `host` is the process (flags, signals, leader election), `evidence` records
+//! Around it: `host` is the process (flags, signals, leader election; `memory_limit` sizes the
+//! workers' memory budget from its cgroup), `evidence` records
 //! decisions and holds the case format, `rbac` derives each operator's grants, `metrics` serves
 //! `/metrics` and health.
 
@@ -30,6 +31,7 @@ pub mod evidence;
 pub mod heap;
 pub mod host;
 pub mod kinds;
+pub mod memory_limit;
 pub mod metrics;
 #[cfg(any(test, feature = "testing"))]
 pub mod mock_api_server;

@@ -267,6 +267,11 @@ impl Prometheus {
         }
     }
 
+    /// Where operator-chosen URLs may connect (the host's `--allow-fetch-from`).
+    pub fn egress(&self) -> &crate::egress::EgressPolicy {
+        &self.egress
+    }
+
     fn http(&self) -> &reqwest::Client {
         self.http.get_or_init(|| {
             // Its HTTP client is built without a TLS provider of its own.

@@ -75,6 +75,27 @@ impl Redactor {
         Cow::Owned(out)
     }
 
+    /// `text` that was cut after its end (a capture full at its cap): every Secret value
+    /// replaced, and an end that is the start of a value (the rest of it past the cut) too.
+    pub fn text_cut_at_end(&self, text: &str) -> String {
+        let mut out = self.text(text).into_owned();
+        let partial = self
+            .values
+            .iter()
+            .filter_map(|v| {
+                (1..v.len())
+                    .rev()
+                    .filter(|&k| v.is_char_boundary(k))
+                    .find(|&k| out.ends_with(&v[..k]))
+            })
+            .max();
+        if let Some(k) = partial {
+            out.truncate(out.len() - k);
+            out.push_str(REDACTED);
+        }
+        out
+    }
+
     /// Owned text with every Secret value replaced.
     pub fn owned(&self, text: String) -> String {
         match self.text(&text) {
@@ -201,6 +222,22 @@ mod tests {
             json!({"copied": {"[redacted]": ["x [redacted] y", 3]}})
         );
         assert!(Redactor::of_objects([config_map.as_str()]).is_empty());
+    }
+
+    #[test]
+    fn a_value_cut_by_a_capture_cap_is_replaced_in_part_too() {
+        let r = Redactor::of_objects([secret().as_str()]);
+        // The capture stopped inside "s3cr3t-token": its start is the start of a value.
+        assert_eq!(r.text_cut_at_end("token: s3cr3t-to"), "token: [redacted]");
+        assert_eq!(
+            r.text_cut_at_end("hunter2 then s3"),
+            "[redacted] then [redacted]"
+        );
+        assert_eq!(r.text_cut_at_end("nothing secret"), "nothing secret");
+        assert_eq!(
+            Redactor::default().text_cut_at_end("s3cr3t-to"),
+            "s3cr3t-to"
+        );
     }
 
     #[test]

@@ -81,9 +81,173 @@ pub fn tail(text: &str, max: usize) -> Cow<'_, str> {
     ))
 }
 
+/// Frames kept at each end of a run of stack frames that is cut.
+const STACK_ENDS: usize = 5;
+
+/// A worker's error text (what it wrote to stderr as it failed) as a message of at most `max`
+/// bytes. A run of stack frames longer than twice [`STACK_ENDS`] keeps that many frames at
+/// each end and says how many went between (a runaway recursion prints thousands). When the
+/// text is still too long, the error's headline (what comes before its first frame: a
+/// JavaScript worker's class and message) is kept, up to a quarter of `max`, with the
+/// [`tail`] of the rest (where a Python traceback names its error).
+pub fn error_text(text: &str, max: usize) -> Cow<'_, str> {
+    let condensed = without_long_stacks(text);
+    if condensed.len() <= max {
+        return condensed;
+    }
+    let lines: Vec<&str> = condensed.lines().collect();
+    let first_frame = lines
+        .iter()
+        .position(|l| frame_line(l).is_some() || l.trim() == "Stack:");
+    let Some(first_frame) = first_frame.filter(|&i| i > 0) else {
+        return Cow::Owned(tail(&condensed, max).into_owned());
+    };
+    let headline = bounded(lines[..first_frame].join("\n").trim_end(), max / 4).into_owned();
+    let rest = lines[first_frame..].join("\n");
+    let room = max.saturating_sub(headline.len() + 1);
+    Cow::Owned(format!("{headline}\n{}", tail(&rest, room)))
+}
+
+/// What a stack frame line is: a JavaScript engine's `name@file:line:column`, or a Python
+/// traceback's `File "…", line N, in name` (its source lines follow it, indented further).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    JavaScript,
+    Python,
+}
+
+fn frame_line(line: &str) -> Option<Frame> {
+    let trimmed = line.trim();
+    if trimmed.starts_with("File \"") && trimmed.contains("\", line ") {
+        return Some(Frame::Python);
+    }
+    let mut parts = trimmed.rsplitn(3, ':');
+    let (column, line_number, place) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(column) && digits(line_number) && place.contains('@') && !place.contains(' '))
+        .then_some(Frame::JavaScript)
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+/// `text` with each run of more than `2 × STACK_ENDS` frames cut to its ends.
+fn without_long_stacks(text: &str) -> Cow<'_, str> {
+    let lines: Vec<&str> = text.lines().collect();
+    // Each frame: the index of its first line and one past its last.
+    let mut frames: Vec<(usize, usize)> = Vec::new();
+    let mut runs: Vec<Vec<(usize, usize)>> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(kind) = frame_line(lines[i]) else {
+            if !frames.is_empty() {
+                runs.push(std::mem::take(&mut frames));
+            }
+            i += 1;
+            continue;
+        };
+        let start = i;
+        i += 1;
+        if kind == Frame::Python {
+            while i < lines.len()
+                && frame_line(lines[i]).is_none()
+                && !lines[i].trim().is_empty()
+                && indent(lines[i]) > indent(lines[start])
+            {
+                i += 1;
+            }
+        }
+        frames.push((start, i));
+    }
+    if !frames.is_empty() {
+        runs.push(frames);
+    }
+    let long: Vec<&Vec<(usize, usize)>> =
+        runs.iter().filter(|r| r.len() > 2 * STACK_ENDS).collect();
+    if long.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = Vec::with_capacity(lines.len());
+    let mut next = 0;
+    for run in long {
+        let cut_from = run[STACK_ENDS].0;
+        let cut_to = run[run.len() - STACK_ENDS].0;
+        out.extend(lines[next..cut_from].iter().map(|l| l.to_string()));
+        let pad = " ".repeat(indent(lines[cut_from]));
+        out.push(format!(
+            "{pad}… ({} frames dropped) …",
+            run.len() - 2 * STACK_ENDS
+        ));
+        next = cut_to;
+    }
+    out.extend(lines[next..].iter().map(|l| l.to_string()));
+    Cow::Owned(out.join("\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runaway_recursion_keeps_its_error_and_the_ends_of_its_stack() {
+        // What a JavaScript worker that recurses without end leaves on stderr.
+        let frames: String = (0..3000)
+            .map(|i| {
+                format!(
+                    "  dive@/componentize-sources/bundle.js:{}:27\n",
+                    700 + i % 3
+                )
+            })
+            .collect();
+        let js = format!("the worker threw InternalError:\ntoo much recursion\nStack:\n{frames}  sync@/componentize-sources/bundle.js:12:5\n");
+        let text = error_text(&js, MESSAGE_BYTES);
+        assert!(text.len() <= MESSAGE_BYTES + 64, "{}", text.len());
+        assert!(
+            text.starts_with(
+                "the worker threw InternalError:\ntoo much recursion\nStack:\n  dive@"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  … (2991 frames dropped) …\n"), "{text}");
+        assert!(
+            text.ends_with("  sync@/componentize-sources/bundle.js:12:5"),
+            "{text}"
+        );
+        assert_eq!(text.matches("dive@").count(), 9, "{text}");
+
+        // A message too long to keep whole still starts with the error's class and message.
+        let long = format!(
+            "the worker threw RangeError:\n{}\nStack:\n{frames}",
+            "m".repeat(5000)
+        );
+        let text = error_text(&long, MESSAGE_BYTES);
+        assert!(
+            text.starts_with("the worker threw RangeError:\nmmm"),
+            "{text}"
+        );
+        assert!(text.len() <= MESSAGE_BYTES + 128, "{}", text.len());
+
+        // Python's traceback: frames with their source lines, the error last.
+        let frames: String = (0..50)
+            .map(|i| {
+                format!("  File \"/app/worker.py\", line {i}, in dive\n    return dive(n + 1)\n")
+            })
+            .collect();
+        let py = format!("Traceback (most recent call last):\n{frames}RecursionError: maximum recursion depth exceeded\n");
+        let text = error_text(&py, MESSAGE_BYTES);
+        assert!(text.contains("  … (40 frames dropped) …\n"), "{text}");
+        assert_eq!(text.matches("return dive").count(), 10, "{text}");
+        assert!(
+            text.ends_with("RecursionError: maximum recursion depth exceeded"),
+            "{text}"
+        );
+        // Short stacks and other text are kept as they are.
+        assert_eq!(
+            error_text("panicked at src/lib.rs:3:5:\nboom", 1024),
+            "panicked at src/lib.rs:3:5:\nboom"
+        );
+    }
 
     #[test]
     fn a_tail_keeps_the_end_and_says_how_much_went() {

@@ -11,6 +11,8 @@
 //! sharing the routes; `+binary=PATH` runs another build of the host, say with another
 //! allocator). Parts (`WASMPILOT_BENCH_E2E_PARTS`): throughput,
 //! startup, memory, requeue (`requeue.rs`; `WASMPILOT_BENCH_REQUEUE_ROUTES`, default 1000).
+//! `WASMPILOT_BENCH_E2E_EXAMPLE=examples/autoroute-python` (or `-js`) runs the same operator's
+//! workers in another language (`deploy/local/bench.sh e2e` builds their components).
 
 mod memory;
 mod native_autoroute;
@@ -28,6 +30,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The AutoRoute operator the hosts run (`WASMPILOT_BENCH_E2E_EXAMPLE`, default the Rust one;
+/// `examples/autoroute-python` and `examples/autoroute-js` decide alike, in their languages).
+fn example() -> String {
+    std::env::var("WASMPILOT_BENCH_E2E_EXAMPLE").unwrap_or_else(|_| "examples/autoroute".into())
+}
 
 /// AutoRoutes per namespace in the throughput part (`WASMPILOT_BENCH_E2E_ROUTES_PER_NAMESPACE`,
 /// default 20; 100 puts 10,000 routes in 100 namespaces, 10000 in one).
@@ -90,7 +98,7 @@ fn main() -> anyhow::Result<()> {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
         let hosts = host_variants()?;
         remove_other_operators(&client).await?;
-        let status = Command::new(&hosts[0].binary).args(["deploy", "--no-build", "examples/autoroute"]).current_dir(&root).status()?;
+        let status = Command::new(&hosts[0].binary).args(["deploy", "--no-build", &example()]).current_dir(&root).status()?;
         if !status.success() {
             bail!("wasmpilot deploy --no-build examples/autoroute failed (build the components: deploy/local/bench.sh)");
         }
@@ -118,8 +126,14 @@ fn main() -> anyhow::Result<()> {
 /// The local cluster is the bench's; what is removed is printed.
 async fn remove_other_operators(client: &Client) -> anyhow::Result<()> {
     let operators = cluster_api(client, WASM_OPERATOR);
+    let listed = match operators.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        // A new cluster serves no WasmOperators yet: the deploy below installs their CRD.
+        Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
     let mut removed = Vec::new();
-    for op in operators.list(&ListParams::default()).await?.items {
+    for op in listed {
         let name = op.metadata.name.unwrap_or_default();
         if name == "autoroute" || name.starts_with("membench-") {
             continue;
@@ -277,7 +291,7 @@ async fn throughput(
             // last controller the namespaces' deletion takes them.
             inputs.remove_routes(client).await?;
             let status = Command::new(&hosts[0].binary)
-                .args(["deploy", "--no-build", "examples/autoroute"])
+                .args(["deploy", "--no-build", &example()])
                 .current_dir(root)
                 .status()?;
             if !status.success() {

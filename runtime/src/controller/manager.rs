@@ -645,7 +645,8 @@ pub(super) async fn reconcile_operator(
         return Ok(until_grants_asked(&reach));
     }
     // An invalid definition is refused before anything is said of a load.
-    let definition = OperatorDefinition::validate(&name, &op.spec);
+    let definition =
+        OperatorDefinition::validate_for_host(&name, &op.spec, ctx.metrics_source.client.egress());
     let mut op = op;
     if definition.is_ok() && !reports_generation(&op) {
         // kstatus and Argo CD read a WasmOperator as progressing while it loads, which may take

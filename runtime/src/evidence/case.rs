@@ -181,6 +181,22 @@ impl RecordedResult {
         }
     }
 
+    /// The result with every one of `redactor`'s Secret values replaced: what a record keeps.
+    pub fn redact(&mut self, redactor: &crate::redaction::Redactor) {
+        match self {
+            RecordedResult::Decided(d) => {
+                d.next_phase = redactor.owned(std::mem::take(&mut d.next_phase));
+                if let Some(info) = d.status_info.as_mut() {
+                    redactor.json_map(info);
+                }
+                d.outputs.iter_mut().for_each(|o| redactor.json(o));
+            }
+            RecordedResult::Error { message, .. } => {
+                *message = redactor.owned(std::mem::take(message));
+            }
+        }
+    }
+
     /// The result as compared: outputs keyed by `Kind/name` (so a reordering or one more output
     /// reads as such, not as every later index changing).
     fn comparable(&self) -> Value {

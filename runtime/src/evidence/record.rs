@@ -62,8 +62,21 @@ pub struct PendingRecord {
 
 impl PendingRecord {
     /// The record as kept: every Secret among the request's inputs with its values replaced
-    /// (keys kept), whatever reads the record directory or `/shadow-cases` later.
+    /// (keys kept), and those values replaced wherever the results carry them (outputs, status,
+    /// errors), whatever reads the record directory or `/shadow-cases` later.
     pub fn without_secret_data(mut self) -> Self {
+        let redactor = crate::redaction::Redactor::of_objects(
+            self.request
+                .inputs
+                .iter()
+                .flat_map(|i| i.objects.iter().map(String::as_str)),
+        );
+        if !redactor.is_empty() {
+            self.result.redact(&redactor);
+            if let Some((_, shadow)) = &mut self.shadow {
+                shadow.redact(&redactor);
+            }
+        }
         for input in &mut self.request.inputs {
             crate::redaction::without_secret_data(&mut input.objects);
         }

@@ -156,6 +156,34 @@ impl FetchError {
     }
 }
 
+/// Where module reference `m` makes the host connect, when that is an IP literal `egress`
+/// refuses: the field (`url`, `oci.reference`) and the refusal, in the host's words at fetch.
+/// Names are checked when the host resolves them.
+pub fn refused_literal_address(
+    m: &ModuleRef,
+    egress: &crate::egress::EgressPolicy,
+) -> Option<(&'static str, crate::egress::EgressRefused)> {
+    if let Some(u) = &m.url {
+        let url = reqwest::Url::parse(&u.url).ok()?;
+        return egress.check_url(&url).err().map(|e| ("url", e));
+    }
+    let o = m.oci.as_ref()?;
+    let registry = oci::parse_reference(&o.reference)
+        .ok()?
+        .resolve_registry()
+        .to_string();
+    let (host, _) = registry_host_port(&registry, o.insecure);
+    let ip = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .ok()?;
+    egress
+        .check_ip(host, ip)
+        .err()
+        .map(|e| ("oci.reference", e))
+}
+
 /// A registry's host and port (`host:port`, `[v6]:port`, or the scheme's port).
 fn registry_host_port(registry: &str, insecure: bool) -> (&str, u16) {
     let default = if insecure { 80 } else { 443 };

@@ -119,12 +119,13 @@ pub async fn decide(
     let result = outcome.map_err(|source| ReconcileError::Worker {
         phase: current.clone(),
         digest: module.digest.clone(),
-        source: source.redacted(&redactor),
+        source,
     })?;
     tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, next = %result.next_phase, outputs = result.outputs.len(), "worker decided");
 
-    // The next phase is the worker's text: bounded before it reaches a message.
-    let next_for_message = || bounded(&result.next_phase, NAME_BYTES).into_owned();
+    // The next phase is the worker's text: its Secret values replaced, then bounded, before it
+    // reaches a message.
+    let next_for_message = || bounded(&redactor.text(&result.next_phase), NAME_BYTES).into_owned();
     if def.phase(&result.next_phase).is_none() {
         return Err(ReconcileError::UnknownNextPhase {
             phase: current.clone(),
@@ -152,12 +153,12 @@ pub async fn decide(
         uid: &uid,
         namespace: resource.metadata.namespace.as_deref(),
     };
-    let outputs = outputs::check(phase, &owner, namespaced, &result.outputs).map_err(|source| {
-        ReconcileError::Outputs {
+    let outputs = outputs::check(phase, &owner, namespaced, &result.outputs, &redactor).map_err(
+        |source| ReconcileError::Outputs {
             phase: current.clone(),
             source: Box::new(source),
-        }
-    })?;
+        },
+    )?;
     Ok(Decision {
         phase: current.clone(),
         next_phase: result.next_phase,

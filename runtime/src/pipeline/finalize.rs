@@ -49,7 +49,7 @@ pub async fn decide(
         .await
         .map_err(|source| ReconcileError::FinalizerWorker {
             digest: module.digest.clone(),
-            source: source.redacted(&redactor),
+            source,
         })?;
     let mut status_info = parse_status_info(FINALIZER_ROLE, result.status_info.as_deref())?;
     if let Some(info) = status_info.as_mut() {

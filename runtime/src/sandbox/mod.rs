@@ -188,30 +188,6 @@ pub enum RunError {
     ShuttingDown,
 }
 
-impl RunError {
-    /// The error with every Secret value in the worker's own text (its message, its stderr)
-    /// replaced.
-    pub fn redacted(self, redactor: &crate::redaction::Redactor) -> RunError {
-        if redactor.is_empty() {
-            return self;
-        }
-        match self {
-            RunError::Retryable(m) => RunError::Retryable(redactor.owned(m)),
-            RunError::Fatal(m) => RunError::Fatal(redactor.owned(m)),
-            RunError::MemoryLimit { limit, stderr } => RunError::MemoryLimit {
-                limit,
-                stderr: redactor.owned(stderr),
-            },
-            RunError::Trap { message, stderr } => RunError::Trap {
-                message: redactor.owned(message),
-                stderr: redactor.owned(stderr),
-            },
-            RunError::Instantiate(m) => RunError::Instantiate(redactor.owned(m)),
-            other => other,
-        }
-    }
-}
-
 /// A decision the worker could not serialize, as its SDK reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unserialized {
@@ -262,7 +238,7 @@ fn stderr_tail(stderr: &str) -> String {
     } else {
         stderr
     };
-    crate::worker_text::tail(stderr, crate::worker_text::MESSAGE_BYTES).into_owned()
+    crate::worker_text::error_text(stderr, crate::worker_text::MESSAGE_BYTES).into_owned()
 }
 
 impl RunError {
@@ -735,8 +711,8 @@ impl Sandbox {
                 .map_err(|e| classify(store, e))
         })
         .await;
-        call.finish();
-        let result = result?.map_err(|e| worker_error(e, &limits))?;
+        let redactor = call.finish();
+        let result = result?.map_err(|e| worker_error(e, &limits, &redactor))?;
         Self::check_outputs(&result.outputs, &limits)?;
         Self::check_status_info(result.status_info.as_deref(), &limits)?;
         Ok(result)
@@ -780,8 +756,8 @@ impl Sandbox {
                 .map_err(|e| classify(store, e))
         })
         .await;
-        call.finish();
-        let result = result?.map_err(|e| worker_error(e, &limits))?;
+        let redactor = call.finish();
+        let result = result?.map_err(|e| worker_error(e, &limits, &redactor))?;
         Self::check_status_info(result.status_info.as_deref(), &limits)?;
         Ok(result)
     }
@@ -887,13 +863,15 @@ struct WorkerCall {
 }
 
 impl WorkerCall {
-    /// Forwards what the guest printed to the host log.
-    fn finish(&self) {
+    /// Forwards what the guest printed to the host log; gives back the call's Secret values,
+    /// for the worker's own error.
+    fn finish(mut self) -> crate::redaction::Redactor {
         forward_stdio(&self.store);
         tracing::debug!(
             elapsed_us = self.started.elapsed().as_micros() as u64,
             "worker call finished"
         );
+        std::mem::take(&mut self.store.data_mut().redactor)
     }
 }
 
@@ -954,15 +932,30 @@ async fn within_deadline<T>(
     }
 }
 
-/// A worker's own error, its message bounded: it ends in Conditions, Events and logs. A fatal
+/// A worker's own error, its Secret values replaced and then its message bounded: it ends in
+/// Conditions, Events and logs. A fatal
 /// error that is an SDK's report of a decision too large to serialize ([`SerializeFailure`])
 /// beyond the call's limit is that limit's error, in the words the host uses when it measures
 /// the JSON itself (a Rust or Python worker's case).
-fn worker_error(e: WorkerError, limits: &CallLimits) -> RunError {
+fn worker_error(
+    e: WorkerError,
+    limits: &CallLimits,
+    redactor: &crate::redaction::Redactor,
+) -> RunError {
     use crate::worker_text::{bound_owned, MESSAGE_BYTES};
     match e {
-        WorkerError::Retryable(m) => RunError::Retryable(bound_owned(m, MESSAGE_BYTES)),
-        WorkerError::Fatal(m) => match SerializeFailure::parse(&m) {
+        WorkerError::Retryable(m) => {
+            RunError::Retryable(bound_owned(redactor.owned(m), MESSAGE_BYTES))
+        }
+        WorkerError::Fatal(m) => worker_fatal(redactor.owned(m), limits),
+    }
+}
+
+/// A worker's fatal error (its text redacted), or the limit its SDK's report names.
+fn worker_fatal(m: String, limits: &CallLimits) -> RunError {
+    use crate::worker_text::{bound_owned, MESSAGE_BYTES};
+    {
+        match SerializeFailure::parse(&m) {
             Some(f) if f.is_status() && f.size > limits.max_status_bytes => {
                 RunError::StatusTooLarge {
                     size: f.size,
@@ -978,7 +971,7 @@ fn worker_error(e: WorkerError, limits: &CallLimits) -> RunError {
                 }
             }
             _ => RunError::Fatal(bound_owned(m, MESSAGE_BYTES)),
-        },
+        }
     }
 }
 
@@ -1033,8 +1026,20 @@ impl<'a> SerializeFailure<'a> {
     }
 }
 
+/// What the guest wrote to stderr, its Secret values replaced before the tail is cut.
 fn stderr_of(store: &Store<HostState>) -> String {
-    stderr_tail(&String::from_utf8_lossy(&store.data().stderr.contents()))
+    stderr_tail(&captured(store, &store.data().stderr))
+}
+
+/// A captured stream with the call's Secret values replaced, one cut by its cap included.
+fn captured(store: &Store<HostState>, pipe: &stdio::CappedOutput) -> String {
+    let text = String::from_utf8_lossy(&pipe.contents()).into_owned();
+    let redactor = &store.data().redactor;
+    if pipe.dropped() > 0 {
+        redactor.text_cut_at_end(&text)
+    } else {
+        redactor.owned(text)
+    }
 }
 
 fn instantiate_error(store: &Store<HostState>, e: wasmtime::Error) -> RunError {
@@ -1066,26 +1071,29 @@ fn classify(store: &Store<HostState>, e: wasmtime::Error) -> RunError {
     }
     let message = match e.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
-        None => crate::worker_text::bounded(
-            format!("{e:#}").lines().next().unwrap_or("trap"),
-            crate::worker_text::MESSAGE_BYTES,
-        )
-        .into_owned(),
+        None => {
+            let text = format!("{e:#}");
+            let first_line = text.lines().next().unwrap_or("trap");
+            let redacted = store.data().redactor.text(first_line);
+            crate::worker_text::bounded(&redacted, crate::worker_text::MESSAGE_BYTES).into_owned()
+        }
     };
     RunError::Trap { message, stderr }
 }
 
-/// Sends what the guest printed to the host log, bounded by the pipes' capacity.
+/// Sends what the guest printed to the host log, bounded by the pipes' capacity, its Secret
+/// values replaced.
 fn forward_stdio(store: &Store<HostState>) {
     for (stream, pipe) in [
         ("stdout", &store.data().stdout),
         ("stderr", &store.data().stderr),
     ] {
-        let bytes = pipe.contents();
-        if !bytes.is_empty() && store.data().host_log_takes_a_line() {
-            let dropped = pipe.dropped();
-            tracing::info!(target: "wasmpilot::guest", stream, dropped_bytes = dropped, "{}", String::from_utf8_lossy(&bytes).trim_end());
+        if pipe.is_empty() || !store.data().host_log_takes_a_line() {
+            continue;
         }
+        let text = captured(store, pipe);
+        let dropped = pipe.dropped();
+        tracing::info!(target: "wasmpilot::guest", stream, dropped_bytes = dropped, "{}", text.trim_end());
     }
 }
 
@@ -1130,10 +1138,10 @@ mod tests {
         (major, minor) >= (6, 7)
     }
 
-    /// The vendored wasmtime patch (third_party/README.md): a memory whose dirty pages lie in
-    /// more regions than one PAGEMAP_SCAN reports (32) is still reset in place, so the next
-    /// instance of the module writes them without faulting them in again. Unpatched, all but
-    /// the first 32 regions were decommitted on every reset.
+    /// A memory whose dirty pages lie in more regions than one PAGEMAP_SCAN reports (32) is
+    /// still reset in place (wasmtime 48.0.11; before, our patch: third_party/README.md), so the
+    /// next instance of the module writes them without faulting them in again. Before 48.0.11,
+    /// all but the first 32 regions were decommitted on every reset.
     #[test]
     fn scattered_dirty_pages_stay_resident_between_instances() {
         if !kernel_has_pagemap_scan() {
@@ -1263,8 +1271,8 @@ mod tests {
         );
     }
 
-    /// The vendored wasmtime builds a function reference from a per-module table of entry
-    /// points and a per-instance text start (`third_party/README.md`). Two dynamically linked
+    /// Function references made while a table is filled at instantiation (our former wasmtime
+    /// patch built them from a per-module table: `third_party/README.md`). Two dynamically linked
     /// "libraries" fill a shared table from element segments at imported offsets, as
     /// componentize-py's CPython does; every slot must call its own function, in every fresh
     /// instance, with imported functions shifting the function indices.
@@ -1455,6 +1463,7 @@ mod tests {
                 "the status (52428812 bytes of JSON) could not be serialized: out of memory".into(),
             ),
             &limits(),
+            &Default::default(),
         );
         assert_eq!(e.reason(), "StatusInfoLimitExceeded");
         assert_eq!(
@@ -1468,6 +1477,7 @@ mod tests {
                 "output #3 (9000000 bytes of JSON) could not be serialized: RangeError: Invalid string length".into(),
             ),
             &limits(),
+            &Default::default(),
         );
         assert_eq!(e.reason(), "OutputLimitExceeded");
 
@@ -1483,6 +1493,7 @@ mod tests {
                 "the status (at least 52428802 bytes of JSON) could not be serialized: out of memory".into(),
             ),
             &limits(),
+            &Default::default(),
         );
         assert!(
             lower.to_string().starts_with("the worker returned at least 52428802 bytes of status info, more than the limit of 262144 ("),
@@ -1500,7 +1511,11 @@ mod tests {
             "the status (lots of bytes of JSON) could not be serialized: out of memory",
             "the status does not serialize to JSON: a BigInt (10) is not JSON",
         ] {
-            let e = worker_error(WorkerError::Fatal(message.into()), &limits());
+            let e = worker_error(
+                WorkerError::Fatal(message.into()),
+                &limits(),
+                &Default::default(),
+            );
             assert_eq!(e.reason(), "WorkerFatalError", "{message}");
             assert_eq!(
                 e.to_string(),

@@ -215,13 +215,10 @@ impl log::Host for HostState {
             .map(|f| format!("{}={}", f.key, f.value))
             .collect::<Vec<_>>()
             .join(" ");
+        // Secret values replaced before the cut, so none is cut in two and kept in part.
         let max = crate::worker_text::LOG_LINE_BYTES;
-        let message = self
-            .redactor
-            .owned(crate::worker_text::bounded(&message, max).into_owned());
-        let fields = self
-            .redactor
-            .owned(crate::worker_text::bounded(&fields, max).into_owned());
+        let message = crate::worker_text::bound_owned(self.redactor.owned(message), max);
+        let fields = crate::worker_text::bound_owned(self.redactor.owned(fields), max);
         // The span of the current reconcile (operator, resource, phase) is entered by the caller.
         match level {
             LogLevel::Trace => {

@@ -37,6 +37,14 @@ impl CappedOutput {
             .clone()
     }
 
+    /// Whether the guest wrote nothing.
+    pub fn is_empty(&self) -> bool {
+        self.buffer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
     /// Bytes written beyond the cap.
     pub fn dropped(&self) -> usize {
         self.dropped.load(Ordering::Relaxed)

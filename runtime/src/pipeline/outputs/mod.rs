@@ -142,13 +142,16 @@ pub struct Owner<'a> {
     pub namespace: Option<&'a str>,
 }
 
-/// Checks every output; `namespaced` says which kinds are namespaced (unknown kinds are assumed so).
+/// Checks every output; `namespaced` says which kinds are namespaced (unknown kinds are assumed
+/// so). The worker's text in an error has `redactor`'s Secret values replaced before its cut.
 pub fn check(
     phase: &PhaseDefinition,
     owner: &Owner<'_>,
     namespaced: &HashMap<KindRef, bool>,
     outputs: &[String],
+    redactor: &crate::redaction::Redactor,
 ) -> Result<Vec<CheckedOutput>, OutputError> {
+    let shown = |text: &str| shown(&redactor.text(text));
     let mut seen = BTreeSet::new();
     let mut checked = Vec::with_capacity(outputs.len());
     for (index, raw) in outputs.iter().enumerate() {
@@ -765,7 +768,14 @@ mod tests {
 
     #[test]
     fn accepted_outputs_get_namespace_and_controller_owner() {
-        let out = check(&phase(), &owner(), &namespaced(), &[svc(json!({}))]).unwrap();
+        let out = check(
+            &phase(),
+            &owner(),
+            &namespaced(),
+            &[svc(json!({}))],
+            &Default::default(),
+        )
+        .unwrap();
         assert_eq!(out[0].namespace.as_deref(), Some("ns"));
         let refs = &out[0].object["metadata"]["ownerReferences"][0];
         assert_eq!(refs["uid"], "u-1");
@@ -783,7 +793,14 @@ mod tests {
             "finalizers": ["kubernetes.io/pvc-protection", "foregroundDeletion"],
             "labels": {"a": "b"},
         }));
-        let out = check(&phase(), &owner(), &namespaced(), &[copy]).unwrap();
+        let out = check(
+            &phase(),
+            &owner(),
+            &namespaced(),
+            &[copy],
+            &Default::default(),
+        )
+        .unwrap();
         let meta = out[0].object["metadata"].as_object().unwrap();
         let mut fields: Vec<&str> = meta.keys().map(String::as_str).collect();
         fields.sort_unstable();
@@ -795,7 +812,7 @@ mod tests {
         let n = namespaced();
         let p = phase();
         let o = owner();
-        let err = |outs: &[String]| check(&p, &o, &n, outs).unwrap_err();
+        let err = |outs: &[String]| check(&p, &o, &n, outs, &Default::default()).unwrap_err();
         assert!(matches!(
             err(&["[1]".into()]),
             OutputError::NotAnObject { .. }

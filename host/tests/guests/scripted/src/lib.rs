@@ -23,7 +23,7 @@ pub struct Script {
 #[serde(rename_all = "camelCase")]
 pub struct Step {
     /// ok | fatal | retryable | loop | alloc | panic | print | chatty | bloat | probe | sleep |
-    /// bignext | bigfatal | bigstatus | random
+    /// bignext | bigfatal | bigstatus | random | leak
     #[serde(default)]
     mode: String,
     #[serde(default)]
@@ -149,6 +149,16 @@ impl PhaseWorker for Scripted {
             "scripted step",
             &[("phase", &ctx.phase()), ("mode", &step.mode)],
         );
+        if step.mode == "leak" {
+            // What a worker that prints a value it read does: `message` on stdout, at the end of
+            // a log line of `count` more bytes, and on stderr after `count` bytes and 500 before
+            // the trap's own.
+            let value = step.message.clone().unwrap_or_default();
+            println!("the value: {value}");
+            ctx.info(&format!("{}{value}", "L".repeat(step.count)), &[]);
+            eprint!("{}{value}{}", "E".repeat(step.count), ".".repeat(500));
+            panic!("leaked");
+        }
         if let Some(e) = misbehave(&step) {
             return Err(e);
         }
