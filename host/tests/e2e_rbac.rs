@@ -198,11 +198,13 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     // The manifest also declares the `scripted` operator: its grants leave this host out.
     apply_yaml_ungranted(client, &probe_op.to_string(), None).await?;
     // A pull Secret outside the host's namespace: reading it is forbidden, and the Condition says
-    // what to do. (Its resource is AutoRoute, whose role is granted, so loading gets that far.)
+    // what to do. (Its resource is AutoRoute, whose role is granted, so loading gets that far;
+    // the registry is a name that never resolves, read after the Secret: a literal loopback
+    // address would be refused with the definition.)
     let secret_op = json!({"apiVersion": "wasmpilot.io/v1alpha1", "kind": "WasmOperator", "metadata": {"name": "rbac-secret"},
         "spec": {"resource": {"apiVersion": "examples.io/v1", "kind": "AutoRoute"},
                  "phases": [{"name": "Start", "initial": true, "module": {"oci": {
-                     "reference": "127.0.0.1:9/wasmpilot/none:v1", "insecure": true,
+                     "reference": "registry.e2e.invalid:9/wasmpilot/none:v1",
                      "pullSecret": {"name": "registry-credentials", "namespace": "default"}}}}]}});
     grant_operator_to_host(client, &secret_op).await?;
     apply_yaml_ungranted(client, &secret_op.to_string(), None).await?;

@@ -535,6 +535,20 @@ fn run_phase_cli_runs_the_finalizer() {
     assert_eq!(v["statusInfo"]["finalizedAt"], "2026-11-21T12:00:00Z");
 }
 
+/// A kubeconfig in `dir` naming a port nothing listens on: a command that contacts the cluster
+/// fails there, and says so.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n\
+         current-context: x\n",
+    )
+    .unwrap();
+    kubeconfig
+}
+
 /// `wasmpilot deploy` validates the definition as the host will before it builds, stores or
 /// applies anything: an input selector Kubernetes would refuse (a label key with a space) is
 /// named by field, and no cluster is contacted (the kubeconfig names a port nothing listens on).
@@ -557,14 +571,7 @@ fn deploy_refuses_an_invalid_definition_before_touching_the_cluster() {
         serde_yaml::to_string(&op).unwrap(),
     )
     .unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
-         users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n\
-         current-context: x\n",
-    )
-    .unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
     let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
         .args(["deploy", "--no-build"])
         .arg(dir.path())
@@ -721,14 +728,7 @@ fn deploy_refuses_a_literal_forbidden_address_as_the_host_would() {
         serde_yaml::to_string(&op).unwrap(),
     )
     .unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
-         users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n\
-         current-context: x\n",
-    )
-    .unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
     let deploy = |allow: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
             .args(["deploy", "--no-build"])

@@ -6,38 +6,14 @@
 
 mod common;
 
+use common::captured_log::CapturedLog;
+
 use common::{scripted_module as scripted, scripted_request as request};
 use serde_json::json;
-use std::sync::Arc;
 use wasmpilot::sandbox::log_rate::LogRateLimit;
 use wasmpilot::sandbox::{Sandbox, SandboxLimits, SyncRequest};
 
 /// What the host's log wrote, for the tests of what it takes from a worker.
-#[derive(Clone, Default)]
-struct CapturedLog(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl CapturedLog {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for CapturedLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
-    type Writer = CapturedLog;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 fn lines_dropped(operator: &str) -> u64 {
     wasmpilot::metrics::METRICS
@@ -54,12 +30,7 @@ fn lines_dropped(operator: &str) -> u64 {
 #[tokio::test(flavor = "current_thread")]
 async fn lines_over_an_operators_share_of_the_host_log_are_dropped_not_its_call() {
     let log = CapturedLog::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(log.clone())
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .finish();
-    let _log = tracing::subscriber::set_default(subscriber);
+    let _log = tracing::subscriber::set_default(log.subscriber());
     let sb = Sandbox::new(SandboxLimits {
         log_rate: Some(LogRateLimit {
             lines_per_second: 1,

@@ -6,37 +6,12 @@
 
 mod common;
 
+use common::captured_log::CapturedLog;
+
 use common::{scripted_module as scripted, scripted_request as request};
 use serde_json::json;
-use std::sync::Arc;
 use wasmpilot::redaction::Redactor;
 use wasmpilot::sandbox::{RequestDigest, Sandbox, SandboxLimits, SyncCall};
-
-#[derive(Clone, Default)]
-struct CapturedLog(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl CapturedLog {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for CapturedLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
-    type Writer = CapturedLog;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 /// 600 bytes, no 12 of them twice: any piece of it found in a text is a leak.
 fn secret_value() -> String {
@@ -54,12 +29,7 @@ fn leaks_in_part(value: &str, text: &str) -> Option<String> {
 #[tokio::test(flavor = "current_thread")]
 async fn a_secret_value_is_redacted_before_any_cut_on_every_path() {
     let log = CapturedLog::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(log.clone())
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .finish();
-    let _log = tracing::subscriber::set_default(subscriber);
+    let _log = tracing::subscriber::set_default(log.subscriber());
     let value = secret_value();
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
                         "stringData": {"password": value}})

@@ -315,6 +315,8 @@ fn prometheus(
             "spec.prometheus.url",
             format!("{:?} is not an http(s) URL", p.url),
         ));
+    } else if let Some(problem) = prometheus_url_problem(&p.url) {
+        problems.push(invalid("spec.prometheus.url", problem));
     }
     let timeout = match &p.timeout {
         None => crate::promql::DEFAULT_TIMEOUT,
@@ -335,6 +337,34 @@ fn prometheus(
         return None;
     }
     (!url_problem).then(|| (p.url.clone(), timeout))
+}
+
+/// What is wrong with a Prometheus base URL: the host appends `/api/v1/query` and the query to
+/// it, so the author names a server and the prefix it is served under, never another API path,
+/// a query string, a fragment or credentials of their choosing.
+fn prometheus_url_problem(url: &str) -> Option<String> {
+    let parsed = match reqwest::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(e) => return Some(format!("is not a URL: {e}")),
+    };
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Some("has a query string or fragment: name the server (and its path prefix) only; the host adds /api/v1/query".into());
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Some("carries credentials: the host sends none of the author's".into());
+    }
+    if parsed
+        .path_segments()
+        .into_iter()
+        .flatten()
+        .any(|s| s.eq_ignore_ascii_case("api") || s.contains('%'))
+    {
+        return Some(format!(
+            "path {:?} names an API path: name the server (and its path prefix) only; the host adds /api/v1/query",
+            crate::worker_text::bounded(parsed.path(), 128)
+        ));
+    }
+    None
 }
 
 /// One validated phase.
@@ -1564,6 +1594,54 @@ mod tests {
         let e = OperatorDefinition::validate("a", &s).unwrap_err();
         assert_eq!(e.to_string().matches("spec.phases").count(), 1, "{e}");
         assert_eq!(e.more.len(), 1, "{e}");
+    }
+
+    /// The Prometheus URL names a server and its prefix only; where the host would connect is
+    /// checked against its egress policy only when validated for the host.
+    #[test]
+    fn prometheus_urls_and_literal_addresses() {
+        let with_url = |url: &str| {
+            let mut s = spec(vec![phase("A", true, true)]);
+            s.prometheus = Some(crate::crd::PrometheusSpec {
+                url: url.into(),
+                timeout: None,
+            });
+            s
+        };
+        for (url, says) in [
+            (
+                "http://prom:9090/api/v1/admin/tsdb/snapshot",
+                "names an API path",
+            ),
+            ("http://prom:9090/%61pi/v1/admin", "names an API path"),
+            ("http://prom:9090/?x=", "has a query string or fragment"),
+            ("http://prom:9090/#x", "has a query string or fragment"),
+            ("http://user:pw@prom:9090/", "carries credentials"),
+        ] {
+            let e = OperatorDefinition::validate("a", &with_url(url)).unwrap_err();
+            assert_eq!(e.field, "spec.prometheus.url", "{url}: {e}");
+            assert!(e.problem.contains(says), "{url}: {e}");
+        }
+        assert!(
+            OperatorDefinition::validate("a", &with_url("https://prom.example/prefix/")).is_ok()
+        );
+
+        let metadata = with_url("http://169.254.169.254:9090/");
+        assert!(
+            OperatorDefinition::validate("a", &metadata).is_ok(),
+            "offline tools fetch with their user's reach"
+        );
+        let host = crate::egress::EgressPolicy::default();
+        let e = OperatorDefinition::validate_for_host("a", &metadata, &host).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.prometheus.url: a link-local address 169.254.169.254, which the host does not fetch from for an operator (an admin allows it with `wasmpilot run --allow-fetch-from 169.254.169.254`)"
+        );
+        let allowed = crate::egress::EgressPolicy::allowing(&["169.254.0.0/16".into()]).unwrap();
+        assert!(OperatorDefinition::validate_for_host("a", &metadata, &allowed).is_ok());
+        // A name is checked as the host resolves it, not here.
+        let named = with_url("http://prometheus.monitoring:9090/");
+        assert!(OperatorDefinition::validate_for_host("a", &named, &host).is_ok());
     }
 
     #[test]

@@ -378,7 +378,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: args.max_concurrent_workers,
         max_deadline: args.max_deadline.max(args.deadline),
         max_memory_bytes: args.max_memory_limit_mib.max(args.memory_limit_mib) << 20,
-        worker_memory_budget: worker_memory_budget(args.worker_memory_budget_mib),
+        worker_memory_budget: crate::memory_limit::worker_memory_budget(
+            args.worker_memory_budget_mib,
+        ),
         instance_memory: if args.no_instance_pool {
             InstanceMemory::OnDemand
         } else {
@@ -554,37 +556,6 @@ fn default_identity() -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "wasmpilot".into());
     format!("{host}-{}", std::process::id())
-}
-
-/// What the host keeps of its memory limit (cgroup or machine) for itself (watch caches, compiles: one
-/// compile alone peaks at 290–410 MiB) when it sizes the worker memory budget.
-const HOST_MEMORY_RESERVE: usize = 512 << 20;
-
-/// The worker memory budget: `flag` MiB, else the tightest memory limit of the process's cgroup
-/// and its parents (v1 or v2, [`crate::memory_limit`]), else the machine's memory, less
-/// [`HOST_MEMORY_RESERVE`] (half of a limit smaller than twice that). None only when neither
-/// can be read.
-pub(crate) fn worker_memory_budget(flag: Option<usize>) -> Option<usize> {
-    if let Some(mib) = flag {
-        return Some(mib << 20);
-    }
-    let Some(found) = crate::memory_limit::discover() else {
-        tracing::warn!("no cgroup memory limit and no /proc/meminfo: worker memory is not budgeted (set --worker-memory-budget-mib)");
-        return None;
-    };
-    let limit = usize::try_from(found.bytes).unwrap_or(usize::MAX);
-    let budget = if limit >= 2 * HOST_MEMORY_RESERVE {
-        limit - HOST_MEMORY_RESERVE
-    } else {
-        limit / 2
-    };
-    tracing::info!(
-        memory_limit_mib = limit >> 20,
-        from = %found.source,
-        worker_budget_mib = budget >> 20,
-        "worker memory budget"
-    );
-    Some(budget)
 }
 
 /// Runs a binary's `main` body on a new tokio runtime, with the process's malloc set up first

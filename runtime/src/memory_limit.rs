@@ -1,5 +1,6 @@
-//! The memory the host may use: the tightest cgroup memory limit on the way from the process's
-//! own cgroup to its hierarchy's root (v1 or v2, nested), else the machine's memory.
+//! The memory the host may use — the tightest cgroup memory limit on the way from the process's
+//! own cgroup to its hierarchy's root (v1 or v2, nested), else the machine's — and the workers'
+//! memory budget taken from it.
 //!
 //! The process's cgroup comes from `/proc/self/cgroup`, where that cgroup's directory is from the
 //! mount table (`/proc/self/mountinfo`): a host in a systemd unit with `MemoryMax`, in a pod
@@ -36,6 +37,37 @@ impl std::fmt::Display for LimitSource {
 
 /// cgroup v1 writes "no limit" as a page-rounded `i64::MAX`; anything this large is none.
 const UNLIMITED_FROM: u64 = 1 << 60;
+
+/// What the host keeps of its memory limit (cgroup or machine) for itself (watch caches, compiles: one
+/// compile alone peaks at 290–410 MiB) when it sizes the worker memory budget.
+const HOST_MEMORY_RESERVE: usize = 512 << 20;
+
+/// The worker memory budget: `flag` MiB, else the tightest memory limit of the process's cgroup
+/// and its parents (v1 or v2, [`discover`]), else the machine's memory, less
+/// [`HOST_MEMORY_RESERVE`] (half of a limit smaller than twice that). None only when neither
+/// can be read.
+pub fn worker_memory_budget(flag: Option<usize>) -> Option<usize> {
+    if let Some(mib) = flag {
+        return Some(mib << 20);
+    }
+    let Some(found) = discover() else {
+        tracing::warn!("no cgroup memory limit and no /proc/meminfo: worker memory is not budgeted (set --worker-memory-budget-mib)");
+        return None;
+    };
+    let limit = usize::try_from(found.bytes).unwrap_or(usize::MAX);
+    let budget = if limit >= 2 * HOST_MEMORY_RESERVE {
+        limit - HOST_MEMORY_RESERVE
+    } else {
+        limit / 2
+    };
+    tracing::info!(
+        memory_limit_mib = limit >> 20,
+        from = %found.source,
+        worker_budget_mib = budget >> 20,
+        "worker memory budget"
+    );
+    Some(budget)
+}
 
 /// The process's memory limit, read from `/proc` and the cgroup file systems.
 pub fn discover() -> Option<MemoryLimit> {

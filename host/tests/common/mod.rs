@@ -74,6 +74,7 @@ pub fn replay_autoroute(cases: &std::path::Path, extra: &[&str]) -> (bool, Strin
 }
 
 pub mod autoroute;
+pub mod captured_log;
 pub mod cluster;
 pub mod sharding;
 

@@ -433,6 +433,45 @@ mod tests {
             .sum()
     }
 
+    /// A worker that copied a Secret value it read into an output, its status and its error:
+    /// the record keeps the Secret's keys, and the value nowhere, the shadow's result included.
+    #[test]
+    fn recorded_results_keep_no_secret_value() {
+        let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db"}, "stringData": {"password": "hunter2-and-more"}});
+        let mut r = record(10);
+        r.request.inputs[0].objects = vec![secret.to_string()];
+        let decided = RecordedResult::Decided(crate::evidence::case::DecidedResult {
+            next_phase: "Done".into(),
+            status_info: serde_json::from_value(
+                serde_json::json!({"copied": "hunter2-and-more", "hunter2-and-more": 1}),
+            )
+            .ok(),
+            outputs: vec![serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "copy"}, "data": {"password": "hunter2-and-more"}})],
+            requeue_after_ms: None,
+        });
+        r.result = decided;
+        r.shadow = Some((
+            "sha256:s".into(),
+            RecordedResult::Error {
+                reason: "WorkerFatalError".into(),
+                message: "bad password hunter2-and-more".into(),
+            },
+        ));
+        let kept = r.without_secret_data();
+        let text = format!(
+            "{} {:?} {:?}",
+            kept.request.inputs[0].objects[0], kept.result, kept.shadow
+        );
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(
+            text.contains("\"password\":\"[redacted]\""),
+            "the keys stay: {text}"
+        );
+        assert!(text.contains("bad password [redacted]"), "{text}");
+    }
+
     #[test]
     fn segments_rotate_under_the_cap_and_read_back() {
         let dir = tempfile::tempdir().unwrap();

@@ -147,7 +147,7 @@ fn probe() {
         return;
     }
     let found = discover().expect("a limit");
-    let budget = crate::host::worker_memory_budget(None).expect("a budget");
+    let budget = worker_memory_budget(None).expect("a budget");
     println!(
         "PROBE bytes={} budget={} source={}",
         found.bytes, budget, found.source
