@@ -13,8 +13,6 @@ use serde_json::json;
 use wasmpilot::sandbox::log_rate::LogRateLimit;
 use wasmpilot::sandbox::{Sandbox, SandboxLimits, SyncRequest};
 
-/// What the host's log wrote, for the tests of what it takes from a worker.
-
 fn lines_dropped(operator: &str) -> u64 {
     wasmpilot::metrics::METRICS
         .worker_log_lines_dropped
