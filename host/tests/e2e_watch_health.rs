@@ -67,8 +67,12 @@ async fn done(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<()>
 #[ignore = "needs a cluster: deploy/local/test.sh starts one"]
 async fn a_failing_watch_is_reported_until_it_works_again() {
     let client = client().await;
-    // An earlier run's CRD may still be going (its deletion waits for its objects').
-    gone(&client).await.expect("no Mayfly CRD left terminating");
+    // An earlier run's CRD may still be there (a run cut off before its cleanup) or going (its
+    // deletion waits for its objects'): this run starts from none.
+    let _ = delete(&client, CRD.0, CRD.1, None, CRD_NAME).await;
+    gone(&client)
+        .await
+        .expect("no Mayfly CRD left from an earlier run");
     wasmpilot::deploy::apply_crd(&client, crd())
         .await
         .expect("the Mayfly CRD");

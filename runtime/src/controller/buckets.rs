@@ -383,10 +383,25 @@ pub struct OperatorShard {
 struct ShardState {
     open: BTreeSet<u32>,
     in_flight: HashMap<u32, usize>,
-    /// Buckets gained while the operator's controller ran (from another replica, or unheld),
-    /// with the resources visited since: a settled resource's first visit there is deferred.
-    handed_over: HashMap<u32, std::collections::HashSet<String>>,
+    /// Buckets gained while the operator's controller ran (from another replica, or unheld):
+    /// when, and the resources visited since (a settled resource's first visit is deferred).
+    handed_over: HashMap<u32, Handover>,
 }
+
+/// A bucket gained while the operator's controller ran.
+struct Handover {
+    /// Until when its resources wait (see [`HANDOVER_SETTLE`]).
+    settles_at: Instant,
+    visited: std::collections::HashSet<String>,
+}
+
+/// How long after another replica released a bucket its resources are not decided here: the
+/// previous holder's last writes (an output applied, then the resource's status) come to this
+/// replica on one watch per kind, each at its own lag, so a resource's status can arrive
+/// before the outputs it records and a decision then reads them as missing (AutoRoute's Ready
+/// went back to Syncing during a rolling update). A bucket whose holder expired long ago, or
+/// one never held, is decided at once.
+pub const HANDOVER_SETTLE: Duration = Duration::from_secs(3);
 
 /// A reconcile in progress in a bucket; the bucket's release waits for it.
 pub struct BucketGuard {
@@ -395,6 +410,9 @@ pub struct BucketGuard {
     /// The first visit of this resource since its bucket was handed to this replica while
     /// the controller ran: the previous holder may have done the work already.
     pub first_after_handover: bool,
+    /// The bucket was gained this recently: the time left of its [`HANDOVER_SETTLE`], after
+    /// which the resource is to be decided (not a visit yet).
+    pub settling: Option<Duration>,
 }
 
 impl Drop for BucketGuard {
@@ -440,14 +458,22 @@ impl OperatorShard {
             return None;
         }
         *state.in_flight.entry(bucket).or_insert(0) += 1;
-        let first_after_handover = state
-            .handed_over
-            .get_mut(&bucket)
-            .is_some_and(|seen| seen.insert(obj.uid().unwrap_or_else(|| obj.name_any())));
+        let now = Instant::now();
+        let (first_after_handover, settling) = match state.handed_over.get_mut(&bucket) {
+            Some(handover) if now < handover.settles_at => (false, Some(handover.settles_at - now)),
+            Some(handover) => (
+                handover
+                    .visited
+                    .insert(obj.uid().unwrap_or_else(|| obj.name_any())),
+                None,
+            ),
+            None => (false, None),
+        };
         Some(BucketGuard {
             shard: self.clone(),
             bucket,
             first_after_handover,
+            settling,
         })
     }
 
@@ -523,11 +549,18 @@ impl OperatorShard {
         self.lock().open.iter().copied().collect()
     }
 
-    fn open(&self, bucket: u32) {
+    /// Opens `bucket` to reconciles, its resources decided once `settle` has passed.
+    fn open(&self, bucket: u32, settle: Duration) {
         {
             let mut state = self.lock();
             state.open.insert(bucket);
-            state.handed_over.insert(bucket, Default::default());
+            state.handed_over.insert(
+                bucket,
+                Handover {
+                    settles_at: Instant::now() + settle,
+                    visited: Default::default(),
+                },
+            );
         }
         let mut gained = self.gained.lock().unwrap_or_else(|p| p.into_inner());
         gained.retain(|s| s.unbounded_send(()).is_ok());
@@ -1056,7 +1089,7 @@ impl Sharding {
                         // Closed for a release that did not drain in time, then assigned here
                         // again: open it back.
                         if !shard.is_open(b) {
-                            shard.open(b);
+                            shard.open(b, Duration::ZERO);
                         }
                     }
                     Err(e) => {
@@ -1080,8 +1113,9 @@ impl Sharding {
                     {
                         Ok(()) => {
                             mine.insert(b, Instant::now());
-                            shard.open(b);
-                            tracing::info!(operator = %shard.operator, bucket = b, "acquired a bucket");
+                            let settle = settle_after_release(leases.get(&name), now);
+                            shard.open(b, settle);
+                            tracing::info!(operator = %shard.operator, bucket = b, settle_ms = settle.as_millis() as u64, "acquired a bucket");
                         }
                         Err(e) if conflict(&e) => {}
                         Err(e) => {
@@ -1282,7 +1316,9 @@ impl Sharding {
             return;
         }
         spec.holder_identity = None;
-        spec.renew_time = None;
+        // When it was released: its next holder lets this replica's last writes reach its
+        // watches first (`settle_after_release`).
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
         if let Err(e) = self
             .api
             .replace(&name, &PostParams::default(), &lease)
@@ -1357,6 +1393,24 @@ impl Sharding {
             .await;
         tracing::info!(identity = %self.identity, "released every bucket");
     }
+}
+
+/// How long a bucket acquired now waits before its resources are decided: what is left of
+/// [`HANDOVER_SETTLE`] since a replica released its `lease` (a released Lease has no holder and
+/// its release time as `renewTime`); nothing for a Lease new, expired or held before by this
+/// identity. A release time ahead of this replica's clock counts as now.
+fn settle_after_release(lease: Option<&Lease>, now: jiff::Timestamp) -> Duration {
+    let Some(spec) = lease.and_then(|l| l.spec.as_ref()) else {
+        return Duration::ZERO;
+    };
+    let (None, Some(MicroTime(released))) = (&spec.holder_identity, &spec.renew_time) else {
+        return Duration::ZERO;
+    };
+    let ago = now
+        .duration_since(*released)
+        .max(jiff::SignedDuration::ZERO)
+        .unsigned_abs();
+    HANDOVER_SETTLE.saturating_sub(ago)
 }
 
 /// The merge patch of a WasmOperator's `status.sharding` that sets this replica's entry and
@@ -1869,6 +1923,47 @@ mod tests {
         o
     }
 
+    #[test]
+    fn a_bucket_released_just_now_settles_and_an_expired_or_held_one_does_not() {
+        let now = jiff::Timestamp::now();
+        let lease = |holder: Option<&str>, renewed_ago: Option<i64>| Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                renew_time: renewed_ago
+                    .map(|ms| MicroTime(now - jiff::SignedDuration::from_millis(ms))),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let settle = |l: Lease| settle_after_release(Some(&l), now);
+        assert_eq!(
+            settle_after_release(None, now),
+            Duration::ZERO,
+            "no Lease yet"
+        );
+        assert_eq!(
+            settle(lease(None, Some(1_000))),
+            HANDOVER_SETTLE - Duration::from_secs(1),
+            "released a second ago: what is left"
+        );
+        assert_eq!(
+            settle(lease(None, Some(-5_000))),
+            HANDOVER_SETTLE,
+            "a clock ahead"
+        );
+        assert_eq!(
+            settle(lease(None, Some(60_000))),
+            Duration::ZERO,
+            "long ago"
+        );
+        assert_eq!(settle(lease(None, None)), Duration::ZERO, "never renewed");
+        assert_eq!(
+            settle(lease(Some("me"), Some(0))),
+            Duration::ZERO,
+            "held (by this identity's earlier process)"
+        );
+    }
+
     #[tokio::test]
     async fn only_open_buckets_admit_and_release_waits_for_reconciles_in_flight() {
         let shard = Arc::new(OperatorShard::new("op", 4));
@@ -1879,12 +1974,18 @@ mod tests {
             "a bucket not held admits nothing"
         );
         let mut gains = shard.gains();
-        shard.open(bucket);
+        shard.open(bucket, Duration::from_millis(300));
         assert!(
             futures::StreamExt::next(&mut gains).await.is_some(),
             "a gain is announced"
         );
+        let settling = shard.enter(&obj).expect("admitted");
+        let left = settling.settling.expect("a bucket just gained settles");
+        assert!(left <= Duration::from_millis(300) && !settling.first_after_handover);
+        drop(settling);
+        tokio::time::sleep(left).await;
         let guard = shard.enter(&obj).expect("admitted");
+        assert!(guard.settling.is_none(), "settled");
         assert!(guard.first_after_handover);
         let again = shard.enter(&obj).expect("admitted");
         assert!(
@@ -1906,7 +2007,7 @@ mod tests {
             "drained once the reconcile finished"
         );
         // A controller (re)start reconciles everything: nothing counts as handed over.
-        shard.open(bucket);
+        shard.open(bucket, Duration::ZERO);
         let resource =
             kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         let writer = kube::runtime::reflector::store::Writer::<DynamicObject>::new(resource);

@@ -46,6 +46,11 @@ pub async fn reconcile(
     // way, say when an output's event requeues the resource at once): decide from what was
     // written, not from the version before it.
     let obj = ctx.own_writes.newer_than(&obj).unwrap_or(obj);
+    if let Some(left) = _bucket.as_ref().and_then(|b| b.settling) {
+        // Gained from another replica just now: its last writes are still reaching this
+        // replica's watches (see HANDOVER_SETTLE); decide once they have.
+        return Ok(Action::requeue(left));
+    }
     if _bucket.as_ref().is_some_and(|b| b.first_after_handover)
         && settled(&obj, &ctx.definition)
         && !inputs_changed_since_written(&ctx, &obj)
