@@ -36,6 +36,10 @@ step "tools/js-snapshot (a workspace of its own, see its Cargo.toml): rustfmt, c
   cargo clippy --locked --all-targets --target-dir "$CARGO_TARGET_DIR/js-snapshot" -- -D warnings &&
   cargo test --locked --target-dir "$CARGO_TARGET_DIR/js-snapshot")
 
+step "wasmtime's own tests of our function-reference patch, against third_party/wasmtime-48.0.11"
+(cd third_party/wasmtime-48.0.11-tests &&
+  cargo test --locked --target-dir "$CARGO_TARGET_DIR/wasmtime-tests")
+
 step "build the tests (the host image below reuses this build)"
 cargo test --workspace --no-run
 

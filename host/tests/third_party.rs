@@ -44,24 +44,22 @@ fn normalized(text: &[u8]) -> String {
         .replace("48.0.11", "48.0.x")
 }
 
-#[test]
-#[ignore = "needs the crates.io registry (cargo vendor of the published crate)"]
-fn vendored_component_macro_is_the_published_crate_but_for_its_one_marked_line() {
-    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let work = tempfile::tempdir().expect("a temporary directory");
-    std::fs::create_dir_all(work.path().join("src")).expect("src");
-    std::fs::write(work.path().join("src/lib.rs"), "").expect("lib.rs");
+/// The registry's published crate, fetched with `cargo vendor` into `work` (`requirement` is
+/// its line in a manifest's `[dependencies]`): its directory.
+fn published(work: &Path, requirement: &str, dir: &str) -> PathBuf {
+    std::fs::create_dir_all(work.join("src")).expect("src");
+    std::fs::write(work.join("src/lib.rs"), "").expect("lib.rs");
     std::fs::write(
-        work.path().join("Cargo.toml"),
+        work.join("Cargo.toml"),
         format!(
             "[package]\nname = \"published\"\nversion = \"0.0.0\"\nedition = \"2021\"\n[workspace]\n\
-             [dependencies]\nwasmtime-internal-component-macro = \"={PUBLISHED}\"\n"
+             [dependencies]\n{requirement}\n"
         ),
     )
     .expect("Cargo.toml");
     let out = Command::new(env!("CARGO"))
         .args(["vendor", "--versioned-dirs", "--quiet", "vendor"])
-        .current_dir(work.path())
+        .current_dir(work)
         .output()
         .expect("cargo vendor runs");
     assert!(
@@ -69,10 +67,65 @@ fn vendored_component_macro_is_the_published_crate_but_for_its_one_marked_line()
         "cargo vendor failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    work.join("vendor").join(dir)
+}
 
-    let published_root = work.path().join(format!(
-        "vendor/wasmtime-internal-component-macro-{PUBLISHED}"
-    ));
+#[test]
+#[ignore = "needs the crates.io registry (cargo vendor of the published crate)"]
+fn vendored_wasmtime_is_the_published_crate_with_our_patch_applied() {
+    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let work = tempfile::tempdir().expect("a temporary directory");
+    // Without default features: they would take the bindgen macro at a release the registry
+    // lacks (see the component macro below); the crate's files are the same.
+    let published_root = published(
+        work.path(),
+        "wasmtime = { version = \"=48.0.11\", default-features = false }",
+        "wasmtime-48.0.11",
+    );
+    let patch = checkout.join("third_party/wasmtime-48.0.11-funcref.patch");
+    let out = Command::new("git")
+        .arg("apply")
+        .arg("-p1")
+        .arg(&patch)
+        .current_dir(&published_root)
+        .output()
+        .expect("git apply runs");
+    assert!(
+        out.status.success(),
+        "the patch does not apply to the published crate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut patched = BTreeMap::new();
+    files(&published_root, &published_root, &mut patched);
+    let vendored_root = checkout.join("third_party/wasmtime-48.0.11");
+    let mut vendored = BTreeMap::new();
+    files(&vendored_root, &vendored_root, &mut vendored);
+    assert_eq!(
+        patched.keys().collect::<Vec<_>>(),
+        vendored.keys().collect::<Vec<_>>(),
+        "the vendored crate holds other files than the published one"
+    );
+    for (name, text) in &patched {
+        assert!(
+            *text == vendored[name],
+            "{name} differs from the published crate with the patch applied"
+        );
+    }
+    // The patch's lines are marked as ours.
+    let patch = std::fs::read_to_string(&patch).expect("the patch");
+    assert!(patch.matches("wasmpilot patch").count() >= 5, "marked");
+}
+
+#[test]
+#[ignore = "needs the crates.io registry (cargo vendor of the published crate)"]
+fn vendored_component_macro_is_the_published_crate_but_for_its_one_marked_line() {
+    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let published_root = published(
+        work.path(),
+        &format!("wasmtime-internal-component-macro = \"={PUBLISHED}\""),
+        &format!("wasmtime-internal-component-macro-{PUBLISHED}"),
+    );
     let mut published = BTreeMap::new();
     files(&published_root, &published_root, &mut published);
     let vendored_root = checkout.join(VENDORED);

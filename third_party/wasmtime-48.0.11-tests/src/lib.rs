@@ -1,0 +1,1 @@
+//! Nothing: this crate holds wasmtime's tests (`tests/all`).
