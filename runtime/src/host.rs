@@ -468,6 +468,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let signal = termination().await;
         tracing::info!(signal, "shutting down");
     };
+    // The host's own namespaces: its operators' accounts', its Leases' (with replicas) and its
+    // pod's. No operator's output goes there.
+    let reserved = crate::controller::context::ReservedNamespaces::new(
+        [
+            Some(args.identity_namespace.clone()),
+            (args.shard || args.leader_elect).then(|| args.leader_election_namespace.clone()),
+            std::env::var("POD_NAMESPACE").ok(),
+        ]
+        .into_iter()
+        .flatten(),
+    );
+    tracing::info!(namespaces = ?reserved.iter().collect::<Vec<_>>(), "no operator's output goes into these namespaces (the host's own)");
     if args.shard {
         let timing = LeaseTiming {
             lease_duration: args.lease_duration,
@@ -490,6 +502,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_prometheus(args.prometheus_url.clone())
             .with_record_sink(record_sink)
             .with_input_requeue(input_requeue)
+            .with_reserved_namespaces(reserved.clone())
             .with_sharding(Some(sharding.clone()))
             .run(shutdown)
             .await;
@@ -506,6 +519,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_prometheus(args.prometheus_url.clone())
             .with_record_sink(record_sink)
             .with_input_requeue(input_requeue)
+            .with_reserved_namespaces(reserved.clone())
             .run(shutdown)
             .await;
     }
@@ -536,7 +550,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_egress(egress)
         .with_prometheus(args.prometheus_url.clone())
         .with_record_sink(record_sink)
-        .with_input_requeue(input_requeue);
+        .with_input_requeue(input_requeue)
+        .with_reserved_namespaces(reserved);
     tokio::select! {
         result = manager.run(&mut shutdown) => {
             election.release().await;

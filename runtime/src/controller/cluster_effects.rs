@@ -136,6 +136,11 @@ impl Effects for ClusterEffects<'_> {
         outputs: Vec<CheckedOutput>,
     ) -> ApplyReport {
         let ctx = self.ctx;
+        // Nothing goes into the host's own namespaces, whatever the resource's namespace or the
+        // worker's choice (a cluster-scoped resource's outputs name theirs).
+        let (outputs, reserved): (Vec<_>, Vec<_>) = outputs
+            .into_iter()
+            .partition(|o| !ctx.reserved_namespaces.holds(o.namespace.as_deref()));
         // Until each answer is read back below, the outputs' watch events are held: one that
         // brings this very write is no news to the resource that applied it.
         let in_flight: Vec<_> = outputs
@@ -148,7 +153,7 @@ impl Effects for ClusterEffects<'_> {
                     .chain(ctx.outputs.writing(&o.kind, namespace, name))
             })
             .collect();
-        let report = outputs::apply_outputs(
+        let mut report = outputs::apply_outputs(
             &ctx.as_operator,
             &ctx.definition.name,
             phase,
@@ -157,6 +162,13 @@ impl Effects for ClusterEffects<'_> {
             outputs,
         )
         .await;
+        for out in reserved {
+            tracing::warn!(object = %out.describe(), "refused an output into the host's own namespace");
+            report.failed.push(OutputError::ReservedNamespace {
+                object: out.describe(),
+                namespace: out.namespace.unwrap_or_default(),
+            });
+        }
         // Read your own writes: the next decision on this resource (the phase chained, or the
         // reconcile the status write brings) reads its owned inputs from these caches.
         for (kind, object) in &report.written {

@@ -62,6 +62,8 @@ pub struct OperatorContext {
     /// The resource versions this host's own status writes produced (their watch events wake
     /// nothing).
     pub own_writes: OwnWrites,
+    /// The host's own namespaces: no output of this operator is applied there.
+    pub reserved_namespaces: ReservedNamespaces,
     /// The resource kind's watch cache, once the controller runs: a decision is checked against
     /// it before its writes (a newer version there means the decision is stale).
     pub resources: std::sync::OnceLock<kube::runtime::reflector::Store<DynamicObject>>,
@@ -251,6 +253,30 @@ impl outputs::ExistingObjects for OutputCaches {
     }
 }
 
+/// The namespaces that are the host's own — its replicas and their Leases, the operators'
+/// ServiceAccounts: an output there could act as the host (a pod with its ServiceAccount's
+/// token acts as every operator) or stop it (a Lease labelled like a replica's member Lease).
+#[derive(Clone, Debug, Default)]
+pub struct ReservedNamespaces(Arc<std::collections::BTreeSet<String>>);
+
+impl ReservedNamespaces {
+    /// These namespaces (empty names are left out).
+    pub fn new(namespaces: impl IntoIterator<Item = String>) -> Self {
+        ReservedNamespaces(Arc::new(
+            namespaces.into_iter().filter(|n| !n.is_empty()).collect(),
+        ))
+    }
+
+    /// Whether an object in `namespace` (none: cluster-scoped) is in one of them.
+    pub fn holds(&self, namespace: Option<&str>) -> bool {
+        namespace.is_some_and(|n| self.0.contains(n))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+}
+
 impl OperatorContext {
     /// Every watch the operator depends on: its resource's, its inputs' and its outputs'.
     pub fn watches(&self) -> crate::controller::watch_health::OperatorWatches {
@@ -310,5 +336,23 @@ async fn synced<T: Cached>(
     match tokio::time::timeout(CACHE_SYNC_TIMEOUT, informer.wait_until_covers(namespace)).await {
         Ok(true) => Ok(()),
         _ => Err(ReconcileError::InputsNotSynced(informer.kind.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReservedNamespaces;
+
+    #[test]
+    fn reserved_namespaces_hold_only_their_namespaced_objects() {
+        let reserved = ReservedNamespaces::new(["wasmpilot-system".into(), String::new()]);
+        assert!(reserved.holds(Some("wasmpilot-system")));
+        assert!(!reserved.holds(Some("team-a")));
+        assert!(!reserved.holds(Some("")), "an empty name is not reserved");
+        assert!(
+            !reserved.holds(None),
+            "cluster-scoped objects are in no namespace"
+        );
+        assert!(!ReservedNamespaces::default().holds(Some("wasmpilot-system")));
     }
 }

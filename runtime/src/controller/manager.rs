@@ -362,6 +362,7 @@ pub struct Manager {
     /// With `--shard`: the buckets this replica holds.
     sharding: Option<Arc<crate::controller::buckets::Sharding>>,
     load_timeout: Duration,
+    reserved_namespaces: crate::controller::context::ReservedNamespaces,
 }
 
 /// What the WasmOperator reconciles share.
@@ -382,6 +383,7 @@ pub(super) struct ManagerContext {
     record_sink: Option<RecordSink>,
     input_requeue: crate::controller::context::InputRequeue,
     sharding: Option<Arc<crate::controller::buckets::Sharding>>,
+    reserved_namespaces: crate::controller::context::ReservedNamespaces,
     /// How long one attempt at loading an operator may take (see [`DEFAULT_LOAD_TIMEOUT`]).
     load_timeout: Duration,
     /// When to try loading an operator again, per operator: doubling up to [`LOAD_RETRY`].
@@ -406,7 +408,17 @@ impl Manager {
             input_requeue: Default::default(),
             sharding: None,
             load_timeout: DEFAULT_LOAD_TIMEOUT,
+            reserved_namespaces: Default::default(),
         }
+    }
+
+    /// The host's own namespaces, where no operator's output goes.
+    pub fn with_reserved_namespaces(
+        mut self,
+        namespaces: crate::controller::context::ReservedNamespaces,
+    ) -> Self {
+        self.reserved_namespaces = namespaces;
+        self
     }
 
     /// How long one attempt at loading an operator may take (`--load-timeout`).
@@ -472,6 +484,7 @@ impl Manager {
             record_sink: self.record_sink,
             input_requeue: self.input_requeue,
             sharding: self.sharding,
+            reserved_namespaces: self.reserved_namespaces,
             load_timeout: self.load_timeout,
             retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
             operators,
@@ -1216,6 +1229,7 @@ impl ManagerContext {
             input_requeue: self.input_requeue,
             own_writes: Default::default(),
             resources: Default::default(),
+            reserved_namespaces: self.reserved_namespaces.clone(),
             shard: self.sharding.as_ref().map(|s| s.operator(name)),
             resource_watch: Default::default(),
         };

@@ -99,6 +99,7 @@ pub fn operator_context(
         shadows: None,
         input_requeue: Default::default(),
         own_writes: Default::default(),
+        reserved_namespaces: Default::default(),
         resources: Default::default(),
         shard: None,
         resource_watch: Default::default(),

@@ -160,11 +160,15 @@ impl ReconcileError {
             | ReconcileError::FinalizerWorker { source, .. } => source.reason(),
             ReconcileError::FinalizerPending(_) => "FinalizerPending",
             ReconcileError::FinalizerStuck { .. } => "FinalizerStuck",
-            // Only refusals to take over someone else's object: the worker's names are taken.
+            // Only refusals: to take over someone else's object (the worker's names are taken),
+            // to write into the host's own namespaces.
             ReconcileError::Apply { failures, .. }
-                if failures
-                    .iter()
-                    .all(|f| matches!(f, OutputError::NotOurs { .. })) =>
+                if failures.iter().all(|f| {
+                    matches!(
+                        f,
+                        OutputError::NotOurs { .. } | OutputError::ReservedNamespace { .. }
+                    )
+                }) =>
             {
                 "OutputRefused"
             }
