@@ -300,6 +300,9 @@ enum Refusal {
 #[derive(Default)]
 struct Controllers {
     running: HashMap<String, Running>,
+    /// Operators being deleted: the definition and finalizer module they last ran with, which
+    /// their removal runs (not the spec as the deletion found it), kept until it is done.
+    removing: HashMap<String, (OperatorDefinition, Option<crate::sandbox::FinalizerModule>)>,
     /// Operators refused for what another running one does.
     refused: HashMap<String, Refusal>,
     /// Stopped controllers that may still be finishing in-flight reconciles; a controller of the
@@ -739,9 +742,20 @@ async fn release(
     ctx: &Arc<ManagerContext>,
 ) -> Result<Action, OperatorLoadError> {
     let name = op.name_any();
-    let freed = ctx.lock().stop(&name);
+    let freed = {
+        let mut controllers = ctx.lock();
+        if let Some(running) = controllers.running.get(&name) {
+            let last = (
+                running.operator.definition.clone(),
+                running.operator.finalizer.clone(),
+            );
+            controllers.removing.insert(name.clone(), last);
+        }
+        controllers.stop(&name)
+    };
     ctx.recheck(freed);
     if !operator_removal::releasing(op) {
+        ctx.lock().removing.remove(&name);
         return Ok(Action::await_change());
     }
     let as_operator = ctx.identities.client(&name).map_err(|source| {
@@ -749,12 +763,16 @@ async fn release(
     })?;
     let recorder = Recorder::new(as_operator.clone(), ctx.reporter.clone());
     // The finalizer worker, when the definition asks for it to run on removal (a module that
-    // cannot load does not hold the removal: the resources are released without it).
-    let definition = OperatorDefinition::validate(&name, &op.spec)
-        .ok()
-        .filter(|d| d.finalizer_on_operator_deletion);
-    let mut module = None;
-    if let Some(d) = &definition {
+    // cannot load does not hold the removal: the resources are released without it). The
+    // definition the operator last ran with; only when this host never ran it (it started
+    // during the deletion) the spec as it is now, its inputs still read as the operator.
+    let last_ran = ctx.lock().removing.get(&name).cloned();
+    let (definition, mut module) = match last_ran {
+        Some((definition, module)) => (Some(definition), module),
+        None => (OperatorDefinition::validate(&name, &op.spec).ok(), None),
+    };
+    let definition = definition.filter(|d| d.finalizer_on_operator_deletion);
+    if let (Some(d), None) = (&definition, &module) {
         if let Some(m) = &d.finalizer {
             match ctx
                 .modules
@@ -784,6 +802,7 @@ async fn release(
     .map_err(|_| OperatorLoadError::ReleaseTimedOut(RELEASE_TIMEOUT))?;
     match released {
         Ok(count) => {
+            ctx.lock().removing.remove(&name);
             tracing::info!(operator = %name, released = count, "WasmOperator deleted: its resources are released from its finalizer");
             Ok(Action::await_change())
         }

@@ -6,8 +6,10 @@
 //! removed that finalizer from every resource of the kind (each gets a `FinalizerReleased`
 //! Event), then lets the WasmOperator go. The finalizer worker does not run, unless the
 //! definition says `onOperatorDeletion: runFinalizer`: then it runs once per resource first
-//! (within its deadline, its inputs listed from the API server), and the finalizer is removed
-//! whatever it answers.
+//! (within its deadline, its inputs listed from the API server as the operator's own account),
+//! and the finalizer is removed whatever it answers. The definition that runs is the last one
+//! this host ran for the operator (loaded, validated and its grants checked), not the spec as
+//! the deletion found it: a Secret input added just before the deletion is never listed.
 
 use crate::controller::finalizer;
 use crate::crd::{KindRef, WasmOperator};
@@ -88,8 +90,10 @@ pub struct FinalizeOnRemoval<'a> {
 }
 
 impl FinalizeOnRemoval<'_> {
-    /// Runs the finalizer worker for `resource`; says what it answered, for the Event.
-    async fn run(&self, client: &Client, resource: &DynamicObject) -> String {
+    /// Runs the finalizer worker for `resource`, its inputs listed by `as_operator` (the
+    /// operator's own account: what its grant does not allow, the worker is not handed); says
+    /// what it answered, for the Event.
+    async fn run(&self, client: &Client, as_operator: &Client, resource: &DynamicObject) -> String {
         let mut listed = HashMap::new();
         for input in &self.definition.finalizer_inputs {
             let kind = KindRef::new(&input.api_version, &input.kind);
@@ -99,13 +103,25 @@ impl FinalizeOnRemoval<'_> {
             let Ok(resolved) = kinds::resolve(client, &kind, "spec.finalizer.inputs").await else {
                 continue;
             };
-            let api: Api<DynamicObject> = resolved.api(client, resource.namespace().as_deref());
-            let objects = api
-                .list(&ListParams::default())
-                .await
-                .map(|l| l.items.into_iter().map(Arc::new).collect())
-                .unwrap_or_default();
-            listed.insert(kind, objects);
+            let api: Api<DynamicObject> =
+                resolved.api(as_operator, resource.namespace().as_deref());
+            match api.list(&ListParams::default()).await {
+                Ok(list) => {
+                    listed.insert(kind, list.items.into_iter().map(Arc::new).collect());
+                }
+                Err(e) => {
+                    // Refused (not granted) or failing: the worker does not run on a partial view.
+                    return crate::worker_text::bound_owned(
+                        format!(
+                            "its finalizer worker did not run: listing its input {} {} as the operator failed: {}",
+                            kind.api_version,
+                            kind.kind,
+                            crate::error_report::api_text(&e)
+                        ),
+                        crate::worker_text::MESSAGE_BYTES,
+                    );
+                }
+            }
         }
         let decided = crate::pipeline::finalize::decide(
             self.sandbox,
@@ -156,7 +172,7 @@ pub async fn release(
                 })?;
             for resource in page.items.iter().filter(|r| finalizer::has(r, &name)) {
                 let ran = match &finalize {
-                    Some(f) => f.run(client, resource).await,
+                    Some(f) => f.run(client, as_operator, resource).await,
                     None => "without running the finalizer worker".to_string(),
                 };
                 let api = kind.api(as_operator, resource.namespace().as_deref());

@@ -258,6 +258,11 @@ impl FinalizerWorker for Scripted {
                     .collect();
                 seen.insert(name.to_string(), Value::Array(names));
             }
+            // Also in its log: an operator's removal writes no status, the host log shows it.
+            ctx.info(
+                "scripted finalizer inputs",
+                &[("seen", &Value::Object(seen.clone()).to_string())],
+            );
             status.insert("finalizerInputs".into(), Value::Object(seen));
         }
         match step.mode.as_str() {
