@@ -148,6 +148,36 @@ pub fn member_lease_name(identity: &str) -> String {
     format!("wasmpilot-member-{}", dns_part(identity, 60))
 }
 
+/// The field manager of a replica's member Lease writes: no operator's (`wasmpilot-<name>`, and
+/// a name never holds a colon).
+const MEMBER_MANAGER: &str = "wasmpilot:replica";
+
+/// Whether `lease`, labelled as a member Lease, is a replica's own: named after its holder, its
+/// holder not set by an operator's apply (an output the host applied for an operator carries
+/// that operator's field manager, `wasmpilot-<name>`). Another is ignored: a forged member
+/// would have buckets assigned to a replica that never takes them.
+fn is_replicas_own(lease: &Lease) -> bool {
+    let Some(holder) = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+    else {
+        return false;
+    };
+    if lease.metadata.name.as_deref() != Some(member_lease_name(holder).as_str()) {
+        return false;
+    }
+    let holder_set_by_operator = lease.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager
+            .as_deref()
+            .is_some_and(|manager| manager.starts_with("wasmpilot-"))
+            && m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:spec/f:holderIdentity").is_some())
+    });
+    !holder_set_by_operator
+}
+
 /// A label value naming `operator` (cut with a digest beyond 63 bytes).
 fn operator_label_value(operator: &str) -> String {
     if operator.len() <= 63 {
@@ -900,6 +930,10 @@ impl Sharding {
             if lease.labels().get(LEASE_ROLE_LABEL).map(String::as_str) != Some("member") {
                 continue;
             }
+            if !is_replicas_own(lease) {
+                tracing::warn!(lease = %lease.name_any(), "ignored a Lease labelled as a replica's member Lease: not a replica's own (named after another holder, or written by an operator)");
+                continue;
+            }
             let Some(spec) = &lease.spec else { continue };
             let Some(holder) = spec.holder_identity.clone() else {
                 continue;
@@ -978,13 +1012,13 @@ impl Sharding {
         }
         spec.renew_time = Some(MicroTime(now));
         spec.lease_duration_seconds = Some(self.duration_secs());
+        let params = PostParams {
+            field_manager: Some(MEMBER_MANAGER.into()),
+            ..Default::default()
+        };
         let result = match current {
-            Some(_) => {
-                self.api
-                    .replace(&name, &PostParams::default(), &lease)
-                    .await
-            }
-            None => self.api.create(&PostParams::default(), &lease).await,
+            Some(_) => self.api.replace(&name, &params, &lease).await,
+            None => self.api.create(&params, &lease).await,
         };
         match result {
             Ok(_) => Ok(true),
@@ -1921,6 +1955,45 @@ mod tests {
         let mut o = DynamicObject::new(name, &resource).within(ns);
         o.metadata.uid = Some(format!("uid-{ns}-{name}"));
         o
+    }
+
+    #[test]
+    fn only_a_replicas_own_member_lease_counts() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+        let lease = |name: &str, holder: &str, manager: &str| Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some(manager.into()),
+                    fields_v1: Some(FieldsV1(serde_json::json!({
+                        "f:metadata": {"f:labels": {}},
+                        "f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}))),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                ..Default::default()
+            }),
+        };
+        let own = member_lease_name("pod-a");
+        assert!(is_replicas_own(&lease(&own, "pod-a", MEMBER_MANAGER)));
+        assert!(
+            is_replicas_own(&lease(&own, "pod-a", "kube-rs")),
+            "a replica of an earlier release (no field manager of its own)"
+        );
+        assert!(
+            !is_replicas_own(&lease(&own, "pod-a", "wasmpilot-squatter")),
+            "its holder applied by an operator"
+        );
+        assert!(
+            !is_replicas_own(&lease(&own, "pod-b", MEMBER_MANAGER)),
+            "named after another holder"
+        );
+        let mut no_holder = lease(&own, "pod-a", MEMBER_MANAGER);
+        no_holder.spec = None;
+        assert!(!is_replicas_own(&no_holder));
     }
 
     #[test]
