@@ -132,8 +132,22 @@ enum Command {
     /// Run recorded or captured cases against a candidate operator; report same / different /
     /// error per case with the changed fields; fail on any difference not declared expected.
     Replay(wasmpilot::evidence::replay::ReplayArgs),
+    /// An admin's review of a WasmOperator in the cluster (what it reads, writes and which
+    /// sensitive kinds it asks for), then the WasmOperatorGrant consenting to it as it is: its
+    /// uid and those kinds. A host with --require-operator-grants runs it only then.
+    Grant {
+        /// The WasmOperator's name.
+        name: String,
+        /// Print the grant instead of applying it.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Print the WasmOperator CustomResourceDefinition (YAML).
-    Crd,
+    Crd {
+        /// The WasmOperatorGrant's instead (the admins' consent to each WasmOperator).
+        #[arg(long)]
+        grant: bool,
+    },
     /// Publish a built component to an OCI registry as a Wasm artifact; print its digests.
     Push(wasmpilot::modules::oci::PushArgs),
     /// Print an operator's own ServiceAccount, its least-privilege role and binding, and the
@@ -319,11 +333,21 @@ impl Cli {
                 }
                 Ok(())
             }
-            Command::Crd => {
+            Command::Crd { grant: false } => {
                 print!("{}", serde_yaml::to_string(&WasmOperator::crd())?);
                 Ok(())
             }
+            Command::Crd { grant: true } => {
+                print!(
+                    "{}",
+                    serde_yaml::to_string(&wasmpilot::crd::WasmOperatorGrant::crd())?
+                );
+                Ok(())
+            }
             Command::Push(args) => wasmpilot::modules::oci::push_command(args).await,
+            Command::Grant { name, dry_run } => {
+                wasmpilot::operator_grant::grant_command(&name, dry_run).await
+            }
         }
     }
 }

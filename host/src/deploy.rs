@@ -267,6 +267,20 @@ pub async fn deploy(
     let Some(applied_owner) = applied.owner_ref(&()) else {
         bail!("the API server returned WasmOperator {op_name} without a uid");
     };
+    if opts.grants.is_some() {
+        // The admin who grants the operator its RBAC consents to it as deployed (a host with
+        // --require-operator-grants runs it only then); a cluster without the grant CRD needs none.
+        match crate::operator_grant::apply(&client, &applied).await {
+            Ok(grant) => eprintln!(
+                "granted WasmOperator {op_name} (uid {}) as deployed: WasmOperatorGrant {op_name}",
+                grant.spec.operator_uid
+            ),
+            Err(e) if grant_crd_missing(&e) => eprintln!(
+                "no WasmOperatorGrant CRD on this cluster: {op_name} is not granted (a host with --require-operator-grants needs it: deploy/crds/wasmoperatorgrant.yaml, then `wasmpilot grant {op_name}`)"
+            ),
+            Err(e) => return Err(e),
+        }
+    }
     if owner.as_ref().map(|o| &o.uid) != Some(&applied_owner.uid) {
         // Stored before the WasmOperator existed (or while it was being replaced): adopt them, in
         // the same apply as their content, so no other manager holds a reference to an old owner.
@@ -276,6 +290,13 @@ pub async fn deploy(
     }
     prune_modules(&client, &opts.module_namespace, &op_name, &stored).await?;
     Ok(applied)
+}
+
+/// Whether `e` is the API server not serving WasmOperatorGrants (their CRD not installed).
+fn grant_crd_missing(e: &anyhow::Error) -> bool {
+    e.chain().any(
+        |c| matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 404),
+    )
 }
 
 /// Applies the operator's own ServiceAccount and its grants (`wasmpilot rbac`'s documents, with

@@ -5,7 +5,7 @@
 //! ```text
 //! runtime (wasmpilot_runtime): controller → pipeline step → sandbox, modules, definition
 //! tools (this crate):          authoring (init, generate, build, simulate, graph, plan),
-//!                              offline (run-phase), evidence (capture, replay), deploy,
+//!                              offline (run-phase), evidence (capture, replay), deploy, grant,
 //!                              dashboard, cli
 //! ```
 //!
@@ -24,5 +24,6 @@ pub mod dashboard;
 pub mod deploy;
 pub mod evidence;
 pub mod offline;
+pub mod operator_grant;
 #[cfg(test)]
 mod step_equivalence_tests;

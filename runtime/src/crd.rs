@@ -1,5 +1,6 @@
-//! The `WasmOperator` custom resource: one operator's phase table and modules.
-//! Its Rust types are the source of `deploy/crds/wasmoperator.yaml` (see `wasmpilot crd`).
+//! The `WasmOperator` custom resource: one operator's phase table and modules; and the admin's
+//! `WasmOperatorGrant` consenting to one. Their Rust types are the source of `deploy/crds/`
+//! (see `wasmpilot crd`).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -111,6 +112,36 @@ pub struct QuerySpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = MAX_PER_PHASE))]
     pub params: BTreeMap<String, String>,
+}
+
+/// An admin's consent to run one WasmOperator (the one named as this grant, with the uid
+/// below), and what it may use beyond the ordinary. Authors write WasmOperators; only an admin
+/// writes grants: a field of the WasmOperator (`allowSensitiveKinds`) is the author's request,
+/// this is the consent. A host started with `--require-operator-grants` runs no WasmOperator
+/// without one.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[kube(
+    group = "wasmpilot.io",
+    version = "v1alpha1",
+    kind = "WasmOperatorGrant",
+    shortname = "wopgrant",
+    printcolumn = r#"{"name":"Operator UID","type":"string","jsonPath":".spec.operatorUID"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmOperatorGrantSpec {
+    /// The `metadata.uid` of the WasmOperator this grant is for: a WasmOperator made again
+    /// under the same name (by anyone) has another uid and is not granted until an admin reviews
+    /// it (`wasmpilot grant <name>`).
+    #[serde(rename = "operatorUID")]
+    #[schemars(length(min = 1, max = 128))]
+    pub operator_uid: String,
+    /// Kinds the operator may use although they are sensitive (Secrets, RBAC kinds, …, and its
+    /// own resource kind as an output): each must also be in the WasmOperator's
+    /// `spec.allowSensitiveKinds` (what its author asks for).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PER_PHASE))]
+    pub sensitive_kinds: Vec<KindRef>,
 }
 
 /// An apiVersion + kind pair, e.g. `apps/v1` `Deployment`.
@@ -584,6 +615,26 @@ mod tests {
         let mut found = Vec::new();
         walk(&crd, "", &mut found);
         assert!(found.is_empty(), "enums listing null: {found:#?}");
+    }
+
+    /// `deploy/crds/wasmoperatorgrant.yaml` likewise (`wasmpilot crd --grant`).
+    #[test]
+    fn committed_grant_crd_matches_generated() {
+        let generated = serde_yaml::to_string(&WasmOperatorGrant::crd()).unwrap();
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/crds/wasmoperatorgrant.yaml"
+        );
+        if std::env::var_os("WASMPILOT_UPDATE_GOLDEN").is_some() {
+            std::fs::write(path, &generated).expect("writing the CRD");
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "deploy/crds/wasmoperatorgrant.yaml is stale: run `cargo run -p wasmpilot -- crd --grant > deploy/crds/wasmoperatorgrant.yaml`"
+        );
+        let crd = serde_json::to_value(WasmOperatorGrant::crd()).unwrap();
+        assert_eq!(crd["spec"]["scope"], "Cluster");
     }
 
     /// `deploy/crds/wasmoperator.yaml` is generated from these types; regenerate with

@@ -75,6 +75,12 @@ pub struct RunArgs {
     /// 512 MiB for the host itself (its caches and compiles).
     #[arg(long, env = "WASMPILOT_WORKER_MEMORY_BUDGET_MIB")]
     worker_memory_budget_mib: Option<usize>,
+    /// Run a WasmOperator only under an admin's WasmOperatorGrant of its name made for its uid
+    /// (`wasmpilot grant <name>`), using only the sensitive kinds the grant lists; without one it
+    /// is `Ready=False` (`GrantMissing`, `GrantForAnotherOperator`, `SensitiveKindNotGranted`),
+    /// and a grant revoked stops it at once. The shipped Deployment sets it.
+    #[arg(long, env = "WASMPILOT_REQUIRE_OPERATOR_GRANTS")]
+    require_operator_grants: bool,
     /// Run controllers only while holding a Lease, so several replicas can run (one active).
     #[arg(long, conflicts_with = "shard")]
     leader_elect: bool,
@@ -503,6 +509,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_record_sink(record_sink)
             .with_input_requeue(input_requeue)
             .with_reserved_namespaces(reserved.clone())
+            .with_required_grants(args.require_operator_grants)
             .with_sharding(Some(sharding.clone()))
             .run(shutdown)
             .await;
@@ -520,6 +527,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_record_sink(record_sink)
             .with_input_requeue(input_requeue)
             .with_reserved_namespaces(reserved.clone())
+            .with_required_grants(args.require_operator_grants)
             .run(shutdown)
             .await;
     }
@@ -551,7 +559,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_prometheus(args.prometheus_url.clone())
         .with_record_sink(record_sink)
         .with_input_requeue(input_requeue)
-        .with_reserved_namespaces(reserved);
+        .with_reserved_namespaces(reserved)
+        .with_required_grants(args.require_operator_grants);
     tokio::select! {
         result = manager.run(&mut shutdown) => {
             election.release().await;

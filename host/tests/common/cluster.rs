@@ -621,6 +621,8 @@ pub async fn test_kind_free(client: &Client, kind: &str) -> anyhow::Result<()> {
     // This build's WasmOperator CRD (the cluster may hold an older one).
     let crd = <wasmpilot::crd::WasmOperator as kube::CustomResourceExt>::crd();
     wasmpilot::deploy::apply_crd(client, serde_json::to_value(crd)?).await?;
+    let grants = <wasmpilot::crd::WasmOperatorGrant as kube::CustomResourceExt>::crd();
+    wasmpilot::deploy::apply_crd(client, serde_json::to_value(grants)?).await?;
     purge_terminating_operators(client).await?;
     let manifest = super::repo_root().join("host/tests/manifests/scripted.yaml");
     let text =

@@ -96,6 +96,8 @@ pub(super) enum LoadFailure {
     KindClaimed { kind: String, by: String },
     #[error("its outputs and other operators' close a cycle: {cycle}. Each resource on it would create the next without end, so the youngest WasmOperator on the cycle is refused: change an output, or, if a worker ends the recursion, list that kind in the spec.allowSensitiveKinds of the operator outputting it")]
     OutputCycle { cycle: String },
+    #[error("{0}")]
+    Consent(#[from] crate::controller::admin_consent::ConsentError),
     #[error("loading took longer than {}s (the host's --load-timeout): its modules are fetched and compiled one after another, each download within {}s and each compile within {}s; those done are kept in the compile cache, so the next attempt goes on from there", .0.as_secs(), crate::modules::FETCH_TIMEOUT.as_secs(), crate::modules::COMPILE_TIMEOUT.as_secs())]
     TimedOut(Duration),
 }
@@ -119,6 +121,7 @@ impl LoadFailure {
             LoadFailure::KindClaimed { .. } => "ResourceKindClaimed",
             LoadFailure::OutputCycle { .. } => "OutputCycle",
             LoadFailure::TimedOut(_) => "LoadTimedOut",
+            LoadFailure::Consent(e) => e.reason(),
         }
     }
 
@@ -126,6 +129,9 @@ impl LoadFailure {
     /// an operator on it to change or stop (the manager then loads it again); the rest may fix
     /// themselves (CRD installed, ConfigMap created).
     fn retry(&self) -> bool {
+        if let LoadFailure::Consent(e) = self {
+            return e.retry();
+        }
         !matches!(
             self,
             LoadFailure::Invalid(_)
@@ -366,6 +372,8 @@ pub struct Manager {
     sharding: Option<Arc<crate::controller::buckets::Sharding>>,
     load_timeout: Duration,
     reserved_namespaces: crate::controller::context::ReservedNamespaces,
+    /// `--require-operator-grants`: no WasmOperator runs without its admin's grant.
+    require_grants: bool,
 }
 
 /// What the WasmOperator reconciles share.
@@ -387,6 +395,8 @@ pub(super) struct ManagerContext {
     input_requeue: crate::controller::context::InputRequeue,
     sharding: Option<Arc<crate::controller::buckets::Sharding>>,
     reserved_namespaces: crate::controller::context::ReservedNamespaces,
+    /// With `--require-operator-grants`: where the admins' grants are read.
+    admin_grants: Option<Api<crate::crd::WasmOperatorGrant>>,
     /// How long one attempt at loading an operator may take (see [`DEFAULT_LOAD_TIMEOUT`]).
     load_timeout: Duration,
     /// When to try loading an operator again, per operator: doubling up to [`LOAD_RETRY`].
@@ -412,7 +422,15 @@ impl Manager {
             sharding: None,
             load_timeout: DEFAULT_LOAD_TIMEOUT,
             reserved_namespaces: Default::default(),
+            require_grants: false,
         }
+    }
+
+    /// Runs a WasmOperator only under an admin's `WasmOperatorGrant` made for it
+    /// (`--require-operator-grants`).
+    pub fn with_required_grants(mut self, required: bool) -> Self {
+        self.require_grants = required;
+        self
     }
 
     /// The host's own namespaces, where no operator's output goes.
@@ -475,6 +493,7 @@ impl Manager {
             controller: "wasmpilot".into(),
             instance,
         };
+        let admin_grants = self.require_grants.then(|| Api::all(self.client.clone()));
         Arc::new(ManagerContext {
             recorder: Recorder::new(self.client.clone(), reporter.clone()),
             reporter,
@@ -488,6 +507,7 @@ impl Manager {
             input_requeue: self.input_requeue,
             sharding: self.sharding,
             reserved_namespaces: self.reserved_namespaces,
+            admin_grants,
             load_timeout: self.load_timeout,
             retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
             operators,
@@ -526,6 +546,32 @@ impl Manager {
             .applied_objects()
             .predicate_filter(predicates::generation, Default::default());
         let (stop, stopped) = oneshot::channel::<()>();
+        let mut grant_watch = None;
+        if let Some(grants) = ctx.admin_grants.clone() {
+            // A grant made, changed or revoked has its WasmOperator checked again at once.
+            let recheck = ctx.recheck.clone();
+            grant_watch = Some(tokio::spawn(async move {
+                let mut events =
+                    std::pin::pin!(watcher::watcher(grants, watcher::Config::default())
+                        .backoff(crate::controller::schedule::watch_backoff()));
+                while let Some(event) = events.next().await {
+                    match event {
+                        Ok(
+                            watcher::Event::Apply(g)
+                            | watcher::Event::Delete(g)
+                            | watcher::Event::InitApply(g),
+                        ) => {
+                            let _ = recheck.unbounded_send(ObjectRef::new(&g.name_any()));
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %crate::error_report::Brief(&e), "watching WasmOperatorGrants (is their CRD installed? deploy/crds/wasmoperatorgrant.yaml)")
+                        }
+                    }
+                }
+            }));
+            tracing::info!("a WasmOperator runs only under its admin's WasmOperatorGrant (--require-operator-grants)");
+        }
         tracing::info!("watching WasmOperators");
         let controller = Controller::for_stream(changes, operators)
             .reconcile_on(rechecks)
@@ -546,6 +592,9 @@ impl Manager {
                 let _ = stop.send(());
                 controller.await;
             }
+        }
+        if let Some(watch) = grant_watch {
+            watch.abort();
         }
         // In-flight reconciles finish before this host lets go (and, when leader-elected,
         // releases the Lease to a standby).
@@ -604,6 +653,16 @@ pub(super) async fn reconcile_operator(
     let name = op.name_any();
     if op.metadata.deletion_timestamp.is_some() {
         return release(&op, &ctx).await;
+    }
+    if let Some(grants) = &ctx.admin_grants {
+        if let Err(refused) = crate::controller::admin_consent::consent(grants, &op).await {
+            // Never granted, granted another uid, or revoked: what runs stops.
+            let freed = ctx.lock().stop(&name);
+            ctx.recheck(freed);
+            let failure = LoadFailure::from(refused);
+            ctx.report_failure(&op, &failure).await;
+            return Err(failure.into());
+        }
     }
     let running = ctx
         .lock()

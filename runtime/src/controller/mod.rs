@@ -5,8 +5,10 @@
 //! the record sink and the `shadow` lane, `output_cycles` finds operators creating each
 //! other's resources, `leader` elects the active host, `buckets` shares
 //! the resources among active replicas (each watch's `deletion_log` covering handover gaps), and
-//! `watch_health` reports a failing watch on its WasmOperator.
+//! `watch_health` reports a failing watch on its WasmOperator; `admin_consent` checks the admin's
+//! grant of each WasmOperator before it loads.
 
+pub mod admin_consent;
 pub mod buckets;
 pub mod cluster_effects;
 pub mod context;
