@@ -21,6 +21,7 @@ const LEASE: (&str, &str) = ("coordination.k8s.io/v1", "Lease");
 fn operator() -> Value {
     json!({"apiVersion": OPS.0, "kind": OPS.1, "metadata": {"name": OPERATOR}, "spec": {
         "resource": {"apiVersion": HATCH.0, "kind": HATCH.1},
+        "allowSensitiveKinds": [{"apiVersion": LEASE.0, "kind": LEASE.1}],
         "phases": [
             {"name": "Start", "initial": true, "next": ["Done"],
              "module": {"file": {"path": "wasmpilot_test_scripted.wasm"}},

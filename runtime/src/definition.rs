@@ -99,6 +99,47 @@ const SENSITIVE_KINDS: &[(&str, &str)] = &[
     (HOST_GROUP, "WasmOperator"),
 ];
 
+/// Kinds an operator may write only when the admin allows them (as outputs: reading them is
+/// ordinary): a workload runs pods with any ServiceAccount of its namespace, so writing one acts
+/// with that account's rights; a Service, Endpoints or EndpointSlice takes another workload's
+/// traffic; a NetworkPolicy opens or closes the namespace's network; a Lease can pose as a
+/// leader; a ServiceAccount is an identity; and the kinds of GitOps and secret controllers
+/// (Argo CD, Flux, External Secrets) have their controller act for their writer.
+const SENSITIVE_OUTPUT_KINDS: &[(&str, &str)] = &[
+    ("", "Pod"),
+    ("", "ReplicationController"),
+    ("apps", "Deployment"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("apps", "ReplicaSet"),
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+    ("", "ServiceAccount"),
+    ("", "Service"),
+    ("", "Endpoints"),
+    ("discovery.k8s.io", "EndpointSlice"),
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("coordination.k8s.io", "Lease"),
+    ("argoproj.io", "Application"),
+    ("argoproj.io", "ApplicationSet"),
+    ("argoproj.io", "AppProject"),
+    ("kustomize.toolkit.fluxcd.io", "Kustomization"),
+    ("helm.toolkit.fluxcd.io", "HelmRelease"),
+    ("source.toolkit.fluxcd.io", "GitRepository"),
+    ("external-secrets.io", "ExternalSecret"),
+    ("external-secrets.io", "ClusterExternalSecret"),
+    ("external-secrets.io", "SecretStore"),
+    ("external-secrets.io", "ClusterSecretStore"),
+];
+
+/// Whether writing `kind` is one of [`SENSITIVE_OUTPUT_KINDS`].
+pub fn is_sensitive_output(kind: &KindRef) -> bool {
+    let group = kind.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    SENSITIVE_OUTPUT_KINDS
+        .iter()
+        .any(|(g, k)| *g == group && *k == kind.kind)
+}
+
 /// The API group of the host's own kinds: no operator manages a kind of it.
 const HOST_GROUP: &str = "wasmpilot.io";
 
@@ -158,6 +199,13 @@ pub fn sensitive_uses(spec: &WasmOperatorSpec) -> Vec<(KindRef, String, &'static
         .collect();
     for (i, p) in spec.phases.iter().enumerate() {
         for (j, kind) in p.outputs.iter().enumerate() {
+            if is_sensitive_output(kind) && !is_sensitive(kind) {
+                uses.push((
+                    kind.clone(),
+                    format!("spec.phases[{i}].outputs[{j}]"),
+                    "acts beyond the operator's own rights once written (a workload's pods run as any ServiceAccount of their namespace; a Service or NetworkPolicy steers traffic; a Lease, ServiceAccount or GitOps or secret controller's object acts for its writer)",
+                ));
+            }
             if same_kind(kind, &spec.resource) {
                 uses.push((
                     kind.clone(),

@@ -1398,6 +1398,7 @@ kind: WasmOperator
 metadata: {name: shells}
 spec:
   resource: {apiVersion: shell.examples.io/v1, kind: MyOwnShell}
+  allowSensitiveKinds: [{apiVersion: apps/v1, kind: Deployment}]
   phases:
     - name: waiting-for-db
       initial: true
