@@ -12,6 +12,20 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Below 16 GiB free under ~/.cache, cargo's incremental caches go: they are the largest part of
+# the shared target directory (tens of GB after a few clean clones) and only ever a cache; a full
+# disk made the linker die with SIGBUS mid-run.
+free_up_cache() {
+  local free_kib
+  free_kib=$(df -Pk "$HOME/.cache" 2>/dev/null | awk 'NR == 2 {print $4}')
+  if [ "${free_kib:-0}" -lt $((16 * 1024 * 1024)) ] && [ -d "$CARGO_TARGET_DIR" ]; then
+    echo "less than 16 GiB free under $HOME/.cache: removing cargo's incremental caches" >&2
+    find "$CARGO_TARGET_DIR" -maxdepth 2 -type d -name incremental -prune -exec rm -rf {} + || true
+  fi
+}
+mkdir -p "$HOME/.cache"
+free_up_cache
+
 step "setup"
 deploy/local/setup.sh --tests
 
@@ -53,6 +67,7 @@ step "cluster"
 # The local node's kubelet evicts pods (and the scheduler places none) below 1 % free disk: say
 # so before tests fail waiting for pods. Each clean clone adds its own build to the shared target
 # directory (~5 GB).
+free_up_cache
 free_kib=$(df -Pk "$HOME/.cache" | awk 'NR == 2 {print $4}')
 if [ "${free_kib:-0}" -lt $((8 * 1024 * 1024)) ]; then
   echo "WARNING: only $((free_kib / 1024 / 1024)) GiB free under $HOME/.cache: the node may evict its pods (DiskPressure); free space (e.g. stale builds in ${CARGO_TARGET_DIR:-target}/debug/deps)" >&2

@@ -11,7 +11,8 @@
 //! (`ClientBuilder::try_from`), minus its request tracing; a kubeconfig whose exec plugin hands
 //! out client certificates (whose expiry only kube's builder tracks) or that names a proxy gets
 //! kube's builder unchanged (HTTP/1.1). Clients acting as an operator's identity
-//! (impersonating its ServiceAccount) share the host's connections.
+//! (impersonating its ServiceAccount) share the host's connections; the shared caches' watches
+//! take a pool of their own ([`Connection::separate_pool`]).
 
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -90,6 +91,14 @@ impl Connection {
             Err(_) => tracing::warn!(agent, "not a valid User-Agent header value; sending none"),
         }
         self
+    }
+
+    /// The same server and identity over a pool of its own (its own HTTP/2 connection): an API
+    /// server allows about 100 concurrent streams per connection (kubernetes#121120), and every
+    /// watch holds one for as long as it runs, so long-lived watches there cannot hold back the
+    /// requests of this one.
+    pub fn separate_pool(&self) -> Result<Connection, kube::Error> {
+        Connection::new(self.config.clone())
     }
 
     /// A client acting as the configured identity (the host's).

@@ -376,6 +376,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = connection
         .client()
         .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    // The shared caches' watches on a connection of their own: writes, reviews and Lease
+    // renewals never wait for a stream behind them.
+    let watch_client = connection
+        .separate_pool()
+        .and_then(|c| c.client())
+        .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
     let identities =
         crate::controller::grants::Identities::impersonating(connection, &args.identity_namespace);
     let limits = SandboxLimits {
@@ -510,6 +516,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_input_requeue(input_requeue)
             .with_reserved_namespaces(reserved.clone())
             .with_required_grants(args.require_operator_grants)
+            .with_watch_client(watch_client.clone())
             .with_sharding(Some(sharding.clone()))
             .run(shutdown)
             .await;
@@ -528,6 +535,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_input_requeue(input_requeue)
             .with_reserved_namespaces(reserved.clone())
             .with_required_grants(args.require_operator_grants)
+            .with_watch_client(watch_client.clone())
             .run(shutdown)
             .await;
     }
@@ -560,7 +568,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_record_sink(record_sink)
         .with_input_requeue(input_requeue)
         .with_reserved_namespaces(reserved)
-        .with_required_grants(args.require_operator_grants);
+        .with_required_grants(args.require_operator_grants)
+        .with_watch_client(watch_client);
     tokio::select! {
         result = manager.run(&mut shutdown) => {
             election.release().await;

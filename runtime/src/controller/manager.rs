@@ -374,6 +374,9 @@ pub struct Manager {
     reserved_namespaces: crate::controller::context::ReservedNamespaces,
     /// `--require-operator-grants`: no WasmOperator runs without its admin's grant.
     require_grants: bool,
+    /// The client of the shared caches' watches, on a connection of their own (default: the
+    /// host's client).
+    watch_client: Option<Client>,
 }
 
 /// What the WasmOperator reconciles share.
@@ -423,7 +426,16 @@ impl Manager {
             load_timeout: DEFAULT_LOAD_TIMEOUT,
             reserved_namespaces: Default::default(),
             require_grants: false,
+            watch_client: None,
         }
+    }
+
+    /// Runs the shared caches' watches over `client`: a connection (HTTP/2 stream pool) other
+    /// than the one writes, reviews and Lease renewals take, so however many watches operators
+    /// open, the API server's per-connection stream limit never holds a write back.
+    pub fn with_watch_client(mut self, client: Client) -> Self {
+        self.watch_client = Some(client);
+        self
     }
 
     /// Runs a WasmOperator only under an admin's `WasmOperatorGrant` made for it
@@ -497,8 +509,12 @@ impl Manager {
         Arc::new(ManagerContext {
             recorder: Recorder::new(self.client.clone(), reporter.clone()),
             reporter,
-            informers: crate::controller::informers::Informers::new(self.client.clone())
-                .with_scope(self.sharding.as_ref().map(|s| s.cache_scope())),
+            informers: crate::controller::informers::Informers::new(
+                self.watch_client
+                    .clone()
+                    .unwrap_or_else(|| self.client.clone()),
+            )
+            .with_scope(self.sharding.as_ref().map(|s| s.cache_scope())),
             client: self.client,
             identities: self.identities,
             modules: self.modules,

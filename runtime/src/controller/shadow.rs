@@ -21,6 +21,10 @@ use tokio::sync::mpsc;
 
 /// Live decisions waiting for their shadow run, per operator; more are skipped (counted).
 const QUEUE: usize = 1024;
+/// Bytes of the requests (resource and inputs) waiting for or in their shadow run, per
+/// operator; a call past it is skipped (counted): one operator's lane holds a bounded share of
+/// the host's memory however large its inputs.
+const QUEUE_BYTES: usize = 64 << 20;
 /// At most one `ShadowDiffered` Event per resource in this interval.
 const EVENT_INTERVAL: Duration = Duration::from_secs(300);
 /// The WasmOperator's shadow counts are written at most this often.
@@ -35,9 +39,55 @@ pub struct Shadows {
     operator: String,
     modules: Arc<HashMap<String, PhaseModule>>,
     queue: mpsc::Sender<ShadowJob>,
+    /// Bytes of the jobs queued or running (see [`QUEUE_BYTES`]).
+    queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     stats: Arc<Mutex<BTreeMap<String, ShadowStatus>>>,
     /// Held while the operator is loaded: its queued jobs see it gone once these shadows are.
     alive: Arc<()>,
+}
+
+/// A job's share of its operator's [`QUEUE_BYTES`], given back when the job is done or dropped.
+struct QueuedBytes {
+    counter: Arc<std::sync::atomic::AtomicUsize>,
+    bytes: usize,
+}
+
+impl QueuedBytes {
+    /// `bytes` more, unless the counter would pass `limit`.
+    fn take(
+        counter: &Arc<std::sync::atomic::AtomicUsize>,
+        bytes: usize,
+        limit: usize,
+    ) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        let before = counter.fetch_add(bytes, Ordering::AcqRel);
+        if before.saturating_add(bytes) > limit {
+            counter.fetch_sub(bytes, Ordering::AcqRel);
+            return None;
+        }
+        Some(QueuedBytes {
+            counter: counter.clone(),
+            bytes,
+        })
+    }
+}
+
+impl Drop for QueuedBytes {
+    fn drop(&mut self) {
+        self.counter
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// What a request weighs in a shadow queue: its resource's and inputs' JSON.
+fn request_bytes(request: &crate::sandbox::SyncRequest) -> usize {
+    request.resource.len()
+        + request
+            .inputs
+            .iter()
+            .flat_map(|i| &i.objects)
+            .map(String::len)
+            .sum::<usize>()
 }
 
 /// What a shadow run needs of its operator, handed to its lane when the operator loads (the
@@ -61,6 +111,7 @@ pub struct ShadowJob {
     alive: Weak<()>,
     resource: Arc<DynamicObject>,
     call: LiveCall,
+    _bytes: QueuedBytes,
 }
 
 impl Shadows {
@@ -100,6 +151,7 @@ impl Shadows {
             operator,
             modules,
             queue,
+            queued_bytes: Default::default(),
             stats,
             alive: Arc::new(()),
         }
@@ -117,13 +169,19 @@ impl Shadows {
     /// Queues a live call for its shadow run; never waits (a full queue skips it, counted).
     pub fn enqueue(&self, resource: Arc<DynamicObject>, call: LiveCall) {
         let phase = call.request.phase.clone();
-        if let Err(mpsc::error::TrySendError::Full(_) | mpsc::error::TrySendError::Closed(_)) =
-            self.queue.try_send(ShadowJob {
-                alive: Arc::downgrade(&self.alive),
-                resource,
-                call,
-            })
-        {
+        let bytes = request_bytes(&call.request);
+        let queued = QueuedBytes::take(&self.queued_bytes, bytes, QUEUE_BYTES).ok_or(());
+        let sent = queued.and_then(|bytes| {
+            self.queue
+                .try_send(ShadowJob {
+                    alive: Arc::downgrade(&self.alive),
+                    resource,
+                    call,
+                    _bytes: bytes,
+                })
+                .map_err(|_| ())
+        });
+        if sent.is_err() {
             crate::metrics::METRICS
                 .shadow_skipped
                 .get_or_create(&crate::metrics::PhaseLabels {
@@ -273,6 +331,7 @@ impl ShadowRuns {
             alive,
             resource,
             call,
+            _bytes,
         } = job;
         if alive.upgrade().is_none() {
             return;
@@ -433,6 +492,25 @@ mod tests {
     use super::*;
     use crate::mock_api_server::{failure, scripted, Exchange};
     use http::{Method, StatusCode};
+
+    #[test]
+    fn queued_bytes_are_bounded_and_given_back() {
+        let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let first = QueuedBytes::take(&counter, 60, 100).expect("within the bound");
+        assert!(
+            QueuedBytes::take(&counter, 50, 100).is_none(),
+            "past the bound: skipped"
+        );
+        let second = QueuedBytes::take(&counter, 40, 100).expect("exactly the bound");
+        assert_eq!(counter.load(std::sync::atomic::Ordering::Acquire), 100);
+        drop(first);
+        drop(second);
+        assert_eq!(
+            counter.load(std::sync::atomic::Ordering::Acquire),
+            0,
+            "a job done gives its bytes back"
+        );
+    }
 
     /// A counts write the API server refuses for its shape is reported once, as a Warning
     /// Event on the WasmOperator naming the refusal; the same refusal again is not reported
