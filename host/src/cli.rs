@@ -141,6 +141,15 @@ enum Command {
         /// Print the grant instead of applying it.
         #[arg(long)]
         dry_run: bool,
+        /// A namespace a cluster-scoped resource's outputs may go to (repeat, or comma-separate;
+        /// unset: as the grant in the cluster says, else none).
+        #[arg(long = "output-namespace", value_delimiter = ',')]
+        output_namespaces: Option<Vec<String>>,
+        /// An address or CIDR block beyond public ones that this operator's module URLs,
+        /// registries and Prometheus may reach (repeat, or comma-separate; unset: as the grant in
+        /// the cluster says, else none).
+        #[arg(long, value_delimiter = ',')]
+        allow_fetch_from: Option<Vec<String>>,
     },
     /// Print the WasmOperator CustomResourceDefinition (YAML).
     Crd {
@@ -345,8 +354,17 @@ impl Cli {
                 Ok(())
             }
             Command::Push(args) => wasmpilot::modules::oci::push_command(args).await,
-            Command::Grant { name, dry_run } => {
-                wasmpilot::operator_grant::grant_command(&name, dry_run).await
+            Command::Grant {
+                name,
+                dry_run,
+                output_namespaces,
+                allow_fetch_from,
+            } => {
+                let extras = wasmpilot::operator_grant::GrantExtras {
+                    output_namespaces,
+                    allow_fetch_from,
+                };
+                wasmpilot::operator_grant::grant_command(&name, dry_run, &extras).await
             }
         }
     }

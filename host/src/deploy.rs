@@ -270,7 +270,7 @@ pub async fn deploy(
     if opts.grants.is_some() {
         // The admin who grants the operator its RBAC consents to it as deployed (a host with
         // --require-operator-grants runs it only then); a cluster without the grant CRD needs none.
-        match crate::operator_grant::apply(&client, &applied).await {
+        match crate::operator_grant::apply(&client, &applied, &Default::default()).await {
             Ok(grant) => eprintln!(
                 "granted WasmOperator {op_name} (uid {}) as deployed: WasmOperatorGrant {op_name}",
                 grant.spec.operator_uid

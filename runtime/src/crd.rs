@@ -119,7 +119,7 @@ pub struct QuerySpec {
 /// writes grants: a field of the WasmOperator (`allowSensitiveKinds`) is the author's request,
 /// this is the consent. A host started with `--require-operator-grants` runs no WasmOperator
 /// without one.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
 #[kube(
     group = "wasmpilot.io",
     version = "v1alpha1",
@@ -142,6 +142,90 @@ pub struct WasmOperatorGrantSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_PER_PHASE))]
     pub sensitive_kinds: Vec<KindRef>,
+    /// Where its modules may come from: every module source of the WasmOperator (each phase's,
+    /// shadow's and the finalizer's) must be listed, and every pull Secret it names. The host
+    /// reads ConfigMaps and pull Secrets as itself, so this is what keeps one operator from
+    /// loading another's module or using another team's registry credentials.
+    #[serde(default, skip_serializing_if = "ModuleSourcesGrant::is_empty")]
+    pub modules: ModuleSourcesGrant,
+    /// Namespaces a cluster-scoped resource's namespaced outputs may go to (a namespaced
+    /// resource's outputs stay in its own namespace). Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_GRANT_ENTRIES), inner(length(min = 1, max = 63)))]
+    pub output_namespaces: Vec<String>,
+    /// The Prometheus its phases' `queries` may run against, and those queries. Unset: it runs
+    /// no query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusGrant>,
+    /// Addresses or CIDR blocks beyond public ones that this operator's module URLs, registries
+    /// and Prometheus may connect to (for this operator only; the host's `--allow-fetch-from`
+    /// applies to every operator).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_GRANT_ENTRIES), inner(length(min = 1, max = 64)))]
+    pub allow_fetch_from: Vec<String>,
+}
+
+/// The most entries of one list of a grant.
+pub const MAX_GRANT_ENTRIES: usize = 64;
+
+/// Where a granted operator's modules may come from.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleSourcesGrant {
+    /// Hosts (`host` or `host:port`) of OCI registries and HTTPS module URLs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_GRANT_ENTRIES), inner(length(min = 1, max = 253)))]
+    pub hosts: Vec<String>,
+    /// ConfigMaps holding modules (a split module's parts `<name>-<i>` are covered by `<name>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_GRANT_ENTRIES))]
+    pub config_maps: Vec<NamespacedName>,
+    /// `kubernetes.io/dockerconfigjson` Secrets its OCI modules may be pulled with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_GRANT_ENTRIES))]
+    pub pull_secrets: Vec<NamespacedName>,
+    /// `file` module paths (development hosts with `--module-dir` only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_GRANT_ENTRIES), inner(length(min = 1, max = MAX_PATH_BYTES)))]
+    pub files: Vec<String>,
+}
+
+impl ModuleSourcesGrant {
+    /// Grants no module source.
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty()
+            && self.config_maps.is_empty()
+            && self.pull_secrets.is_empty()
+            && self.files.is_empty()
+    }
+}
+
+/// An object of a namespace, by name.
+#[derive(
+    Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespacedName {
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// The Prometheus a granted operator may query, and what.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusGrant {
+    /// The operator's `spec.prometheus.url`, as written there. Unset: the host's own
+    /// `--prometheus-url` (which holds every tenant's metrics: grant it only to queries that
+    /// select this operator's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_URL_BYTES))]
+    pub url: Option<String>,
+    /// The query texts (its phases' `queries[].query`, placeholders and all) it may run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_GRANT_ENTRIES), inner(length(min = 1, max = MAX_QUERY_BYTES)))]
+    pub queries: Vec<String>,
 }
 
 /// An apiVersion + kind pair, e.g. `apps/v1` `Deployment`.

@@ -68,6 +68,15 @@ impl EgressPolicy {
         })
     }
 
+    /// This policy and the blocks `more` names besides (an operator's grant's `allowFetchFrom`).
+    pub fn widened(&self, more: &[String]) -> Result<EgressPolicy, AllowParseError> {
+        let mut widened = self.clone();
+        widened
+            .allowed
+            .extend(EgressPolicy::allowing(more)?.allowed);
+        Ok(widened)
+    }
+
     /// Every address allowed: for the CLI tools (`simulate`, `plan`, …), which fetch with the
     /// user's own reach. The host (`wasmpilot run`) never uses it.
     pub fn unrestricted() -> EgressPolicy {

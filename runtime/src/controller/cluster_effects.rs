@@ -141,6 +141,11 @@ impl Effects for ClusterEffects<'_> {
         let (outputs, reserved): (Vec<_>, Vec<_>) = outputs
             .into_iter()
             .partition(|o| !ctx.reserved_namespaces.holds(o.namespace.as_deref()));
+        // A cluster-scoped resource's worker names its outputs' namespaces: only the grant's.
+        let resource_namespace = self.resource.metadata.namespace.clone();
+        let (outputs, ungranted): (Vec<_>, Vec<_>) = outputs.into_iter().partition(|o| {
+            ctx.output_namespace_granted(resource_namespace.as_deref(), o.namespace.as_deref())
+        });
         // Until each answer is read back below, the outputs' watch events are held: one that
         // brings this very write is no news to the resource that applied it.
         let in_flight: Vec<_> = outputs
@@ -165,6 +170,13 @@ impl Effects for ClusterEffects<'_> {
         for out in reserved {
             tracing::warn!(object = %out.describe(), "refused an output into the host's own namespace");
             report.failed.push(OutputError::ReservedNamespace {
+                object: out.describe(),
+                namespace: out.namespace.unwrap_or_default(),
+            });
+        }
+        for out in ungranted {
+            tracing::warn!(object = %out.describe(), "refused an output into a namespace its grant does not list");
+            report.failed.push(OutputError::NamespaceNotGranted {
                 object: out.describe(),
                 namespace: out.namespace.unwrap_or_default(),
             });

@@ -64,6 +64,9 @@ pub struct OperatorContext {
     pub own_writes: OwnWrites,
     /// The host's own namespaces: no output of this operator is applied there.
     pub reserved_namespaces: ReservedNamespaces,
+    /// The admin's grant it runs under (its output namespaces); `None` on a host that requires
+    /// none (`--require-operator-grants` unset).
+    pub grant: Option<crate::crd::WasmOperatorGrantSpec>,
     /// The resource kind's watch cache, once the controller runs: a decision is checked against
     /// it before its writes (a newer version there means the decision is stale).
     pub resources: std::sync::OnceLock<kube::runtime::reflector::Store<DynamicObject>>,
@@ -278,6 +281,22 @@ impl ReservedNamespaces {
 }
 
 impl OperatorContext {
+    /// Whether an output of a resource in `resource_namespace` may go to `namespace`: its own
+    /// namespace (or none: cluster-scoped) always; another only where the grant, if the host
+    /// requires one, lists it.
+    pub fn output_namespace_granted(
+        &self,
+        resource_namespace: Option<&str>,
+        namespace: Option<&str>,
+    ) -> bool {
+        match (namespace, &self.grant) {
+            (None, _) | (_, None) => true,
+            (Some(ns), Some(grant)) => {
+                resource_namespace == Some(ns) || grant.output_namespaces.iter().any(|g| g == ns)
+            }
+        }
+    }
+
     /// Every watch the operator depends on: its resource's, its inputs' and its outputs'.
     pub fn watches(&self) -> crate::controller::watch_health::OperatorWatches {
         let mut watches = crate::controller::watch_health::OperatorWatches::default();

@@ -660,6 +660,21 @@ fn until_grants_asked(reach: &Reach) -> Action {
     }
 }
 
+/// Where the host connects for an operator (its module URLs and registries, its Prometheus):
+/// the host's policy, widened by what the admin's grant allows this operator alone.
+fn operator_egress(
+    host: &crate::egress::EgressPolicy,
+    grant: Option<&crate::crd::WasmOperatorGrantSpec>,
+) -> crate::egress::EgressPolicy {
+    match grant.filter(|g| !g.allow_fetch_from.is_empty()) {
+        // Checked with the grant (`GrantInvalid`): a value that does not parse never gets here.
+        Some(g) => host
+            .widened(&g.allow_fetch_from)
+            .unwrap_or_else(|_| host.clone()),
+        None => host.clone(),
+    }
+}
+
 /// Makes the running controller match the WasmOperator's spec: loads and starts (or swaps to)
 /// its definition, or reports why it could not; the error policy decides on a retry.
 pub(super) async fn reconcile_operator(
@@ -670,21 +685,26 @@ pub(super) async fn reconcile_operator(
     if op.metadata.deletion_timestamp.is_some() {
         return release(&op, &ctx).await;
     }
+    let mut granted = None;
     if let Some(grants) = &ctx.admin_grants {
-        if let Err(refused) = crate::controller::admin_consent::consent(grants, &op).await {
-            // Never granted, granted another uid, or revoked: what runs stops.
-            let freed = ctx.lock().stop(&name);
-            ctx.recheck(freed);
-            let failure = LoadFailure::from(refused);
-            ctx.report_failure(&op, &failure).await;
-            return Err(failure.into());
+        match crate::controller::admin_consent::consent(grants, &op).await {
+            Ok(grant) => granted = Some(grant.spec),
+            Err(refused) => {
+                // Never granted, granted another uid, or revoked: what runs stops.
+                let freed = ctx.lock().stop(&name);
+                ctx.recheck(freed);
+                let failure = LoadFailure::from(refused);
+                ctx.report_failure(&op, &failure).await;
+                return Err(failure.into());
+            }
         }
     }
+    // A changed grant (output namespaces, fetch allowances) is loaded like a changed spec.
     let running = ctx
         .lock()
         .running
         .get(&name)
-        .filter(|r| r.spec == op.spec)
+        .filter(|r| r.spec == op.spec && r.operator.grant == granted)
         .map(|r| {
             (
                 current_message(&r.message),
@@ -736,8 +756,8 @@ pub(super) async fn reconcile_operator(
         return Ok(until_grants_asked(&reach));
     }
     // An invalid definition is refused before anything is said of a load.
-    let definition =
-        OperatorDefinition::validate_for_host(&name, &op.spec, ctx.metrics_source.client.egress());
+    let egress = operator_egress(ctx.metrics_source.client.egress(), granted.as_ref());
+    let definition = OperatorDefinition::validate_for_host(&name, &op.spec, &egress);
     let mut op = op;
     if definition.is_ok() && !reports_generation(&op) {
         // kstatus and Argo CD read a WasmOperator as progressing while it loads, which may take
@@ -763,11 +783,12 @@ pub(super) async fn reconcile_operator(
         }
     }
     let loaded = match definition {
-        Ok(definition) => {
-            tokio::time::timeout(ctx.load_timeout, ctx.load(&name, definition, &op.spec))
-                .await
-                .unwrap_or(Err(LoadFailure::TimedOut(ctx.load_timeout)))
-        }
+        Ok(definition) => tokio::time::timeout(
+            ctx.load_timeout,
+            ctx.load(&name, definition, &op.spec, granted),
+        )
+        .await
+        .unwrap_or(Err(LoadFailure::TimedOut(ctx.load_timeout))),
         Err(invalid) => Err(LoadFailure::Invalid(invalid)),
     };
     let started = match loaded {
@@ -1206,6 +1227,7 @@ impl ManagerContext {
         name: &str,
         definition: OperatorDefinition,
         spec: &WasmOperatorSpec,
+        grant: Option<crate::crd::WasmOperatorGrantSpec>,
     ) -> Result<(Arc<OperatorContext>, BTreeMap<String, String>, Reach), LoadFailure> {
         // Before anything is fetched or watched: limits that cannot fit are an edit to make.
         let roles = definition
@@ -1219,6 +1241,19 @@ impl ManagerContext {
                     .then(|| (FINALIZER_ROLE.to_string(), &definition.finalizer_limits)),
             );
         self.modules.sandbox().check_fits(roles)?;
+        // Its grant's fetch allowances are its own: its module fetches and its queries.
+        let host_egress = self.metrics_source.client.egress();
+        let mut metrics_source = self.metrics_source.clone();
+        if grant
+            .as_ref()
+            .is_some_and(|g| !g.allow_fetch_from.is_empty())
+        {
+            let egress = operator_egress(host_egress, grant.as_ref());
+            self.modules.set_operator_egress(name, Some(egress.clone()));
+            metrics_source.client = crate::promql::Prometheus::with_egress(egress);
+        } else {
+            self.modules.set_operator_egress(name, None);
+        }
         let as_operator = self
             .identities
             .client(name)
@@ -1316,7 +1351,7 @@ impl ManagerContext {
             sandbox: self.modules.sandbox().clone(),
             recorder,
             backoff: Backoff::default(),
-            metrics_source: self.metrics_source.clone(),
+            metrics_source,
             finalized: Default::default(),
             record_sink: self.record_sink.clone(),
             shadows,
@@ -1324,6 +1359,7 @@ impl ManagerContext {
             own_writes: Default::default(),
             resources: Default::default(),
             reserved_namespaces: self.reserved_namespaces.clone(),
+            grant,
             shard: self.sharding.as_ref().map(|s| s.operator(name)),
             resource_watch: Default::default(),
         };

@@ -100,6 +100,7 @@ pub fn operator_context(
         input_requeue: Default::default(),
         own_writes: Default::default(),
         reserved_namespaces: Default::default(),
+        grant: None,
         resources: Default::default(),
         shard: None,
         resource_watch: Default::default(),

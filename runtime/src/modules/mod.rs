@@ -504,6 +504,8 @@ pub struct ModuleCache {
     allow_http_urls: bool,
     /// Where `url` modules may be fetched from.
     egress: crate::egress::EgressPolicy,
+    /// Per operator whose grant allows more (`allowFetchFrom`), its own policy.
+    operator_egress: Mutex<HashMap<String, crate::egress::EgressPolicy>>,
     progress: bool,
     stats_compiled: AtomicUsize,
     stats_disk: AtomicUsize,
@@ -527,6 +529,7 @@ impl ModuleCache {
             config_map_versions: ConfigMapVersions::new(None),
             allow_http_urls: false,
             egress: crate::egress::EgressPolicy::unrestricted(),
+            operator_egress: Mutex::new(HashMap::new()),
             progress: false,
             stats_compiled: AtomicUsize::new(0),
             stats_disk: AtomicUsize::new(0),
@@ -600,6 +603,28 @@ impl ModuleCache {
     pub fn with_egress(mut self, egress: crate::egress::EgressPolicy) -> Self {
         self.egress = egress;
         self
+    }
+
+    /// Fetches `operator`'s modules where `egress` allows (its grant's allowances over the
+    /// host's policy); `None`: where the host's policy allows.
+    pub fn set_operator_egress(&self, operator: &str, egress: Option<crate::egress::EgressPolicy>) {
+        let mut policies = self
+            .operator_egress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match egress {
+            Some(egress) => policies.insert(operator.to_string(), egress),
+            None => policies.remove(operator),
+        };
+    }
+
+    fn egress_for(&self, operator: &str) -> crate::egress::EgressPolicy {
+        self.operator_egress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(operator)
+            .cloned()
+            .unwrap_or_else(|| self.egress.clone())
     }
 
     /// Prints a line to stderr before and after each long step (download, compile) instead of
@@ -977,6 +1002,7 @@ impl ModuleCache {
             [_] => {}
             more => return Err(ModuleError::MultipleSources(more.join(" and "))),
         }
+        let egress = self.egress_for(operator);
         // `operator`'s share of the fetch budget, in its turn (closed never: it lives as
         // `self`). A registry or server takes it once it has answered with the module's size,
         // so one that answers late or never holds none while another operator's module waits;
@@ -1024,7 +1050,7 @@ impl ModuleCache {
                 .map(|r| r.resolve_registry().to_string())
                 .unwrap_or_default();
             let (host, port) = registry_host_port(&registry, o.insecure);
-            self.egress
+            egress
                 .check_host(host, port)
                 .await
                 .map_err(|e| ModuleError::Fetch {
@@ -1037,7 +1063,7 @@ impl ModuleCache {
                 &o.reference,
                 &auth,
                 o.insecure,
-                &self.egress,
+                &egress,
                 MAX_MODULE_BYTES,
                 FETCH_TIMEOUT,
                 share,
@@ -1071,7 +1097,7 @@ impl ModuleCache {
             let (bytes, budget) = url::fetch_reserving(
                 &u.url,
                 self.allow_http_urls,
-                &self.egress,
+                &egress,
                 MAX_MODULE_BYTES,
                 FETCH_TIMEOUT,
                 share,

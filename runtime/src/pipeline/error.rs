@@ -166,7 +166,9 @@ impl ReconcileError {
                 if failures.iter().all(|f| {
                     matches!(
                         f,
-                        OutputError::NotOurs { .. } | OutputError::ReservedNamespace { .. }
+                        OutputError::NotOurs { .. }
+                            | OutputError::ReservedNamespace { .. }
+                            | OutputError::NamespaceNotGranted { .. }
                     )
                 }) =>
             {

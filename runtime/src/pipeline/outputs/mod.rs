@@ -94,6 +94,8 @@ pub enum OutputError {
     },
     #[error("{object}: namespace {namespace} is the host's own (its replicas, their Leases or the operators' accounts live there); no operator's output goes there")]
     ReservedNamespace { object: String, namespace: String },
+    #[error("{object}: namespace {namespace} is not one its WasmOperatorGrant lists in spec.outputNamespaces (a cluster-scoped resource's outputs go only where the admin allows)")]
+    NamespaceNotGranted { object: String, namespace: String },
     #[error("{object} already exists and {holder}; the host does not take over objects it did not create for this resource: delete or rename it, or have the worker return another name")]
     NotOurs { object: String, holder: String },
     #[error("could not delete {object}, which the worker no longer returns: {}", crate::error_report::api_text(.source))]
