@@ -2,7 +2,8 @@
 //! declared input and writes; operator B declares the same Secret input with no grant of its own
 //! and is refused (`NotGranted`, naming what is missing) although the host — here the cluster
 //! admin — could read the Secret itself. Granted only in one namespace, B reconciles there and
-//! its resources elsewhere get a `NotGranted` Condition. The API server's audit log shows every
+//! its resources elsewhere get a `NotGranted` Condition; its grants revoked, its next resource
+//! is refused within seconds (not after `GRANTS_RECHECK`). The API server's audit log shows every
 //! write of A's under A's account (impersonated by the host).
 
 mod common;
@@ -222,6 +223,43 @@ async fn steps(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
             },
         )
         .await?;
+
+        // The admin revokes B's grants: B's next reconcile is refused before anything is read
+        // for it, within seconds (the host watches RBAC objects), not after GRANTS_RECHECK
+        // (its answers were asked moments ago, so they would still be trusted).
+        // (Everything but the Secrets is granted again, so the refusal can be reported on the
+        // resource as B.)
+        revoke_operator(client, B).await?;
+        let mut without_secrets = operator(B, LAG);
+        without_secrets["spec"]["phases"][0]["inputs"] = json!([]);
+        grant_operator(client, &without_secrets, &[]).await?;
+        apply_yaml(
+            client,
+            &echoing(LAG, "revoked", "b-revoked").to_string(),
+            Some(ns),
+        )
+        .await?;
+        let refused = wait_condition(
+            client,
+            LAG,
+            Some(ns),
+            "revoked",
+            ("Synced", "False", "NotGranted"),
+            Duration::from_secs(20),
+        )
+        .await?;
+        ensure!(
+            condition_message(&refused, "Synced").contains("core/secrets (get, list, watch)")
+                && !refused.to_string().contains(SECRET_VALUE)
+                && refused["status"]["phase"].is_null(),
+            "nothing was read for B once its Secrets were revoked: {refused}"
+        );
+        ensure!(
+            get(client, "v1", "ConfigMap", Some(ns), "b-revoked")
+                .await?
+                .is_none(),
+            "B wrote nothing once revoked"
+        );
 
         audit_shows_operator_accounts(ns).await
     }

@@ -6,7 +6,9 @@
 //! rule it needs: its workers are served nothing (and write nothing) elsewhere. What it must
 //! have everywhere — read its resource kind, patch its status (to report a refusal), any
 //! cluster-scoped kind — is checked when it loads. Grants are asked again every
-//! [`GRANTS_RECHECK`], so a revoked grant stops the operator within that time.
+//! [`GRANTS_RECHECK`], and at their next use after any change of the cluster's RBAC objects
+//! (see [`crate::controller::rbac_changes`]): a revoked grant stops the operator's next
+//! reconcile within seconds.
 
 use crate::rbac::{missing_list, missing_permissions, GrantCheckError, Missing, NotGranted, Rule};
 use kube::Client;
@@ -35,10 +37,16 @@ pub struct OperatorGrants {
     client: Client,
     rules: Vec<Rule>,
     answers: tokio::sync::Mutex<Answers>,
+    /// The cluster's RBAC changes: answers asked before the latest are asked again.
+    rbac: crate::controller::rbac_changes::RbacChanges,
 }
 
 #[derive(Default)]
 struct Answers {
+    /// The count of RBAC changes when these answers were asked.
+    rbac_seen: u64,
+    /// The cluster-wide answer was asked before the latest RBAC change.
+    cluster_stale: bool,
     /// Cluster-wide: when asked, and the rules not granted.
     cluster: Option<(Instant, Vec<Rule>)>,
     /// Per namespace: when asked, and what is missing there.
@@ -54,12 +62,17 @@ impl OperatorGrants {
         client: Client,
         rules: Vec<Rule>,
         reporting: &[Rule],
+        rbac: crate::controller::rbac_changes::RbacChanges,
     ) -> Result<(OperatorGrants, Reach), LoadRefusal> {
         let grants = OperatorGrants {
             account,
             client,
             rules,
-            answers: Default::default(),
+            answers: tokio::sync::Mutex::new(Answers {
+                rbac_seen: rbac.current(),
+                ..Default::default()
+            }),
+            rbac,
         };
         let missing = grants.cluster_wide().await?;
         if missing.is_empty() {
@@ -113,8 +126,9 @@ impl OperatorGrants {
             rules: Vec::new(),
             answers: tokio::sync::Mutex::new(Answers {
                 cluster: Some((Instant::now(), Vec::new())),
-                namespaces: HashMap::new(),
+                ..Default::default()
             }),
+            rbac: Default::default(),
         }
     }
 
@@ -135,7 +149,10 @@ impl OperatorGrants {
             answers: tokio::sync::Mutex::new(Answers {
                 cluster: Some((Instant::now(), rules)),
                 namespaces: HashMap::from([(namespace.to_string(), (Instant::now(), missing))]),
+                rbac_seen: 0,
+                cluster_stale: false,
             }),
+            rbac: Default::default(),
         }
     }
 
@@ -167,6 +184,7 @@ impl OperatorGrants {
             return Err(refuse(None, missing));
         }
         let mut answers = self.answers.lock().await;
+        self.forget_if_rbac_changed(&mut answers);
         if let Some((asked, missing)) = answers.namespaces.get(ns) {
             if asked.elapsed() < GRANTS_RECHECK {
                 return match missing.is_empty() {
@@ -194,8 +212,9 @@ impl OperatorGrants {
     /// answer is older than [`GRANTS_RECHECK`].
     async fn cluster_wide(&self) -> Result<Vec<Rule>, GrantCheckError> {
         let mut answers = self.answers.lock().await;
+        self.forget_if_rbac_changed(&mut answers);
         if let Some((asked, missing)) = &answers.cluster {
-            if asked.elapsed() < GRANTS_RECHECK {
+            if asked.elapsed() < GRANTS_RECHECK && !answers.cluster_stale {
                 return Ok(missing.clone());
             }
         }
@@ -212,7 +231,19 @@ impl OperatorGrants {
             answers.namespaces.clear();
         }
         answers.cluster = Some((Instant::now(), rules.clone()));
+        answers.cluster_stale = false;
         Ok(rules)
+    }
+
+    /// Answers asked before the cluster's latest RBAC change are asked again (the cluster-wide
+    /// one is kept to compare with, but no longer trusted).
+    fn forget_if_rbac_changed(&self, answers: &mut Answers) {
+        let now = self.rbac.current();
+        if answers.rbac_seen != now {
+            answers.rbac_seen = now;
+            answers.namespaces.clear();
+            answers.cluster_stale = true;
+        }
     }
 
     fn review_error(&self, source: kube::Error) -> GrantCheckError {
@@ -415,10 +446,15 @@ mod tests {
             review("b", status_everywhere()),
             access(Some("b"), false),
         ]);
-        let (grants, reach) =
-            OperatorGrants::check_at_load("op".into(), client.clone(), rules(), &reporting())
-                .await
-                .expect("loads");
+        let (grants, reach) = OperatorGrants::check_at_load(
+            "op".into(),
+            client.clone(),
+            rules(),
+            &reporting(),
+            Default::default(),
+        )
+        .await
+        .expect("loads");
         assert_eq!(
             reach,
             Reach::WhereGranted(vec![Missing {
@@ -451,11 +487,16 @@ mod tests {
             access(None, false),
             access(None, false),
         ]);
-        let refused =
-            OperatorGrants::check_at_load("op".into(), client.clone(), rules(), &reporting())
-                .await
-                .map(|_| ())
-                .expect_err("refused");
+        let refused = OperatorGrants::check_at_load(
+            "op".into(),
+            client.clone(),
+            rules(),
+            &reporting(),
+            Default::default(),
+        )
+        .await
+        .map(|_| ())
+        .expect_err("refused");
         let text = refused.to_string();
         assert!(
             text.contains(
@@ -488,6 +529,7 @@ mod tests {
             client.clone(),
             vec![rule("", "secrets", &["list"], true)],
             &[],
+            Default::default(),
         )
         .await
         .map(|_| ())
@@ -500,6 +542,44 @@ mod tests {
             "{refused}"
         );
         drop(client);
+        server.await.expect("exactly the scripted requests");
+    }
+
+    #[tokio::test]
+    async fn an_rbac_change_has_the_answers_asked_again_at_their_next_use() {
+        let (client, server) = scripted(vec![
+            // Load, then namespace a granted.
+            review("wasmpilot:cluster-wide", status_everywhere()),
+            access(None, false),
+            review(
+                "a",
+                json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]),
+            ),
+            // After an RBAC change: asked again, and the RoleBinding in a is gone.
+            review("wasmpilot:cluster-wide", status_everywhere()),
+            access(None, false),
+            review("a", status_everywhere()),
+            access(Some("a"), false),
+        ]);
+        let rbac = crate::controller::rbac_changes::RbacChanges::default();
+        let (grants, _) = OperatorGrants::check_at_load(
+            "op".into(),
+            client.clone(),
+            rules(),
+            &reporting(),
+            rbac.clone(),
+        )
+        .await
+        .expect("loads");
+        assert!(grants.check(Some("a")).await.is_ok());
+        // Kept while nothing changes (the script has no request for it).
+        assert!(grants.check(Some("a")).await.is_ok());
+        rbac.changed();
+        assert!(
+            grants.check(Some("a")).await.is_err(),
+            "a revoked RoleBinding is noticed at the next use, not after GRANTS_RECHECK"
+        );
+        drop((client, grants));
         server.await.expect("exactly the scripted requests");
     }
 }

@@ -860,6 +860,11 @@ pub struct Informers {
 }
 
 impl Informers {
+    /// The client the caches watch with (the watch connection, when the host has one).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     pub fn new(client: Client) -> Self {
         Informers {
             client,

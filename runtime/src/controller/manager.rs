@@ -400,6 +400,8 @@ pub(super) struct ManagerContext {
     reserved_namespaces: crate::controller::context::ReservedNamespaces,
     /// With `--require-operator-grants`: where the admins' grants are read.
     admin_grants: Option<Api<crate::crd::WasmOperatorGrant>>,
+    /// The cluster's RBAC changes: the operators' access answers are asked again after one.
+    rbac_changes: crate::controller::rbac_changes::RbacChanges,
     /// How long one attempt at loading an operator may take (see [`DEFAULT_LOAD_TIMEOUT`]).
     load_timeout: Duration,
     /// When to try loading an operator again, per operator: doubling up to [`LOAD_RETRY`].
@@ -524,6 +526,7 @@ impl Manager {
             sharding: self.sharding,
             reserved_namespaces: self.reserved_namespaces,
             admin_grants,
+            rbac_changes: Default::default(),
             load_timeout: self.load_timeout,
             retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
             operators,
@@ -562,6 +565,8 @@ impl Manager {
             .applied_objects()
             .predicate_filter(predicates::generation, Default::default());
         let (stop, stopped) = oneshot::channel::<()>();
+        // On the watch connection: an admin's revocation reaches the next reconcile in seconds.
+        let rbac_watches = ctx.rbac_changes.watch(ctx.informers.client());
         let mut grant_watch = None;
         if let Some(grants) = ctx.admin_grants.clone() {
             // A grant made, changed or revoked has its WasmOperator checked again at once.
@@ -610,6 +615,9 @@ impl Manager {
             }
         }
         if let Some(watch) = grant_watch {
+            watch.abort();
+        }
+        for watch in rbac_watches {
             watch.abort();
         }
         // In-flight reconciles finish before this host lets go (and, when leader-elected,
@@ -1297,6 +1305,7 @@ impl ManagerContext {
                 as_operator.clone(),
                 crate::rbac::rules_for(spec, &kinds.known),
                 &crate::rbac::reporting_rules(spec, &kinds.known),
+                self.rbac_changes.clone(),
             )
             .await
             .map_err(|refusal| match refusal {

@@ -24,6 +24,7 @@ pub mod operator_removal;
 pub mod output_cycles;
 pub mod own_writes;
 pub mod phase_gauges;
+pub mod rbac_changes;
 pub mod reconcile;
 pub mod schedule;
 pub mod selector_index;
