@@ -150,6 +150,10 @@ enum Command {
         /// the cluster says, else none).
         #[arg(long, value_delimiter = ',')]
         allow_fetch_from: Option<Vec<String>>,
+        /// The team it belongs to: the operators of one tenant share one turn of the host's
+        /// worker, fetch and compile slots (unset: as the grant in the cluster says, else its own).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Print the WasmOperator CustomResourceDefinition (YAML).
     Crd {
@@ -359,10 +363,12 @@ impl Cli {
                 dry_run,
                 output_namespaces,
                 allow_fetch_from,
+                tenant,
             } => {
                 let extras = wasmpilot::operator_grant::GrantExtras {
                     output_namespaces,
                     allow_fetch_from,
+                    tenant,
                 };
                 wasmpilot::operator_grant::grant_command(&name, dry_run, &extras).await
             }

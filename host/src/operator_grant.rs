@@ -65,6 +65,8 @@ pub struct GrantExtras {
     pub output_namespaces: Option<Vec<String>>,
     /// Addresses beyond public ones this operator's fetches may reach.
     pub allow_fetch_from: Option<Vec<String>>,
+    /// The tenant whose turns of the host's shared slots it takes.
+    pub tenant: Option<String>,
 }
 
 /// The grant consenting to `op` as it is: its uid, the sensitive kinds it uses and asks for
@@ -96,6 +98,7 @@ pub fn grant_for(op: &WasmOperator, extras: &GrantExtras) -> anyhow::Result<Wasm
             output_namespaces: extras.output_namespaces.clone().unwrap_or_default(),
             prometheus: queries_asked(&op.spec),
             allow_fetch_from: extras.allow_fetch_from.clone().unwrap_or_default(),
+            tenant: extras.tenant.clone(),
         },
     ))
 }
@@ -119,6 +122,9 @@ pub async fn apply(
         extras
             .allow_fetch_from
             .get_or_insert(existing.spec.allow_fetch_from);
+        if extras.tenant.is_none() {
+            extras.tenant = existing.spec.tenant;
+        }
     }
     let grant = grant_for(op, &extras)?;
     let mut body = serde_json::to_value(&grant)?;
@@ -177,6 +183,9 @@ pub async fn grant_command(name: &str, dry_run: bool, extras: &GrantExtras) -> a
             "  outputs of cluster-scoped resources may go to: {}",
             applied.spec.output_namespaces.join(", ")
         );
+    }
+    if let Some(tenant) = &applied.spec.tenant {
+        println!("  shares the host's slots with the other operators of tenant {tenant}");
     }
     if !applied.spec.allow_fetch_from.is_empty() {
         println!(

@@ -163,6 +163,12 @@ pub struct WasmOperatorGrantSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_GRANT_ENTRIES), inner(length(min = 1, max = 64)))]
     pub allow_fetch_from: Vec<String>,
+    /// The team (tenant) the operator belongs to: the operators of one tenant share one turn of
+    /// the host's worker slots and module fetch and compile slots, however many WasmOperators
+    /// its authors create. Unset: the operator is a tenant of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub tenant: Option<String>,
 }
 
 /// The most entries of one list of a grant.

@@ -308,6 +308,21 @@ pub fn check(grant: Option<&WasmOperatorGrant>, op: &WasmOperator) -> Result<(),
             problem: crate::worker_text::bound_owned(e.to_string(), crate::worker_text::NAME_BYTES),
         });
     }
+    if let Some(t) = grant
+        .spec
+        .tenant
+        .as_deref()
+        .filter(|t| !crate::object_names::is_dns_label(t))
+    {
+        return Err(ConsentError::Invalid {
+            operator,
+            field: "spec.tenant",
+            problem: format!(
+                "{:?} is not a name (lowercase alphanumerics and '-', at most 63)",
+                crate::worker_text::bounded(t, 63)
+            ),
+        });
+    }
     for ns in &grant.spec.output_namespaces {
         if !crate::object_names::is_dns_label(ns) {
             return Err(ConsentError::Invalid {

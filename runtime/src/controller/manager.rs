@@ -1249,6 +1249,10 @@ impl ManagerContext {
                     .then(|| (FINALIZER_ROLE.to_string(), &definition.finalizer_limits)),
             );
         self.modules.sandbox().check_fits(roles)?;
+        // Its turns of the shared slots are its tenant's (the grant's), from its modules' loads on.
+        self.modules
+            .sandbox()
+            .set_tenant(name, grant.as_ref().and_then(|g| g.tenant.as_deref()));
         // Its grant's fetch allowances are its own: its module fetches and its queries.
         let host_egress = self.metrics_source.client.egress();
         let mut metrics_source = self.metrics_source.clone();

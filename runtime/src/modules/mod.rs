@@ -830,7 +830,7 @@ impl ModuleCache {
                 // Closed never: the slots live as long as `self`.
                 let permit = self
                     .compiling
-                    .acquire(operator)
+                    .acquire(&self.sandbox.tenant_of(operator))
                     .await
                     .map_err(|e| load_error(LoadError::Compile(e.to_string())))?;
                 // Compiled by another load while this one waited for the permit?
@@ -1009,7 +1009,7 @@ impl ModuleCache {
         // ConfigMaps and files, read from the API server and the disk, take it first.
         let share = async |_size: u64| {
             self.fetching
-                .acquire(operator)
+                .acquire(&self.sandbox.tenant_of(operator))
                 .await
                 .map_err(|e| ModuleError::Load {
                     source_name: r.sources().join(" "),

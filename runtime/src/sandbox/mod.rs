@@ -448,6 +448,8 @@ pub struct Sandbox {
     slots: slots::FairSlots,
     /// Each operator's share of the host's log.
     log_rates: log_rate::LogRates,
+    /// The tenant of each operator whose grant names one: slots are handed out per tenant.
+    tenants: std::sync::Mutex<std::collections::HashMap<String, String>>,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -503,12 +505,33 @@ impl Sandbox {
             limits,
             slots,
             log_rates,
+            tenants: Default::default(),
             ticker_stop,
         }))
     }
 
     pub fn limits(&self) -> &SandboxLimits {
         &self.limits
+    }
+
+    /// Makes `operator` share the turns of `tenant` (its grant's `spec.tenant`); `None`: a
+    /// tenant of its own.
+    pub fn set_tenant(&self, operator: &str, tenant: Option<&str>) {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        match tenant {
+            Some(t) => tenants.insert(operator.to_string(), format!("tenant:{t}")),
+            None => tenants.remove(operator),
+        };
+    }
+
+    /// Whose turn a call of `operator` waits for: its tenant's, else its own.
+    pub fn tenant_of(&self, operator: &str) -> String {
+        self.tenants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(operator)
+            .cloned()
+            .unwrap_or_else(|| operator.to_string())
     }
 
     /// The engine components are compiled for (the module compile cache keys entries by it).
@@ -767,7 +790,7 @@ impl Sandbox {
     pub async fn slot(&self, operator: &str) -> Result<WorkerSlot, RunError> {
         let waiting = &crate::metrics::METRICS.worker_calls_waiting;
         waiting.inc();
-        let slot = self.slots.acquire(operator).await;
+        let slot = self.slots.acquire(&self.tenant_of(operator)).await;
         waiting.dec();
         slot.map_err(|_| RunError::ShuttingDown)
     }
@@ -1413,6 +1436,47 @@ mod tests {
             text.contains("33 core module instances") && text.contains("maximum of 32"),
             "{text}"
         );
+    }
+
+    /// One tenant's many operators take one turn of the slots: another tenant's call waits
+    /// for one of theirs, not for one of each.
+    #[tokio::test]
+    async fn the_operators_of_one_tenant_share_its_turn() {
+        let limits = SandboxLimits {
+            concurrency: 1,
+            ..SandboxLimits::default()
+        };
+        let sandbox = Sandbox::new(limits).expect("sandbox");
+        for op in ["a1", "a2", "a3"] {
+            sandbox.set_tenant(op, Some("team-a"));
+        }
+        assert_eq!(sandbox.tenant_of("a2"), sandbox.tenant_of("a3"));
+        assert_eq!(sandbox.tenant_of("b"), "b");
+        let held = sandbox.slot("x").await.expect("the only slot");
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        for op in ["a1", "a2", "a3", "b"] {
+            let (sandbox, order) = (sandbox.clone(), order.clone());
+            waiting.push(tokio::spawn(async move {
+                let _slot = sandbox.slot(op).await.expect("a slot");
+                order.lock().expect("order").push(op);
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }));
+            // Queued in this order.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        drop(held);
+        for w in waiting {
+            w.await.expect("served");
+        }
+        let order = order.lock().expect("order").clone();
+        assert_eq!(
+            order,
+            ["a1", "b", "a2", "a3"],
+            "b waits for one call of team-a, not three"
+        );
+        sandbox.set_tenant("a1", None);
+        assert_eq!(sandbox.tenant_of("a1"), "a1");
     }
 
     #[test]
