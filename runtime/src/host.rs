@@ -382,6 +382,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .separate_pool()
         .and_then(|c| c.client())
         .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    // ...spread over more connections as they fill (a watch holds its stream while it runs).
+    let more_watches = connection
+        .separate_pool()
+        .context("connecting to the cluster (KUBECONFIG or in-cluster)")?;
+    let watch_connections = Arc::new(
+        crate::controller::watch_connections::WatchConnections::opening(
+            watch_client,
+            Box::new(move || more_watches.separate_pool().and_then(|c| c.client())),
+        ),
+    );
     let identities =
         crate::controller::grants::Identities::impersonating(connection, &args.identity_namespace);
     let limits = SandboxLimits {
@@ -516,7 +526,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_input_requeue(input_requeue)
             .with_reserved_namespaces(reserved.clone())
             .with_required_grants(args.require_operator_grants)
-            .with_watch_client(watch_client.clone())
+            .with_watch_connections(watch_connections.clone())
             .with_sharding(Some(sharding.clone()))
             .run(shutdown)
             .await;
@@ -535,7 +545,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_input_requeue(input_requeue)
             .with_reserved_namespaces(reserved.clone())
             .with_required_grants(args.require_operator_grants)
-            .with_watch_client(watch_client.clone())
+            .with_watch_connections(watch_connections.clone())
             .run(shutdown)
             .await;
     }
@@ -569,7 +579,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_input_requeue(input_requeue)
         .with_reserved_namespaces(reserved)
         .with_required_grants(args.require_operator_grants)
-        .with_watch_client(watch_client);
+        .with_watch_connections(watch_connections);
     tokio::select! {
         result = manager.run(&mut shutdown) => {
             election.release().await;

@@ -88,6 +88,9 @@ pub struct Metrics {
     pub load_failures: Family<LoadLabels, Counter>,
     pub reconciles_in_flight: Gauge,
     pub worker_calls_waiting: Gauge,
+    /// The shared caches' watches, and the connections they are spread over.
+    pub watches: Gauge,
+    pub watch_connections: Gauge,
     pub operators_running: Gauge,
     /// Compiled components in memory: one per digest some worker (live, draining or shadow) uses.
     pub modules_in_memory: Gauge,
@@ -160,6 +163,19 @@ impl Metrics {
             "worker_calls_waiting",
             "Worker calls queued for a sandbox slot",
             worker_calls_waiting.clone(),
+        );
+        let watches = Gauge::default();
+        registry.register(
+            "watches",
+            "Watches of the shared caches (one HTTP/2 stream each)",
+            watches.clone(),
+        );
+        let watch_connections = Gauge::default();
+        watch_connections.set(1);
+        registry.register(
+            "watch_connections",
+            "Connections the shared caches' watches are spread over (at most 50 watches each)",
+            watch_connections.clone(),
         );
         let operators_running = Gauge::default();
         registry.register(
@@ -266,6 +282,8 @@ impl Metrics {
             load_failures,
             reconciles_in_flight,
             worker_calls_waiting,
+            watches,
+            watch_connections,
             operators_running,
             modules_in_memory,
         }

@@ -158,6 +158,8 @@ pub struct Informer<T: Cached> {
     /// This host's writes of objects of the kind not answered yet (see [`Informer::writing`]).
     in_flight: Arc<InFlight<T>>,
     task: tokio::task::JoinHandle<()>,
+    /// Its watch's place on a watch connection (given back when the informer goes).
+    stream: Option<crate::controller::watch_connections::WatchStream>,
 }
 
 /// An object's place in a cache: its namespace (none when cluster-scoped) and name.
@@ -494,6 +496,7 @@ impl<T: Cached> Informer<T> {
             health,
             in_flight,
             task,
+            stream: None,
         }
     }
 
@@ -668,6 +671,7 @@ impl<T: Cached> Informer<T> {
             health: Default::default(),
             in_flight: Arc::default(),
             task: tokio::spawn(async {}),
+            stream: None,
         }
     }
 }
@@ -693,6 +697,7 @@ impl<T: Cached> Informer<T> {
                 let _synced = synced;
                 futures::future::pending::<()>().await
             }),
+            stream: None,
         }
     }
 }
@@ -852,7 +857,7 @@ type InputWatch = (KindRef, Option<Projection>);
 /// The host's informers, by kind (and projection, for inputs); operators share them while any
 /// of them runs.
 pub struct Informers {
-    client: Client,
+    connections: Arc<crate::controller::watch_connections::WatchConnections>,
     objects: Mutex<HashMap<InputWatch, Weak<ObjectInformer>>>,
     metadata: Mutex<HashMap<KindRef, Weak<MetadataInformer>>>,
     /// On a sharded replica: the namespaces the caches keep.
@@ -860,14 +865,24 @@ pub struct Informers {
 }
 
 impl Informers {
-    /// The client the caches watch with (the watch connection, when the host has one).
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// The client of the first watch connection (the host's own watches).
+    pub fn client(&self) -> Client {
+        self.connections.first()
     }
 
+    /// Caches watching on `client` only.
     pub fn new(client: Client) -> Self {
+        Informers::with_connections(Arc::new(
+            crate::controller::watch_connections::WatchConnections::single(client),
+        ))
+    }
+
+    /// Caches watching on `connections`, as many as their watches need.
+    pub fn with_connections(
+        connections: Arc<crate::controller::watch_connections::WatchConnections>,
+    ) -> Self {
         Informers {
-            client,
+            connections,
             objects: Mutex::default(),
             metadata: Mutex::default(),
             scope: None,
@@ -893,21 +908,25 @@ impl Informers {
             Arc::new(move |o: &DynamicObject| WorkerObject::new(o, &kind_ref, projection.as_ref()));
         shared(&self.objects, key, kind, || {
             let keep = view.clone();
-            Informer::start(
-                &self.client,
+            let (client, stream) = self.connections.take();
+            let mut informer = Informer::start(
+                &client,
                 kind,
                 move |o: DynamicObject| keep(&o),
                 view,
                 self.scope.clone(),
-            )
+            );
+            informer.stream = Some(stream);
+            informer
         })
     }
 
     /// The metadata informer of an output kind, started if no operator holds it yet.
     pub fn metadata(&self, kind: &ResolvedKind) -> Arc<MetadataInformer> {
         shared(&self.metadata, kind.kind.clone(), kind, || {
-            Informer::start(
-                &self.client,
+            let (client, stream) = self.connections.take();
+            let mut informer = Informer::start(
+                &client,
                 kind,
                 |mut m: PartialObjectMeta<DynamicObject>| {
                     strip_metadata(&mut m);
@@ -915,7 +934,9 @@ impl Informers {
                 },
                 Arc::new(metadata_of),
                 self.scope.clone(),
-            )
+            );
+            informer.stream = Some(stream);
+            informer
         })
     }
 

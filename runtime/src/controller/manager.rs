@@ -376,7 +376,7 @@ pub struct Manager {
     require_grants: bool,
     /// The client of the shared caches' watches, on a connection of their own (default: the
     /// host's client).
-    watch_client: Option<Client>,
+    watch_connections: Option<Arc<crate::controller::watch_connections::WatchConnections>>,
 }
 
 /// What the WasmOperator reconciles share.
@@ -428,15 +428,18 @@ impl Manager {
             load_timeout: DEFAULT_LOAD_TIMEOUT,
             reserved_namespaces: Default::default(),
             require_grants: false,
-            watch_client: None,
+            watch_connections: None,
         }
     }
 
     /// Runs the shared caches' watches over `client`: a connection (HTTP/2 stream pool) other
     /// than the one writes, reviews and Lease renewals take, so however many watches operators
     /// open, the API server's per-connection stream limit never holds a write back.
-    pub fn with_watch_client(mut self, client: Client) -> Self {
-        self.watch_client = Some(client);
+    pub fn with_watch_connections(
+        mut self,
+        connections: Arc<crate::controller::watch_connections::WatchConnections>,
+    ) -> Self {
+        self.watch_connections = Some(connections);
         self
     }
 
@@ -511,10 +514,14 @@ impl Manager {
         Arc::new(ManagerContext {
             recorder: Recorder::new(self.client.clone(), reporter.clone()),
             reporter,
-            informers: crate::controller::informers::Informers::new(
-                self.watch_client
-                    .clone()
-                    .unwrap_or_else(|| self.client.clone()),
+            informers: crate::controller::informers::Informers::with_connections(
+                self.watch_connections.clone().unwrap_or_else(|| {
+                    Arc::new(
+                        crate::controller::watch_connections::WatchConnections::single(
+                            self.client.clone(),
+                        ),
+                    )
+                }),
             )
             .with_scope(self.sharding.as_ref().map(|s| s.cache_scope())),
             client: self.client,
@@ -566,7 +573,7 @@ impl Manager {
             .predicate_filter(predicates::generation, Default::default());
         let (stop, stopped) = oneshot::channel::<()>();
         // On the watch connection: an admin's revocation reaches the next reconcile in seconds.
-        let rbac_watches = ctx.rbac_changes.watch(ctx.informers.client());
+        let rbac_watches = ctx.rbac_changes.watch(&ctx.informers.client());
         let mut grant_watch = None;
         if let Some(grants) = ctx.admin_grants.clone() {
             // A grant made, changed or revoked has its WasmOperator checked again at once.

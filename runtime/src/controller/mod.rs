@@ -30,6 +30,7 @@ pub mod schedule;
 pub mod selector_index;
 pub mod shadow;
 pub mod watch;
+pub mod watch_connections;
 pub mod watch_health;
 
 #[cfg(test)]
