@@ -84,6 +84,8 @@ pub struct Metrics {
     registry: Registry,
     pub reconciles: Family<ReconcileLabels, Counter>,
     pub worker_duration: Family<PhaseLabels, Histogram>,
+    /// How long an operator's status writes take at the API server (sent to answered).
+    pub status_write_duration: Family<OperatorLabels, Histogram>,
     pub limit_kills: Family<LimitLabels, Counter>,
     pub load_failures: Family<LoadLabels, Counter>,
     pub reconciles_in_flight: Gauge,
@@ -123,6 +125,13 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
 }
 
+fn request_histogram() -> Histogram {
+    // 5 ms … 10 s
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0,
+    ])
+}
+
 impl Metrics {
     fn new() -> Self {
         let mut registry = Registry::with_prefix("wasmpilot");
@@ -139,6 +148,14 @@ impl Metrics {
             "worker_duration_seconds",
             "Wall time of phase worker calls (fresh instance + sync), including waiting for a slot",
             worker_duration.clone(),
+        );
+        let status_write_duration = Family::<OperatorLabels, Histogram>::new_with_constructor(
+            request_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "status_write_duration_seconds",
+            "Wall time of an operator's status writes (sent to answered)",
+            status_write_duration.clone(),
         );
         let limit_kills = Family::<LimitLabels, Counter>::default();
         registry.register(
@@ -278,6 +295,7 @@ impl Metrics {
             shadow_skipped,
             reconciles,
             worker_duration,
+            status_write_duration,
             limit_kills,
             load_failures,
             reconciles_in_flight,

@@ -229,7 +229,8 @@ impl Effects for ClusterEffects<'_> {
                 return Ok(Some(held));
             }
         }
-        write_status_over(
+        let started = std::time::Instant::now();
+        let written = write_status_over(
             self.api,
             resource,
             self.on_server,
@@ -238,7 +239,14 @@ impl Effects for ClusterEffects<'_> {
             how.conditional,
             &self.ctx.own_writes,
         )
-        .await
+        .await;
+        crate::metrics::METRICS
+            .status_write_duration
+            .get_or_create(&crate::metrics::OperatorLabels {
+                operator: self.ctx.definition.name.clone(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+        written
     }
 }
 
