@@ -60,6 +60,12 @@ pub struct RunArgs {
     /// every 10 s. The workers' calls do not change. 0: no limit.
     #[arg(long, default_value_t = 100)]
     worker_log_lines_per_second: u32,
+    /// Each tenant's writes per second on average (a WasmOperatorGrant's spec.tenant, else each
+    /// operator), bursts of twice that: the objects its operators apply and delete and the
+    /// statuses they write. Past it, a reconcile's writes wait (counted in
+    /// wasmpilot_writes_delayed_total); another tenant's do not. 0: no bound.
+    #[arg(long, default_value_t = crate::controller::write_budget::DEFAULT_WRITES_PER_SECOND)]
+    writes_per_second_per_tenant: u32,
     /// Give each worker call freshly mmapped memory instead of a slot of the instance pool.
     #[arg(long)]
     no_instance_pool: bool,
@@ -527,6 +533,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_reserved_namespaces(reserved.clone())
             .with_required_grants(args.require_operator_grants)
             .with_watch_connections(watch_connections.clone())
+            .with_writes_per_second(args.writes_per_second_per_tenant)
             .with_sharding(Some(sharding.clone()))
             .run(shutdown)
             .await;
@@ -546,6 +553,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_reserved_namespaces(reserved.clone())
             .with_required_grants(args.require_operator_grants)
             .with_watch_connections(watch_connections.clone())
+            .with_writes_per_second(args.writes_per_second_per_tenant)
             .run(shutdown)
             .await;
     }
@@ -579,7 +587,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_input_requeue(input_requeue)
         .with_reserved_namespaces(reserved)
         .with_required_grants(args.require_operator_grants)
-        .with_watch_connections(watch_connections);
+        .with_watch_connections(watch_connections)
+        .with_writes_per_second(args.writes_per_second_per_tenant);
     tokio::select! {
         result = manager.run(&mut shutdown) => {
             election.release().await;

@@ -86,6 +86,8 @@ pub struct Metrics {
     pub worker_duration: Family<PhaseLabels, Histogram>,
     /// How long an operator's status writes take at the API server (sent to answered).
     pub status_write_duration: Family<OperatorLabels, Histogram>,
+    /// Writes that waited for their tenant's write budget.
+    pub writes_delayed: Family<OperatorLabels, Counter>,
     pub limit_kills: Family<LimitLabels, Counter>,
     pub load_failures: Family<LoadLabels, Counter>,
     pub reconciles_in_flight: Gauge,
@@ -156,6 +158,12 @@ impl Metrics {
             "status_write_duration_seconds",
             "Wall time of an operator's status writes (sent to answered)",
             status_write_duration.clone(),
+        );
+        let writes_delayed = Family::<OperatorLabels, Counter>::default();
+        registry.register(
+            "writes_delayed",
+            "Writes (applies, deletions, status writes) that waited for their tenant's write budget (--writes-per-second-per-tenant)",
+            writes_delayed.clone(),
         );
         let limit_kills = Family::<LimitLabels, Counter>::default();
         registry.register(
@@ -296,6 +304,7 @@ impl Metrics {
             reconciles,
             worker_duration,
             status_write_duration,
+            writes_delayed,
             limit_kills,
             load_failures,
             reconciles_in_flight,

@@ -158,6 +158,7 @@ impl Effects for ClusterEffects<'_> {
                     .chain(ctx.outputs.writing(&o.kind, namespace, name))
             })
             .collect();
+        ctx.before_writes(outputs.len()).await;
         let mut report = outputs::apply_outputs(
             &ctx.as_operator,
             &ctx.definition.name,
@@ -207,6 +208,7 @@ impl Effects for ClusterEffects<'_> {
             ctx.inputs.deleted(kind, m.namespace.as_deref(), name);
             ctx.outputs.deleted(kind, m.namespace.as_deref(), name);
         };
+        ctx.before_writes(objects.len()).await;
         let pruned = outputs::prune_outputs(&ctx.as_operator, &ctx.kinds, objects, gone).await;
         if let Ok(pruned @ 1..) = pruned {
             tracing::info!(pruned, "deleted outputs the worker no longer returns");
@@ -229,6 +231,7 @@ impl Effects for ClusterEffects<'_> {
                 return Ok(Some(held));
             }
         }
+        self.ctx.before_writes(1).await;
         let started = std::time::Instant::now();
         let written = write_status_over(
             self.api,

@@ -67,6 +67,8 @@ pub struct OperatorContext {
     /// The admin's grant it runs under (its output namespaces); `None` on a host that requires
     /// none (`--require-operator-grants` unset).
     pub grant: Option<crate::crd::WasmOperatorGrantSpec>,
+    /// The host's write budget, shared by the operators of a tenant.
+    pub writes: Arc<crate::controller::write_budget::WriteBudget>,
     /// The resource kind's watch cache, once the controller runs: a decision is checked against
     /// it before its writes (a newer version there means the decision is stale).
     pub resources: std::sync::OnceLock<kube::runtime::reflector::Store<DynamicObject>>,
@@ -284,6 +286,22 @@ impl OperatorContext {
     /// Whether an output of a resource in `resource_namespace` may go to `namespace`: its own
     /// namespace (or none: cluster-scoped) always; another only where the grant, if the host
     /// requires one, lists it.
+    /// Waits for this operator's tenant's turn to make `writes` writes (see
+    /// [`crate::controller::write_budget`]).
+    pub async fn before_writes(&self, writes: usize) {
+        let tenant = self.sandbox.tenant_of(&self.definition.name);
+        let waited = self.writes.take(&tenant, writes).await;
+        if !waited.is_zero() {
+            crate::metrics::METRICS
+                .writes_delayed
+                .get_or_create(&crate::metrics::OperatorLabels {
+                    operator: self.definition.name.clone(),
+                })
+                .inc_by(writes as u64);
+            tracing::debug!(writes, waited_ms = waited.as_millis() as u64, %tenant, "writes waited for the tenant's write budget");
+        }
+    }
+
     pub fn output_namespace_granted(
         &self,
         resource_namespace: Option<&str>,

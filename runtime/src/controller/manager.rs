@@ -377,6 +377,7 @@ pub struct Manager {
     /// The client of the shared caches' watches, on a connection of their own (default: the
     /// host's client).
     watch_connections: Option<Arc<crate::controller::watch_connections::WatchConnections>>,
+    writes_per_second: u32,
 }
 
 /// What the WasmOperator reconciles share.
@@ -402,6 +403,8 @@ pub(super) struct ManagerContext {
     admin_grants: Option<Api<crate::crd::WasmOperatorGrant>>,
     /// The cluster's RBAC changes: the operators' access answers are asked again after one.
     rbac_changes: crate::controller::rbac_changes::RbacChanges,
+    /// Each tenant's share of the host's writes.
+    writes: Arc<crate::controller::write_budget::WriteBudget>,
     /// How long one attempt at loading an operator may take (see [`DEFAULT_LOAD_TIMEOUT`]).
     load_timeout: Duration,
     /// When to try loading an operator again, per operator: doubling up to [`LOAD_RETRY`].
@@ -429,12 +432,19 @@ impl Manager {
             reserved_namespaces: Default::default(),
             require_grants: false,
             watch_connections: None,
+            writes_per_second: crate::controller::write_budget::DEFAULT_WRITES_PER_SECOND,
         }
     }
 
     /// Runs the shared caches' watches over `client`: a connection (HTTP/2 stream pool) other
     /// than the one writes, reviews and Lease renewals take, so however many watches operators
     /// open, the API server's per-connection stream limit never holds a write back.
+    /// Each tenant's writes per second (0: unbounded; see [`crate::controller::write_budget`]).
+    pub fn with_writes_per_second(mut self, per_second: u32) -> Self {
+        self.writes_per_second = per_second;
+        self
+    }
+
     pub fn with_watch_connections(
         mut self,
         connections: Arc<crate::controller::watch_connections::WatchConnections>,
@@ -534,6 +544,9 @@ impl Manager {
             reserved_namespaces: self.reserved_namespaces,
             admin_grants,
             rbac_changes: Default::default(),
+            writes: Arc::new(crate::controller::write_budget::WriteBudget::new(
+                self.writes_per_second,
+            )),
             load_timeout: self.load_timeout,
             retries: Backoff::new(FIRST_LOAD_RETRY, LOAD_RETRY),
             operators,
@@ -1380,6 +1393,7 @@ impl ManagerContext {
             resources: Default::default(),
             reserved_namespaces: self.reserved_namespaces.clone(),
             grant,
+            writes: self.writes.clone(),
             shard: self.sharding.as_ref().map(|s| s.operator(name)),
             resource_watch: Default::default(),
         };

@@ -32,6 +32,7 @@ pub mod shadow;
 pub mod watch;
 pub mod watch_connections;
 pub mod watch_health;
+pub mod write_budget;
 
 #[cfg(test)]
 mod mock_api_tests;

@@ -101,6 +101,7 @@ pub fn operator_context(
         own_writes: Default::default(),
         reserved_namespaces: Default::default(),
         grant: None,
+        writes: Default::default(),
         resources: Default::default(),
         shard: None,
         resource_watch: Default::default(),
