@@ -52,8 +52,9 @@ impl WriteBudget {
             .clone()
     }
 
-    /// Waits until `tenant` may make `writes` more writes (at most one burst is asked at once:
-    /// a larger batch goes out as the bucket allows a burst); returns how long it waited.
+    /// Waits until `tenant` may make `writes` more writes (a batch larger than a burst goes out
+    /// once the bucket holds a burst, and its rest is owed); returns how long it slept for
+    /// them (zero when the bucket held them).
     /// Waiters of one tenant are served in turn; another tenant's never wait for them.
     pub async fn take(&self, tenant: &str, writes: usize) -> Duration {
         if self.per_second == 0 || writes == 0 {
@@ -71,12 +72,16 @@ impl WriteBudget {
         };
         refill(&mut b);
         let need = (writes as f64).min(self.burst());
+        let mut waited = Duration::ZERO;
         if b.tokens < need {
             tokio::time::sleep(Duration::from_secs_f64((need - b.tokens) / rate)).await;
             refill(&mut b);
+            waited = started.elapsed();
         }
-        b.tokens -= need;
-        started.elapsed()
+        // The whole batch is charged: past a burst the bucket goes into debt, which the
+        // tenant's next writes wait out.
+        b.tokens -= writes as f64;
+        waited
     }
 }
 
