@@ -238,5 +238,32 @@ async fn scenario(client: &kube::Client, ns: &str, addr: &str) -> anyhow::Result
         "p99 of {QUIET}'s status writes under 2 s: {} of {total} were (buckets {buckets:?})",
         within(2.0)
     );
+    // The caches are charged to their readers: each bulk operator for its 30 projections of
+    // every ConfigMap, counted every 15 s.
+    let configmaps = dynamic_api(client, "v1", "ConfigMap", None)
+        .await?
+        .list(&Default::default())
+        .await?
+        .items
+        .len() as f64;
+    let charged = wait_for("the caches charged to their readers", T, || async {
+        let charged = metric(
+            addr,
+            &format!(
+                "wasmpilot_cached_objects_charged{{operator=\"{}\"}}",
+                bulk_name(0)
+            ),
+        )?;
+        Ok((charged > 0.0).then_some(charged))
+    })
+    .await?;
+    eprintln!(
+        "{} charged {charged} cached objects ({configmaps} ConfigMaps × {PROJECTIONS} projections)",
+        bulk_name(0)
+    );
+    ensure!(
+        charged >= 0.9 * configmaps * PROJECTIONS as f64,
+        "each projection's cache is charged: {charged} for {configmaps} ConfigMaps"
+    );
     Ok(())
 }

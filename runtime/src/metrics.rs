@@ -61,6 +61,11 @@ pub struct ShadowLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabels {
+    pub tenant: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperatorLabels {
     pub operator: String,
 }
@@ -88,6 +93,10 @@ pub struct Metrics {
     pub status_write_duration: Family<OperatorLabels, Histogram>,
     /// Writes that waited for their tenant's write budget.
     pub writes_delayed: Family<OperatorLabels, Counter>,
+    /// Objects of the shared caches each operator reads (a shared cache counts for each).
+    pub cached_objects_charged: Family<OperatorLabels, Gauge>,
+    /// The same per tenant, a cache shared within a tenant counted once.
+    pub tenant_cached_objects: Family<TenantLabels, Gauge>,
     pub limit_kills: Family<LimitLabels, Counter>,
     pub load_failures: Family<LoadLabels, Counter>,
     pub reconciles_in_flight: Gauge,
@@ -164,6 +173,18 @@ impl Metrics {
             "writes_delayed",
             "Writes (applies, deletions, status writes) that waited for their tenant's write budget (--writes-per-second-per-tenant)",
             writes_delayed.clone(),
+        );
+        let cached_objects_charged = Family::<OperatorLabels, Gauge>::default();
+        registry.register(
+            "cached_objects_charged",
+            "Objects of the shared caches an operator's inputs and outputs read (a cache shared by operators counts for each)",
+            cached_objects_charged.clone(),
+        );
+        let tenant_cached_objects = Family::<TenantLabels, Gauge>::default();
+        registry.register(
+            "tenant_cached_objects",
+            "Objects of the shared caches a tenant's operators read (each cache once)",
+            tenant_cached_objects.clone(),
         );
         let limit_kills = Family::<LimitLabels, Counter>::default();
         registry.register(
@@ -305,6 +326,8 @@ impl Metrics {
             worker_duration,
             status_write_duration,
             writes_delayed,
+            cached_objects_charged,
+            tenant_cached_objects,
             limit_kills,
             load_failures,
             reconciles_in_flight,

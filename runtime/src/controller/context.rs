@@ -120,6 +120,15 @@ impl InputCaches {
         }
     }
 
+    /// Each informer of these caches (its address, to count a shared one once) and the objects
+    /// it holds.
+    pub fn held(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.0
+            .values()
+            .flatten()
+            .map(|(_, i)| (Arc::as_ptr(i) as usize, i.cache.len()))
+    }
+
     /// The informer `input` reads.
     pub fn informer(&self, input: &InputSpec) -> Option<&Arc<ObjectInformer>> {
         let kind = KindRef::new(&input.api_version, &input.kind);
@@ -201,6 +210,13 @@ impl ObjectSource for InputCaches {
 pub struct OutputCaches(pub HashMap<KindRef, Arc<MetadataInformer>>);
 
 impl OutputCaches {
+    /// Each informer of these caches (its address) and the objects it holds.
+    pub fn held(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.0
+            .values()
+            .map(|i| (Arc::as_ptr(i) as usize, i.cache.len()))
+    }
+
     /// Caches the metadata of an object this host just wrote (see [`MetadataInformer::wrote`]).
     pub fn wrote(&self, kind: &KindRef, object: &DynamicObject) {
         if let Some(informer) = self.0.get(kind) {

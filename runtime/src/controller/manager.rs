@@ -585,6 +585,30 @@ impl Manager {
             .applied_objects()
             .predicate_filter(predicates::generation, Default::default());
         let (stop, stopped) = oneshot::channel::<()>();
+        // Whose reads the shared caches hold, counted now and then.
+        let charging = ctx.clone();
+        let charges = tokio::spawn(async move {
+            use crate::controller::cache_charges;
+            let mut before = cache_charges::Charges::default();
+            loop {
+                tokio::time::sleep(cache_charges::CHARGE_EVERY).await;
+                let running: Vec<cache_charges::Reader> = {
+                    let controllers = charging.lock();
+                    controllers
+                        .running
+                        .iter()
+                        .map(|(name, r)| {
+                            (
+                                name.clone(),
+                                charging.modules.sandbox().tenant_of(name),
+                                cache_charges::held(&r.operator),
+                            )
+                        })
+                        .collect()
+                };
+                cache_charges::publish(&cache_charges::charges(&running), &mut before);
+            }
+        });
         // On the watch connection: an admin's revocation reaches the next reconcile in seconds.
         let rbac_watches = ctx.rbac_changes.watch(&ctx.informers.client());
         let mut grant_watch = None;
@@ -640,6 +664,7 @@ impl Manager {
         for watch in rbac_watches {
             watch.abort();
         }
+        charges.abort();
         // In-flight reconciles finish before this host lets go (and, when leader-elected,
         // releases the Lease to a standby).
         let grace = ctx.drain_grace();

@@ -10,6 +10,7 @@
 
 pub mod admin_consent;
 pub mod buckets;
+pub mod cache_charges;
 pub mod cluster_effects;
 pub mod context;
 pub mod deletion_log;
