@@ -97,6 +97,11 @@ pub struct Metrics {
     pub cached_objects_charged: Family<OperatorLabels, Gauge>,
     /// The same per tenant, a cache shared within a tenant counted once.
     pub tenant_cached_objects: Family<TenantLabels, Gauge>,
+    /// Watches of the shared caches each operator reads (a shared one counts for each).
+    pub watches_charged: Family<OperatorLabels, Gauge>,
+    /// Watches placed on a connection already carrying its share (another could not be
+    /// opened): they may wait for a stream.
+    pub watches_on_full_connections: Gauge,
     pub limit_kills: Family<LimitLabels, Counter>,
     pub load_failures: Family<LoadLabels, Counter>,
     pub reconciles_in_flight: Gauge,
@@ -185,6 +190,18 @@ impl Metrics {
             "tenant_cached_objects",
             "Objects of the shared caches a tenant's operators read (each cache once)",
             tenant_cached_objects.clone(),
+        );
+        let watches_charged = Family::<OperatorLabels, Gauge>::default();
+        registry.register(
+            "watches_charged",
+            "Watches of the shared caches an operator's inputs and outputs read (a shared one counts for each)",
+            watches_charged.clone(),
+        );
+        let watches_on_full_connections = Gauge::default();
+        registry.register(
+            "watches_on_full_connections",
+            "Watches placed on a connection past its 50 (another could not be opened): they may wait for an HTTP/2 stream",
+            watches_on_full_connections.clone(),
         );
         let limit_kills = Family::<LimitLabels, Counter>::default();
         registry.register(
@@ -328,6 +345,8 @@ impl Metrics {
             writes_delayed,
             cached_objects_charged,
             tenant_cached_objects,
+            watches_charged,
+            watches_on_full_connections,
             limit_kills,
             load_failures,
             reconciles_in_flight,
@@ -672,6 +691,12 @@ mod tests {
         m.buckets_held.get_or_create(&operator).set(1);
         m.buckets.get_or_create(&operator).set(16);
         m.worker_log_lines_dropped.get_or_create(&operator).inc();
+        m.cached_objects_charged.get_or_create(&operator).set(1);
+        m.tenant_cached_objects
+            .get_or_create(&TenantLabels {
+                tenant: "rules-test".into(),
+            })
+            .set(1);
         let _ = m.shadow_skipped.get_or_create(&phase);
         let exported = m.encode();
         let rules = std::fs::read_to_string(concat!(

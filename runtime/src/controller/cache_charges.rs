@@ -41,6 +41,18 @@ pub fn charges(running: &[Reader]) -> Charges {
     (per_operator, per_tenant)
 }
 
+/// Sets each running operator's `wasmpilot_watches_charged` (the caches it reads, one watch each).
+pub fn publish_watches(running: &[Reader]) {
+    for (name, _, held) in running {
+        crate::metrics::METRICS
+            .watches_charged
+            .get_or_create(&crate::metrics::OperatorLabels {
+                operator: name.clone(),
+            })
+            .set(held.len() as i64);
+    }
+}
+
 /// Sets the gauges to `charges`, dropping those of operators and tenants no longer running.
 pub fn publish((per_operator, per_tenant): &Charges, before: &mut Charges) {
     let m = &crate::metrics::METRICS;
@@ -55,6 +67,11 @@ pub fn publish((per_operator, per_tenant): &Charges, before: &mut Charges) {
             .remove(&crate::metrics::TenantLabels {
                 tenant: gone.clone(),
             });
+    }
+    for gone in before.0.keys().filter(|k| !per_operator.contains_key(*k)) {
+        m.watches_charged.remove(&crate::metrics::OperatorLabels {
+            operator: gone.clone(),
+        });
     }
     for (operator, n) in per_operator {
         m.cached_objects_charged

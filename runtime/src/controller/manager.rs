@@ -606,6 +606,7 @@ impl Manager {
                         })
                         .collect()
                 };
+                cache_charges::publish_watches(&running);
                 cache_charges::publish(&cache_charges::charges(&running), &mut before);
             }
         });

@@ -4,8 +4,9 @@
 //! A watch holds an HTTP/2 stream for as long as it runs, and an API server allows a bounded
 //! number of concurrent streams per connection (about 100, kubernetes#121120): past it, a new
 //! watch's request waits until another watch ends — one author's many input projections would
-//! keep every operator loaded after them from ever syncing. Counted in
-//! `wasmpilot_watches` and `wasmpilot_watch_connections`.
+//! keep every operator loaded after them from ever syncing. Counted in `wasmpilot_watches`,
+//! `wasmpilot_watch_connections` and, for watches that may wait (no connection could be
+//! opened), `wasmpilot_watches_on_full_connections`.
 
 use kube::Client;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,12 +33,17 @@ struct WatchConnection {
 /// One watch's place on a connection, given back when dropped (its informer stopped).
 pub struct WatchStream {
     connection: Arc<WatchConnection>,
+    /// Placed past the connection's share.
+    over: bool,
 }
 
 impl Drop for WatchStream {
     fn drop(&mut self) {
         self.connection.watches.fetch_sub(1, Ordering::AcqRel);
         crate::metrics::METRICS.watches.dec();
+        if self.over {
+            crate::metrics::METRICS.watches_on_full_connections.dec();
+        }
     }
 }
 
@@ -114,12 +120,16 @@ impl WatchConnections {
                 }
             }
         };
-        connection.watches.fetch_add(1, Ordering::AcqRel);
+        let over = connection.watches.fetch_add(1, Ordering::AcqRel) >= WATCHES_PER_CONNECTION;
         crate::metrics::METRICS.watches.inc();
+        if over {
+            crate::metrics::METRICS.watches_on_full_connections.inc();
+        }
         (
             connection.client.clone(),
             WatchStream {
                 connection: connection.clone(),
+                over,
             },
         )
     }
@@ -178,9 +188,14 @@ mod tests {
     #[tokio::test]
     async fn a_set_that_cannot_open_more_shares_the_least_loaded() {
         let set = WatchConnections::single(client());
-        let _streams: Vec<WatchStream> = (0..WATCHES_PER_CONNECTION + 5)
+        let streams: Vec<WatchStream> = (0..WATCHES_PER_CONNECTION + 5)
             .map(|_| set.take().1)
             .collect();
         assert_eq!(set.load(), [WATCHES_PER_CONNECTION + 5]);
+        assert_eq!(
+            streams.iter().filter(|s| s.over).count(),
+            5,
+            "the 5 past the share are counted as possibly waiting"
+        );
     }
 }

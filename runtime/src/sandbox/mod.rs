@@ -514,8 +514,8 @@ impl Sandbox {
         &self.limits
     }
 
-    /// Makes `operator` share the turns of `tenant` (its grant's `spec.tenant`); `None`: a
-    /// tenant of its own.
+    /// Makes `operator` share the turns of `tenant` (its grant's `spec.tenant`) and its share
+    /// of the host's log; `None`: a tenant of its own.
     pub fn set_tenant(&self, operator: &str, tenant: Option<&str>) {
         let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
         match tenant {
@@ -815,7 +815,9 @@ impl Sandbox {
             random_seed: seed.map(|d| d.0),
         };
         let mut state = HostState::new(&run_limits);
-        state.log_rate = self.log_rates.of(operator);
+        // A tenant's operators share one share of the host's log (its drops are counted and
+        // reported as `tenant:<name>`).
+        state.log_rate = self.log_rates.of(&self.tenant_of(operator));
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let started = Instant::now();
