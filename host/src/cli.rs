@@ -155,6 +155,22 @@ enum Command {
         #[arg(long)]
         tenant: Option<String>,
     },
+    /// Print the version, the build, the WIT package workers are built against and the
+    /// wasmtime release the host runs them on.
+    Version,
+    /// Print a completion script for a shell (`source <(wasmpilot completions bash)`).
+    Completions { shell: clap_complete::Shell },
+    /// Write man pages (one per command) into a directory.
+    Man {
+        /// Where to write them, e.g. `/usr/local/share/man/man1`.
+        dir: PathBuf,
+    },
+    /// Make `kubectl wasmpilot …` run this CLI: link `kubectl-wasmpilot` to it in a directory on
+    /// PATH (as krew installs plugins).
+    KubectlPlugin {
+        /// A directory on PATH, e.g. `~/.local/bin`.
+        dir: PathBuf,
+    },
     /// Print the WasmOperator CustomResourceDefinition (YAML).
     Crd {
         /// The WasmOperatorGrant's instead (the admins' consent to each WasmOperator).
@@ -348,6 +364,33 @@ impl Cli {
             }
             Command::Crd { grant: false } => {
                 print!("{}", serde_yaml::to_string(&WasmOperator::crd())?);
+                Ok(())
+            }
+            Command::Version => {
+                println!("{}", wasmpilot::shell::version_text());
+                Ok(())
+            }
+            Command::Completions { shell } => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                let name = command.get_name().to_string();
+                clap_complete::generate(shell, &mut command, name, &mut std::io::stdout());
+                Ok(())
+            }
+            Command::Man { dir } => {
+                let written = wasmpilot::shell::write_man_pages(
+                    <Cli as clap::CommandFactory>::command(),
+                    &dir,
+                )?;
+                println!("wrote {} man pages into {}", written.len(), dir.display());
+                Ok(())
+            }
+            Command::KubectlPlugin { dir } => {
+                let link = wasmpilot::shell::install_kubectl_plugin(&dir)?;
+                println!(
+                    "{} → this wasmpilot: `kubectl wasmpilot …` runs it while {} is on PATH",
+                    link.display(),
+                    dir.display()
+                );
                 Ok(())
             }
             Command::Crd { grant: true } => {

@@ -25,5 +25,6 @@ pub mod deploy;
 pub mod evidence;
 pub mod offline;
 pub mod operator_grant;
+pub mod shell;
 #[cfg(test)]
 mod step_equivalence_tests;

@@ -11,7 +11,19 @@ fn main() -> ExitCode {
 }
 
 async fn run() -> ExitCode {
-    let cli = cli::Cli::parse();
+    // Run as `kubectl wasmpilot …`, its help and errors name the command as typed.
+    let cli = if wasmpilot::shell::invoked_as_kubectl_plugin() {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = cli::Cli::command()
+            .bin_name("kubectl wasmpilot")
+            .get_matches();
+        match cli::Cli::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    } else {
+        cli::Cli::parse()
+    };
     wasmpilot::host::init_tracing(&cli.log, cli.log_format);
     match cli.run().await {
         Ok(()) => ExitCode::SUCCESS,
