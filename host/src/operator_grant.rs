@@ -112,7 +112,14 @@ pub async fn apply(
 ) -> anyhow::Result<WasmOperatorGrant> {
     let api: Api<WasmOperatorGrant> = Api::all(client.clone());
     let mut extras = extras.clone();
-    let existing = api.get_opt(&op.name_any()).await.ok().flatten();
+    // What an existing grant holds beyond the review is kept when not given again: a grant that
+    // cannot be read is not replaced by one that would silently drop it.
+    let existing = api.get_opt(&op.name_any()).await.with_context(|| {
+        format!(
+            "reading WasmOperatorGrant {} (to keep its output namespaces, egress and tenant): is its CRD installed (deploy/crds/wasmoperatorgrant.yaml), and may you read it?",
+            op.name_any()
+        )
+    })?;
     if let Some(existing) =
         existing.filter(|g| Some(&g.spec.operator_uid) == op.metadata.uid.as_ref())
     {

@@ -50,16 +50,7 @@ fn hatch(name: &str, ns: &str) -> Value {
 }
 
 fn wasmpilot(args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .args(args)
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "wasmpilot {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(wasmpilot_cli(args)?.0)
 }
 
 fn message(o: &Value, condition_type: &str) -> String {

@@ -45,21 +45,10 @@ fn probe(name: &str) -> String {
     .to_string()
 }
 
+/// The CLI's standard output and error, together.
 fn wasmpilot(args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .args(args)
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "wasmpilot {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
+    let (stdout, stderr) = wasmpilot_cli(args)?;
+    Ok(stdout + &stderr)
 }
 
 fn kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<std::process::Output> {

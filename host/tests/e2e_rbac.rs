@@ -28,16 +28,7 @@ async fn shipped_rbac_is_enough() {
 }
 
 fn wasmpilot(args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .args(args)
-        .current_dir(common::repo_root())
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "wasmpilot {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
+    Ok(wasmpilot_cli(args)?.0)
 }
 
 fn kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<()> {

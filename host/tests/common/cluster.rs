@@ -472,6 +472,25 @@ pub fn must<T>(v: Option<T>, what: &str) -> anyhow::Result<T> {
 }
 
 /// A loopback port nobody listens on now (for a host's `--metrics-addr`).
+/// Runs the CLI built with these tests (`wasmpilot <args>`) in the repository's root: its
+/// standard output and error, or an error naming the command when it fails.
+pub fn wasmpilot_cli(args: &[&str]) -> anyhow::Result<(String, String)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
+        .args(args)
+        .current_dir(crate::common::repo_root())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "wasmpilot {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

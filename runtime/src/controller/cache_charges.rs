@@ -1,9 +1,9 @@
 //! The shared caches charged to the operators that read them: every object a cache holds counts
 //! for each operator whose inputs or outputs it serves, and once for its tenant.
 //!
-//! Published as `wasmpilot_cached_objects_charged{operator}` and
-//! `wasmpilot_tenant_cached_objects{tenant}` (alert `WasmpilotTenantCacheLarge`), so an admin
-//! sees whose reads the host's memory holds.
+//! Published as `wasmpilot_cached_objects_charged{operator}` (alert `WasmpilotOperatorCacheLarge`)
+//! and `wasmpilot_tenant_cached_objects{tenant}` for the grants' tenants (alert
+//! `WasmpilotTenantCacheLarge`), so an admin sees whose reads the host's memory holds.
 
 use crate::controller::context::OperatorContext;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -16,10 +16,11 @@ pub fn held(ctx: &OperatorContext) -> Vec<(usize, usize)> {
     ctx.inputs.held().chain(ctx.outputs.held()).collect()
 }
 
-/// A running operator as charged: its name, its tenant and what it holds ([`held`]).
-pub type Reader = (String, String, Vec<(usize, usize)>);
+/// A running operator as charged: its name, its tenant (its grant's `spec.tenant`; `None`: a
+/// tenant of its own, charged as the operator) and what it holds ([`held`]).
+pub type Reader = (String, Option<String>, Vec<(usize, usize)>);
 
-/// Charges per operator and per tenant.
+/// Charges per operator and per named tenant.
 pub type Charges = (BTreeMap<String, usize>, BTreeMap<String, usize>);
 
 /// What each operator and each tenant is charged, from the running operators (name, tenant,
@@ -30,6 +31,7 @@ pub fn charges(running: &[Reader]) -> Charges {
     let mut per_tenant: BTreeMap<String, usize> = BTreeMap::new();
     for (name, tenant, held) in running {
         per_operator.insert(name.clone(), held.iter().map(|(_, n)| n).sum());
+        let Some(tenant) = tenant else { continue };
         let seen = tenant_caches.entry(tenant.as_str()).or_default();
         let total = per_tenant.entry(tenant.clone()).or_default();
         for (cache, objects) in held {
@@ -100,11 +102,15 @@ mod tests {
         let running = vec![
             (
                 "a1".to_string(),
-                "team-a".to_string(),
+                Some("team-a".to_string()),
                 vec![(1, 1000), (2, 10)],
             ),
-            ("a2".to_string(), "team-a".to_string(), vec![(1, 1000)]),
-            ("b".to_string(), "b".to_string(), vec![(1, 1000)]),
+            (
+                "a2".to_string(),
+                Some("team-a".to_string()),
+                vec![(1, 1000)],
+            ),
+            ("b".to_string(), None, vec![(1, 1000)]),
         ];
         let (per_operator, per_tenant) = charges(&running);
         assert_eq!(per_operator["a1"], 1010);
@@ -114,6 +120,10 @@ mod tests {
             per_tenant["team-a"], 1010,
             "cache 1 counted once for team-a"
         );
-        assert_eq!(per_tenant["b"], 1000);
+        assert_eq!(
+            per_tenant.keys().collect::<Vec<_>>(),
+            ["team-a"],
+            "an operator without a tenant is charged as itself only"
+        );
     }
 }

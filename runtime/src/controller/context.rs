@@ -299,9 +299,6 @@ impl ReservedNamespaces {
 }
 
 impl OperatorContext {
-    /// Whether an output of a resource in `resource_namespace` may go to `namespace`: its own
-    /// namespace (or none: cluster-scoped) always; another only where the grant, if the host
-    /// requires one, lists it.
     /// Waits for this operator's tenant's turn to make `writes` writes (see
     /// [`crate::controller::write_budget`]).
     pub async fn before_writes(&self, writes: usize) {
@@ -318,6 +315,9 @@ impl OperatorContext {
         }
     }
 
+    /// Whether an output of a resource in `resource_namespace` may go to `namespace`: its own
+    /// namespace (or none: cluster-scoped) always; another only where the grant, if the host
+    /// requires one, lists it.
     pub fn output_namespace_granted(
         &self,
         resource_namespace: Option<&str>,

@@ -600,7 +600,7 @@ impl Manager {
                         .map(|(name, r)| {
                             (
                                 name.clone(),
-                                charging.modules.sandbox().tenant_of(name),
+                                charging.modules.sandbox().tenant_name(name),
                                 cache_charges::held(&r.operator),
                             )
                         })
@@ -1029,6 +1029,7 @@ impl ManagerContext {
                 let name = op.name_any();
                 self.retries.reset(&name);
                 let freed = self.lock().stop(&name);
+                self.forget_grant_extras(&name);
                 self.recheck(freed);
             }
             Event::InitDone => {
@@ -1040,10 +1041,13 @@ impl ManagerContext {
                     .cloned()
                     .collect();
                 let mut freed = Vec::new();
-                for name in gone {
-                    freed.extend(controllers.stop(&name));
+                for name in &gone {
+                    freed.extend(controllers.stop(name));
                 }
                 drop(controllers);
+                for name in &gone {
+                    self.forget_grant_extras(name);
+                }
                 self.recheck(freed);
                 self.first_listing_done.store(true, Ordering::Relaxed);
                 crate::metrics::READINESS.mark_listed();
@@ -1054,6 +1058,13 @@ impl ManagerContext {
 
     /// Has the manager reconcile these WasmOperators again now: they were refused for what
     /// another operator did (managed their kind, closed a cycle), and that one stopped or changed.
+    /// A deleted operator's tenant and fetch allowances (from its grant) are dropped: a
+    /// WasmOperator created later under its name starts from its own grant.
+    fn forget_grant_extras(&self, name: &str) {
+        self.modules.sandbox().set_tenant(name, None);
+        self.modules.set_operator_egress(name, None);
+    }
+
     fn recheck(&self, names: Vec<String>) {
         for name in names {
             tracing::info!(operator = %name, "loading it again: an operator it was refused for (or displaced by) stopped or changed");

@@ -1,5 +1,5 @@
-//! Each operator's share of the host's log: a token bucket per operator over the worker log lines
-//! (and printed output) the host writes for it, so one operator's flood cannot bury the others'.
+//! Each operator's share of the host's log: a token bucket per operator (or per tenant) over the
+//! worker log lines (and printed output) the host writes for it, so no flood buries the others'.
 //!
 //! A call's own budget (`logLines`, `logKib`) bounds what one call may send, and crossing it fails
 //! the call. This bounds what an operator's calls together put in the host's log: an operator
@@ -39,26 +39,60 @@ impl LogRates {
         }
     }
 
-    /// `operator`'s bucket (`None` when the host's log is not rate limited).
-    pub fn of(&self, operator: &str) -> Option<Arc<LogRate>> {
+    /// The bucket of `share` (the operator, or its tenant's `tenant:<name>`) for a call of
+    /// `operator`, whose dropped lines count as its own (`None` when the host's log is not rate
+    /// limited).
+    pub fn of(&self, share: &str, operator: &str) -> Option<LogShare> {
         let limit = self.limit?;
-        let mut operators = self.operators.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(rate) = operators.get(operator) {
-            return Some(rate.clone());
-        }
-        let rate = Arc::new(LogRate::new(operator, limit, Instant::now()));
-        operators.insert(operator.to_string(), rate.clone());
-        Some(rate)
+        let rate = {
+            let mut shares = self.operators.lock().unwrap_or_else(|p| p.into_inner());
+            match shares.get(share) {
+                Some(rate) => rate.clone(),
+                None => {
+                    let rate = Arc::new(LogRate::new(share, limit, Instant::now()));
+                    shares.insert(share.to_string(), rate.clone());
+                    rate
+                }
+            }
+        };
+        Some(LogShare {
+            rate,
+            dropped_total: crate::metrics::METRICS
+                .worker_log_lines_dropped
+                .get_or_create(&crate::metrics::OperatorLabels {
+                    operator: operator.to_string(),
+                })
+                .clone(),
+        })
     }
 }
 
-/// One operator's bucket.
+/// One call's view of its share: the bucket, and the calling operator's
+/// `wasmpilot_worker_log_lines_dropped_total`.
+pub struct LogShare {
+    rate: Arc<LogRate>,
+    dropped_total: prometheus_client::metrics::counter::Counter,
+}
+
+impl LogShare {
+    /// Whether the host's log takes one more line of this operator now; a dropped line is
+    /// counted for the operator, and the share's drops are reported (a host log line naming the
+    /// operator or its tenant) when due.
+    pub fn admit(&self) -> bool {
+        let written = self.rate.admit();
+        if !written {
+            self.dropped_total.inc();
+        }
+        written
+    }
+}
+
+/// One share's bucket: an operator's, or its tenant's.
 pub struct LogRate {
-    operator: String,
+    /// Who the reports name: the operator, or `tenant <name>`.
+    share: String,
     limit: LogRateLimit,
     bucket: Mutex<Bucket>,
-    /// The operator's `wasmpilot_worker_log_lines_dropped_total`.
-    dropped_total: prometheus_client::metrics::counter::Counter,
 }
 
 struct Bucket {
@@ -79,16 +113,14 @@ enum Admission {
 }
 
 impl LogRate {
-    fn new(operator: &str, limit: LogRateLimit, now: Instant) -> Self {
+    fn new(share: &str, limit: LogRateLimit, now: Instant) -> Self {
+        let share = match share.strip_prefix("tenant:") {
+            Some(tenant) => format!("tenant {tenant}"),
+            None => share.to_string(),
+        };
         LogRate {
-            operator: operator.to_string(),
+            share,
             limit,
-            dropped_total: crate::metrics::METRICS
-                .worker_log_lines_dropped
-                .get_or_create(&crate::metrics::OperatorLabels {
-                    operator: operator.to_string(),
-                })
-                .clone(),
             bucket: Mutex::new(Bucket {
                 tokens: f64::from(limit.burst.max(1)),
                 refilled: now,
@@ -98,20 +130,17 @@ impl LogRate {
         }
     }
 
-    /// Whether the host's log takes one more line of this operator now; a dropped line is
-    /// counted, and the drops are reported (a host log line naming the operator) when due.
-    pub fn admit(&self) -> bool {
+    /// Whether the host's log takes one more line of this share now; the drops are reported
+    /// (a host log line naming the share) when due.
+    fn admit(&self) -> bool {
         let admission = self.admit_at(Instant::now());
         let (written, dropped) = match admission {
             Admission::Write { dropped } => (true, dropped),
             Admission::Drop { dropped } => (false, dropped),
         };
-        if !written {
-            self.dropped_total.inc();
-        }
         if dropped > 0 {
             tracing::warn!(
-                operator = %self.operator,
+                share = %self.share,
                 dropped,
                 lines_per_second = self.limit.lines_per_second,
                 "worker log lines not written: the operator's workers log faster than the host's \
@@ -241,17 +270,45 @@ mod tests {
             lines_per_second: 1,
             burst: 1,
         }));
-        let a = rates.of("a").expect("limited");
+        let a = rates.of("a", "a").expect("limited");
         assert!(a.admit());
         assert!(!a.admit(), "a's bucket is empty");
-        let b = rates.of("b").expect("limited");
+        let b = rates.of("b", "b").expect("limited");
         assert!(b.admit(), "b's bucket is its own");
-        assert!(Arc::ptr_eq(&a, &rates.of("a").expect("limited")));
-        assert!(LogRates::new(None).of("a").is_none());
+        assert!(Arc::ptr_eq(
+            &a.rate,
+            &rates.of("a", "a").expect("limited").rate
+        ));
+        assert!(LogRates::new(None).of("a", "a").is_none());
         let zero = LogRateLimit {
             lines_per_second: 0,
             burst: 1000,
         };
-        assert!(LogRates::new(Some(zero)).of("a").is_none());
+        assert!(LogRates::new(Some(zero)).of("a", "a").is_none());
+    }
+
+    #[test]
+    fn a_tenant_shares_one_bucket_and_each_operator_counts_its_own_drops() {
+        let rates = LogRates::new(Some(LogRateLimit {
+            lines_per_second: 1,
+            burst: 1,
+        }));
+        let dropped = |operator: &str| {
+            crate::metrics::METRICS
+                .worker_log_lines_dropped
+                .get_or_create(&crate::metrics::OperatorLabels {
+                    operator: operator.to_string(),
+                })
+                .get()
+        };
+        let (t1, t2) = (dropped("tenant-test-t1"), dropped("tenant-test-t2"));
+        let one = rates.of("tenant:team", "tenant-test-t1").expect("limited");
+        let two = rates.of("tenant:team", "tenant-test-t2").expect("limited");
+        assert!(Arc::ptr_eq(&one.rate, &two.rate), "one bucket per tenant");
+        assert_eq!(one.rate.share, "tenant team");
+        assert!(one.admit());
+        assert!(!two.admit(), "t2 finds its tenant's bucket empty");
+        assert_eq!(dropped("tenant-test-t1"), t1);
+        assert_eq!(dropped("tenant-test-t2"), t2 + 1, "the drop is t2's");
     }
 }

@@ -524,7 +524,18 @@ impl Sandbox {
         };
     }
 
-    /// Whose turn a call of `operator` waits for: its tenant's, else its own.
+    /// The tenant `operator` belongs to (its grant's `spec.tenant`), if any.
+    pub fn tenant_name(&self, operator: &str) -> Option<String> {
+        self.tenants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(operator)
+            .and_then(|key| key.strip_prefix("tenant:"))
+            .map(str::to_string)
+    }
+
+    /// Whose turn a call of `operator` waits for: its tenant's (`tenant:<name>`, which no
+    /// operator name can be), else its own.
     pub fn tenant_of(&self, operator: &str) -> String {
         self.tenants
             .lock()
@@ -815,9 +826,9 @@ impl Sandbox {
             random_seed: seed.map(|d| d.0),
         };
         let mut state = HostState::new(&run_limits);
-        // A tenant's operators share one share of the host's log (its drops are counted and
-        // reported as `tenant:<name>`).
-        state.log_rate = self.log_rates.of(&self.tenant_of(operator));
+        // A tenant's operators share one share of the host's log (each operator's drops counted
+        // as its own, reported for the tenant).
+        state.log_rate = self.log_rates.of(&self.tenant_of(operator), operator);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let started = Instant::now();
@@ -1454,6 +1465,8 @@ mod tests {
         }
         assert_eq!(sandbox.tenant_of("a2"), sandbox.tenant_of("a3"));
         assert_eq!(sandbox.tenant_of("b"), "b");
+        assert_eq!(sandbox.tenant_name("a1").as_deref(), Some("team-a"));
+        assert_eq!(sandbox.tenant_name("b"), None);
         let held = sandbox.slot("x").await.expect("the only slot");
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut waiting = Vec::new();

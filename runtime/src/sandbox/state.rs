@@ -36,7 +36,7 @@ pub struct HostState {
     /// The Secret values the call was handed: replaced in the log lines it sends.
     pub(super) redactor: crate::redaction::Redactor,
     /// The operator's share of the host's log (`None`: not limited).
-    pub(super) log_rate: Option<std::sync::Arc<super::log_rate::LogRate>>,
+    pub(super) log_rate: Option<super::log_rate::LogShare>,
 }
 
 impl HostState {
