@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test: format, clippy, guest components for wasm32-wasip2 (Rust, Python,
 # JavaScript, with the Python and JavaScript SDKs' native tests), the three SDKs' packagings
-# (deploy/local/package-sdks.sh), unit tests,
+# (deploy/local/package-sdks.sh), the supply-chain check (deploy/supply-chain/check.sh), unit tests,
 # sandbox tests with real components, the host image (deploy/Containerfile), and end-to-end
 # tests on a real kube-apiserver with a node: pods, the in-cluster install, failover.
 # Uses $KUBECONFIG when WASMPILOT_USE_KUBECONFIG=1, else starts deploy/local/cluster.sh.
@@ -62,6 +62,9 @@ deploy/local/build-guest-examples.sh
 
 step "SDK packagings: cargo publish --dry-run (Rust), sdist and wheel (Python), npm pack (JavaScript)"
 deploy/local/package-sdks.sh
+
+step "supply chain: cargo-deny (licences, duplicates, bans, sources, RustSec advisories offline) and the JavaScript and Python lock files"
+deploy/supply-chain/check.sh
 
 step "cluster"
 # The local node's kubelet evicts pods (and the scheduler places none) below 1 % free disk: say
