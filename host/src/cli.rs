@@ -37,6 +37,16 @@ pub struct Cli {
         display_order = 1001
     )]
     pub log_format: wasmpilot::host::LogFormat,
+    /// Export traces over OTLP (HTTP, JSON) to this collector, e.g. `http://collector:4318`
+    /// (`/v1/traces` is added): a span per reconcile with its worker call, applies and status
+    /// write. Off when unset.
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        global = true,
+        display_order = 1002
+    )]
+    pub otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }

@@ -24,8 +24,21 @@ async fn run() -> ExitCode {
     } else {
         cli::Cli::parse()
     };
-    wasmpilot::host::init_tracing(&cli.log, cli.log_format);
-    match cli.run().await {
+    let traces =
+        match wasmpilot::host::init_tracing(&cli.log, cli.log_format, cli.otlp_endpoint.as_deref())
+        {
+            Ok(traces) => traces,
+            Err(e) => {
+                eprintln!("{}", wasmpilot::error_report::for_terminal(&e));
+                return ExitCode::FAILURE;
+            }
+        };
+    let result = cli.run().await;
+    if let Some(traces) = traces {
+        // The exporter's last batch, sent from a thread that may block.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{}", wasmpilot::error_report::for_terminal(e.as_ref()));

@@ -184,19 +184,30 @@ pub enum LogFormat {
 }
 
 /// Logs to stderr with `filter` (tracing's EnvFilter syntax; `info` if it does not parse), in
-/// `format`.
-pub fn init_tracing(filter: &str, format: LogFormat) {
+/// `format`; with `otlp_endpoint`, also exports the reconciles' spans there
+/// ([`crate::trace_export`]): the returned handle sends the last ones at exit.
+pub fn init_tracing(
+    filter: &str,
+    format: LogFormat,
+    otlp_endpoint: Option<&str>,
+) -> Result<Option<crate::trace_export::TraceExport>, crate::trace_export::TraceExportError> {
     // Colours only on a terminal: log files and pod logs stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing::subscriber::set_global_default(log_subscriber(
-        filter,
-        format,
-        ansi,
-        std::io::stderr,
-    ));
+    let mut layers = vec![log_layer(filter, format, ansi, std::io::stderr)];
+    let export = match otlp_endpoint.filter(|e| !e.is_empty()) {
+        Some(endpoint) => {
+            let (layer, export) = crate::trace_export::otlp_layer(endpoint)?;
+            layers.push(layer);
+            Some(export)
+        }
+        None => None,
+    };
+    use tracing_subscriber::layer::SubscriberExt;
+    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layers));
+    Ok(export)
 }
 
-/// The subscriber [`init_tracing`] installs, writing to `writer`.
+/// A subscriber logging as [`init_tracing`] does, to `writer` (for tests).
 pub fn log_subscriber<W>(
     filter: &str,
     format: LogFormat,
@@ -206,27 +217,41 @@ pub fn log_subscriber<W>(
 where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
+    use tracing_subscriber::layer::SubscriberExt;
+    Box::new(tracing_subscriber::registry().with(log_layer(filter, format, ansi, writer)))
+}
+
+type BoxedLayer = Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
+
+/// The log's layer: `filter`'s events and spans (never the spans made only for traces), in
+/// `format`, to `writer`.
+fn log_layer<W>(filter: &str, format: LogFormat, ansi: bool, writer: W) -> BoxedLayer
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let filter = match format!("{}=off", crate::trace_export::TRACE_TARGET).parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
+    let layer = tracing_subscriber::fmt::layer()
         .with_target(false)
         .with_writer(writer);
     match format {
-        LogFormat::Text => Box::new(
-            builder
-                .fmt_fields(one_line_fields())
-                .with_ansi(ansi)
-                .finish(),
-        ),
-        LogFormat::Json => Box::new(
-            builder
-                .json()
-                .flatten_event(true)
-                .with_current_span(true)
-                .with_span_list(false)
-                .finish(),
-        ),
+        LogFormat::Text => layer
+            .fmt_fields(one_line_fields())
+            .with_ansi(ansi)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => layer
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_filter(filter)
+            .boxed(),
     }
 }
 
@@ -687,6 +712,40 @@ mod tests {
         assert_eq!(line["span"]["resource"], "team-a/r1", "{line}");
         assert_eq!(line["span"]["phase"], "Syncing", "{line}");
         assert!(line["timestamp"].is_string(), "{line}");
+    }
+
+    /// The spans made for traces (worker call, apply, status write) never reach the log: a
+    /// worker's log line inside its call still names the reconcile, in both formats, even when
+    /// the filter asks for everything.
+    #[test]
+    fn the_trace_spans_stay_out_of_the_log() {
+        for format in [LogFormat::Json, LogFormat::Text] {
+            let captured = Captured::default();
+            let writer = captured.clone();
+            let subscriber = log_subscriber("trace", format, false, move || writer.clone());
+            tracing::subscriber::with_default(subscriber, || {
+                let span = tracing::info_span!("reconcile", operator = "autoroute");
+                let _entered = span.enter();
+                let call = tracing::info_span!(
+                    target: crate::trace_export::TRACE_TARGET,
+                    "worker call",
+                    module = "sha256:abc"
+                );
+                let _in_call = call.enter();
+                tracing::info!("worker says hi");
+            });
+            let text =
+                String::from_utf8(captured.0.lock().expect("the buffer").clone()).expect("utf-8");
+            assert!(!text.contains("worker call"), "{format:?}: {text}");
+            assert!(!text.contains("sha256:abc"), "{format:?}: {text}");
+            assert!(text.contains("autoroute"), "{format:?}: {text}");
+            if format == LogFormat::Json {
+                let line: serde_json::Value =
+                    serde_json::from_str(text.lines().last().unwrap_or_default())
+                        .expect("a JSON object");
+                assert_eq!(line["span"]["name"], "reconcile", "{line}");
+            }
+        }
     }
 
     /// Text logs: a reconcile that chains phases records each, and its lines name the one

@@ -42,6 +42,7 @@ pub mod promql;
 pub mod rbac;
 pub mod redaction;
 pub mod sandbox;
+pub mod trace_export;
 pub mod worker_text;
 
 /// The finalizer the host puts on resources of operators that declare a finalizer worker.

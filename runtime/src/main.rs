@@ -25,6 +25,11 @@ struct Cli {
         global = true
     )]
     log_format: wasmpilot_runtime::host::LogFormat,
+    /// Export traces over OTLP (HTTP, JSON) to this collector, e.g. `http://collector:4318`
+    /// (`/v1/traces` is added): a span per reconcile with its worker call, applies and status
+    /// write. Off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -45,13 +50,27 @@ fn main() -> ExitCode {
 
 async fn run() -> ExitCode {
     let cli = Cli::parse();
-    wasmpilot_runtime::host::init_tracing(&cli.log, cli.log_format);
+    let traces = match wasmpilot_runtime::host::init_tracing(
+        &cli.log,
+        cli.log_format,
+        cli.otlp_endpoint.as_deref(),
+    ) {
+        Ok(traces) => traces,
+        Err(e) => {
+            eprintln!("{}", wasmpilot_runtime::error_report::for_terminal(&e));
+            return ExitCode::FAILURE;
+        }
+    };
     let result = match cli.command {
         Command::Run(args) => wasmpilot_runtime::host::run(args).await,
         Command::Crd => serde_yaml::to_string(&WasmOperator::crd())
             .map(|yaml| print!("{yaml}"))
             .map_err(Into::into),
     };
+    if let Some(traces) = traces {
+        // The exporter's last batch, sent from a thread that may block.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

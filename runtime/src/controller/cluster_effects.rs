@@ -109,6 +109,7 @@ impl WorkerReads for ClusterEffects<'_> {
                 result: RecordedResult::of(call.decided),
                 module: call.module.to_string(),
                 duration: call.duration,
+                trace_id: crate::trace_export::current_trace_id(),
             });
         }
     }

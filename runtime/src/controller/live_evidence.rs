@@ -31,6 +31,7 @@ pub fn after_live_call(ctx: &Arc<OperatorContext>, resource: &Arc<DynamicObject>
             result: call.result,
             duration: Some(call.duration),
             shadow: None,
+            trace_id: call.trace_id,
         }
         .without_secret_data()
     };
@@ -41,6 +42,7 @@ pub fn after_live_call(ctx: &Arc<OperatorContext>, resource: &Arc<DynamicObject>
                 result: call.result.clone(),
                 module: call.module.clone(),
                 duration: call.duration,
+                trace_id: call.trace_id.clone(),
             }));
             shadows.enqueue(resource.clone(), call);
         }

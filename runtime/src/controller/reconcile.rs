@@ -67,7 +67,13 @@ pub async fn reconcile(
         operator = %ctx.definition.name,
         resource = %OperatorContext::key(&obj),
         phase = tracing::field::Empty,
+        module = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
     );
+    // Exported spans: the log lines and the recorded case name the trace.
+    if let Some(trace_id) = span.in_scope(crate::trace_export::current_trace_id) {
+        span.record("trace_id", trace_id.as_str());
+    }
     async move {
         let metrics = &crate::metrics::METRICS;
         metrics.reconciles_in_flight.inc();

@@ -440,6 +440,7 @@ fn keep_case(
         result: call.result.clone(),
         duration: Some(call.duration),
         shadow: Some((shadow_module.to_string(), shadow)),
+        trace_id: call.trace_id.clone(),
     }
     .without_secret_data();
     if let Some(sink) = &handles.record_sink {

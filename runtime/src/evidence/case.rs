@@ -57,6 +57,9 @@ pub struct DecisionCase {
     /// Wall time of the worker call, when it was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_us: Option<u64>,
+    /// The trace of the reconcile that decided, when the host exported spans (`--otlp-endpoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     pub request: RecordedRequest,
     pub result: RecordedResult,
     /// For [`CaseSource::Shadow`]: the shadow module and what it decided.
@@ -291,6 +294,7 @@ impl DecisionCase {
             input_hash: RequestDigest::of_sync(request).to_prefixed_hex(),
             module: module.to_string(),
             duration_us: duration.map(|d| d.as_micros() as u64),
+            trace_id: None,
             request: RecordedRequest::of(request)?,
             result,
             shadow: None,

@@ -23,6 +23,8 @@ pub struct LiveCall {
     /// The digest of the live module.
     pub module: String,
     pub duration: Duration,
+    /// The reconcile's trace, when spans are exported.
+    pub trace_id: Option<String>,
 }
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -58,6 +60,8 @@ pub struct PendingRecord {
     pub duration: Option<Duration>,
     /// For shadow cases: the shadow module and its result.
     pub shadow: Option<(String, RecordedResult)>,
+    /// The live reconcile's trace, when spans are exported.
+    pub trace_id: Option<String>,
 }
 
 impl PendingRecord {
@@ -124,6 +128,9 @@ impl PendingRecord {
         field(&mut out, "module", &self.module)?;
         if let Some(d) = self.duration {
             field(&mut out, "durationUs", &(d.as_micros() as u64))?;
+        }
+        if let Some(trace_id) = &self.trace_id {
+            field(&mut out, "traceId", trace_id)?;
         }
         out.extend_from_slice(b",\"request\":{\"operator\":");
         serde_json::to_writer(&mut out, &request.operator)?;
@@ -423,6 +430,7 @@ mod tests {
             },
             duration: None,
             shadow: None,
+            trace_id: None,
         }
     }
 
@@ -498,6 +506,7 @@ mod tests {
     fn a_line_is_the_case_serde_writes() {
         let mut r = record(10);
         r.shadow = Some(("sha256:s".into(), r.result.clone()));
+        r.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
         let line = String::from_utf8(r.to_line().unwrap()).unwrap();
         let read = DecisionCase::parse(&line).unwrap();
         assert!(read.input_hash_reproduces());
@@ -510,6 +519,7 @@ mod tests {
             r.duration,
         )
         .unwrap();
+        expected.trace_id = r.trace_id.clone();
         expected.shadow = Some(super::super::case::ShadowResult {
             module: "sha256:s".into(),
             result: r.result.clone(),

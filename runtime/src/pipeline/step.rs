@@ -15,6 +15,7 @@ use crate::sandbox::Sandbox;
 use kube::api::DynamicObject;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
+use tracing::Instrument;
 
 /// The phase a resource is in, as the host reads it: `.status.phase`, else the initial phase.
 pub fn current_phase<'a>(def: &'a OperatorDefinition, resource: &'a DynamicObject) -> &'a str {
@@ -140,6 +141,7 @@ pub async fn run(
             };
             let written = effects
                 .write_status(resource, &update, step.now, how)
+                .instrument(status_write_span())
                 .await?;
             return Ok(StepOutcome::Restarted {
                 written: written.map(Box::new),
@@ -204,6 +206,7 @@ pub async fn run(
     );
     let written = effects
         .write_status(resource, &update, step.now, how)
+        .instrument(status_write_span())
         .await?;
     Ok(StepOutcome::Decided(Box::new(Decided {
         decision,
@@ -211,6 +214,11 @@ pub async fn run(
         pruned,
         written,
     })))
+}
+
+/// A status write's span, for traces only (free unless spans are exported).
+fn status_write_span() -> tracing::Span {
+    tracing::info_span!(target: crate::trace_export::TRACE_TARGET, "status write")
 }
 
 /// The decision of `phase`'s worker on `step.resource`: its component and inputs as `effects`
@@ -249,7 +257,21 @@ pub async fn decide(
         slot,
     };
     let started = Instant::now();
-    let decided = decision::decide(step.sandbox, input).await;
+    // The reconcile's span names the deciding module; the call has a span for traces only.
+    tracing::Span::current().record("module", module.digest.as_str());
+    let span = tracing::info_span!(
+        target: crate::trace_export::TRACE_TARGET,
+        "worker call",
+        phase = %phase.name,
+        module = %module.digest,
+        otel.status_code = tracing::field::Empty,
+    );
+    let decided = decision::decide(step.sandbox, input)
+        .instrument(span.clone())
+        .await;
+    if decided.is_err() {
+        span.record("otel.status_code", "ERROR");
+    }
     effects.called(WorkerCall {
         phase: &phase.name,
         module: &module.digest,

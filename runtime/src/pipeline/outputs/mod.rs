@@ -11,6 +11,7 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
+use tracing::Instrument;
 
 /// One output that passed the checks, ready to apply.
 #[derive(Clone, Debug, PartialEq)]
@@ -458,7 +459,22 @@ pub async fn apply_outputs(
         };
         label(&mut out.object, operator, phase);
         let api = resolved.api(client, out.namespace.as_deref());
-        match apply_one(&api, &out, &manager, owner_uid).await {
+        // A span for traces only (free unless spans are exported: see trace_export).
+        let span = tracing::info_span!(
+            target: crate::trace_export::TRACE_TARGET,
+            "apply",
+            kind = %out.kind,
+            namespace = out.namespace.as_deref().unwrap_or(""),
+            name = %out.name,
+            otel.status_code = tracing::field::Empty,
+        );
+        let applied = apply_one(&api, &out, &manager, owner_uid)
+            .instrument(span.clone())
+            .await;
+        if applied.is_err() {
+            span.record("otel.status_code", "ERROR");
+        }
+        match applied {
             Ok((how, written)) => {
                 tracing::debug!(object = %out.describe(), ?how, "applied output");
                 report.applied += 1;
