@@ -81,6 +81,8 @@ pub fn otlp_layer(
 > {
     use opentelemetry_otlp::WithExportConfig;
     let url = traces_url(endpoint)?;
+    // The exporter's client (for an https:// collector) uses the process's rustls provider.
+    crate::egress::install_crypto_provider();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpJson)
