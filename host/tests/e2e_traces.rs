@@ -161,7 +161,7 @@ async fn scenario(
             s["name"] == "reconcile"
                 && a.get("operator").map(String::as_str) == Some(OPERATOR)
                 && a.get("resource") == Some(&resource)
-                && a.get("module").is_some()
+                && a.contains_key("module")
         });
         // Its children end before it, and may come in an earlier batch, never a later one.
         Ok(reconcile.cloned().map(|r| (r, all.clone())))
@@ -183,7 +183,7 @@ async fn scenario(
         "the module digest: {reconcile}"
     );
     ensure!(
-        a.get("phase").is_some(),
+        a.contains_key("phase"),
         "the reconcile names its phase: {reconcile}"
     );
     let children: Vec<&Value> = all
