@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test: format, clippy, guest components for wasm32-wasip2 (Rust, Python,
 # JavaScript, with the Python and JavaScript SDKs' native tests), the three SDKs' packagings
-# (deploy/local/package-sdks.sh), the supply-chain check (deploy/supply-chain/check.sh), unit tests,
+# (deploy/local/package-sdks.sh), the supply-chain check (deploy/supply-chain/check.sh), the
+# documentation site (deploy/local/docs-site.sh), unit tests,
 # sandbox tests with real components, the host image (deploy/Containerfile), and end-to-end
 # tests on a real kube-apiserver with a node: pods, the in-cluster install, failover.
 # Uses $KUBECONFIG when WASMPILOT_USE_KUBECONFIG=1, else starts deploy/local/cluster.sh.
@@ -65,6 +66,9 @@ deploy/local/package-sdks.sh
 
 step "supply chain: cargo-deny (licences, duplicates, bans, sources, RustSec advisories offline) and the JavaScript and Python lock files"
 deploy/supply-chain/check.sh
+
+step "documentation site: mdBook build of docs/, every internal link, every page in headless Chromium"
+deploy/local/docs-site.sh
 
 step "cluster"
 # The local node's kubelet evicts pods (and the scheduler places none) below 1 % free disk: say

@@ -77,12 +77,25 @@ def allowed_by(expression: str, allowed: set[str]) -> bool:
         return False
 
 
+def npm_registry() -> str | None:
+    """The registry this machine's npm installs from (`npm config get registry`)."""
+    import shutil
+    import subprocess
+
+    npm = shutil.which("npm")
+    if npm is None:
+        return None
+    out = subprocess.run([npm, "config", "get", "registry"], capture_output=True, text=True)
+    registry = out.stdout.strip()
+    return registry if out.returncode == 0 and registry.startswith(("https://", "http://")) else None
+
+
 def check_npm_lock(path: Path, policy: dict, allowed: set[str]) -> list[str]:
     problems = []
     lock = json.loads(path.read_text())
     if lock.get("lockfileVersion") != 3:
         problems.append(f"{path}: lockfileVersion {lock.get('lockfileVersion')}, not 3")
-    registry = policy["npm-registry"]
+    registry = policy.get("npm-registry") or npm_registry()
     exceptions = policy.get("licence-exceptions", {})
     for where, entry in lock.get("packages", {}).items():
         if not where or entry.get("link"):
@@ -92,8 +105,8 @@ def check_npm_lock(path: Path, policy: dict, allowed: set[str]) -> list[str]:
         what = f"{path}: {name}@{entry.get('version', '?')}"
         if "node_modules/" in where:
             resolved = entry.get("resolved")
-            if resolved is not None and not resolved.startswith(registry):
-                problems.append(f"{what}: comes from {resolved[:120]}, not {registry}")
+            if resolved is not None and (registry is None or not resolved.startswith(registry)):
+                problems.append(f"{what}: comes from {resolved[:120]}, not {registry or 'the configured registry (npm not found)'}")
             if not str(entry.get("integrity", "")).startswith("sha512-"):
                 problems.append(f"{what}: no sha512 integrity hash")
         # else: a folder of this repository (a file: dependency), checked as its own source.
@@ -212,7 +225,8 @@ def self_test(policy: dict, allowed: set[str]) -> None:
             },
         }))
         (root / "requirements.txt").write_text("good==1.0\nfloating>=2\nevil @ https://attacker.invalid/evil.whl\n--extra-index-url https://attacker.invalid/\n")
-        probe = dict(policy, **{"npm-locks": ["package-lock.json"], "python-requirements": ["requirements.txt"], "python-venv": str(root / "no-venv")})
+        probe = dict(policy, **{"npm-locks": ["package-lock.json"], "python-requirements": ["requirements.txt"],
+                                "python-venv": str(root / "no-venv"), "npm-registry": "https://registry.example.internal/"})
         problems = run(probe, allowed, root, say_skips=False)
     expected = ["copyleft-pkg@1.0.0: licence GPL-3.0-only", "elsewhere-pkg@1.0.0: comes from https://attacker.invalid",
                 "unhashed-pkg@1.0.0: no sha512", "silent-pkg@1.0.0: declares no licence",

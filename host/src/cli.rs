@@ -186,6 +186,10 @@ enum Command {
         /// The WasmOperatorGrant's instead (the admins' consent to each WasmOperator).
         #[arg(long)]
         grant: bool,
+        /// Its reference page instead (Markdown: every field with its type, limits and
+        /// description; the documentation site's docs/reference/ pages).
+        #[arg(long)]
+        markdown: bool,
     },
     /// Publish a built component to an OCI registry as a Wasm artifact; print its digests.
     Push(wasmpilot::modules::oci::PushArgs),
@@ -372,7 +376,28 @@ impl Cli {
                 }
                 Ok(())
             }
-            Command::Crd { grant: false } => {
+            Command::Crd {
+                grant,
+                markdown: true,
+            } => {
+                let (title, crd) = if grant {
+                    (
+                        "WasmOperatorGrant reference",
+                        serde_json::to_value(wasmpilot::crd::WasmOperatorGrant::crd())?,
+                    )
+                } else {
+                    (
+                        "WasmOperator reference",
+                        serde_json::to_value(WasmOperator::crd())?,
+                    )
+                };
+                print!("{}", wasmpilot::crd_reference::reference_page(title, &crd));
+                Ok(())
+            }
+            Command::Crd {
+                grant: false,
+                markdown: false,
+            } => {
                 print!("{}", serde_yaml::to_string(&WasmOperator::crd())?);
                 Ok(())
             }
@@ -403,7 +428,10 @@ impl Cli {
                 );
                 Ok(())
             }
-            Command::Crd { grant: true } => {
+            Command::Crd {
+                grant: true,
+                markdown: false,
+            } => {
                 print!(
                     "{}",
                     serde_yaml::to_string(&wasmpilot::crd::WasmOperatorGrant::crd())?

@@ -20,6 +20,7 @@ pub use wasmpilot_runtime::{
 
 pub mod authoring;
 pub mod component_build;
+pub mod crd_reference;
 pub mod dashboard;
 pub mod deploy;
 pub mod evidence;
