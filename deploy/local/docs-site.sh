@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The documentation site: builds docs/ with mdBook (0.5.4, installed under
-# ~/.cache/wasmpilot/tools when missing) into $CARGO_TARGET_DIR/docs-site, checks every internal
+# ~/.cache/wasmpilot/tools when missing) into $CARGO_TARGET_DIR/docs-site with the Rust SDK's
+# rustdoc under api/rust (the Python and TypeScript reference pages are checked against the SDKs'
+# sources by deploy/local/sdk_api_pages.py --check), checks every internal
 # link (deploy/local/check_site_links.py, after its self-test), and opens every page in Debian's
 # headless Chromium with playwright-core (host/tests/browser/site.mjs), keeping a screenshot in
 # $CARGO_TARGET_DIR/test-artifacts/docs-site/. A step of the README's test command; alone:
@@ -17,9 +19,24 @@ if ! "$mdbook" --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
   cargo install mdbook --version "$MDBOOK_VERSION" --locked --root "$tools" --quiet
 fi
 
+# The Python and TypeScript reference pages are the SDKs' sources as committed.
+python3 deploy/local/sdk_api_pages.py --check
+
 site="$CARGO_TARGET_DIR/docs-site"
 rm -rf "$site"
 "$mdbook" build docs -d "$site"
+# The Rust SDK's rustdoc, linked from docs/sdk/rust.md.
+# (a target directory of its own: the shared one's doc/ may hold other crates' docs).
+cargo doc -p wasmpilot-guest --no-deps --quiet --target-dir "$CARGO_TARGET_DIR/docs-site-rustdoc"
+mkdir -p "$site/api"
+cp -r "$CARGO_TARGET_DIR/docs-site-rustdoc/doc" "$site/api/rust"
+# rustdoc's own pages link to the root's index.html, which it writes only for several crates.
+cat >"$site/api/rust/index.html" <<'HTML'
+<!DOCTYPE html>
+<meta charset="utf-8"><title>wasmpilot-guest</title>
+<meta http-equiv="refresh" content="0; url=wasmpilot_guest/index.html">
+<a href="wasmpilot_guest/index.html">wasmpilot_guest</a>
+HTML
 python3 deploy/local/check_site_links.py --self-test
 python3 deploy/local/check_site_links.py "$site"
 

@@ -13,15 +13,19 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-# Below 16 GiB free under ~/.cache, cargo's incremental caches go: they are the largest part of
-# the shared target directory (tens of GB after a few clean clones) and only ever a cache; a full
-# disk made the linker die with SIGBUS mid-run.
+# Below 16 GiB free under ~/.cache, cargo's incremental caches and stale test binaries go: they
+# are the largest part of the shared target directory (tens of GB after a few clean clones) and
+# only ever a cache; a full disk made the linker die mid-run (SIGBUS once, a failed link once).
 free_up_cache() {
   local free_kib
   free_kib=$(df -Pk "$HOME/.cache" 2>/dev/null | awk 'NR == 2 {print $4}')
   if [ "${free_kib:-0}" -lt $((16 * 1024 * 1024)) ] && [ -d "$CARGO_TARGET_DIR" ]; then
-    echo "less than 16 GiB free under $HOME/.cache: removing cargo's incremental caches" >&2
+    echo "less than 16 GiB free under $HOME/.cache: removing cargo's incremental caches and test binaries not built in the last 3 hours" >&2
     find "$CARGO_TARGET_DIR" -maxdepth 2 -type d -name incremental -prune -exec rm -rf {} + || true
+    # Each clean clone links its own test binaries (~60, 100–200 MB each with debug info); those
+    # of earlier clones are the rest of the directory's growth (50 GB seen). Cargo links again
+    # any it finds missing.
+    find "$CARGO_TARGET_DIR" -mindepth 3 -maxdepth 3 -path '*/deps/*' -type f -executable -mmin +180 -delete || true
   fi
 }
 mkdir -p "$HOME/.cache"

@@ -76,3 +76,75 @@ fn every_alert_has_a_runbook_section_and_every_section_an_alert() {
         "docs/operating/alerts.md: alerts without a runbook section {missing:?}, sections without an alert {stale:?}"
     );
 }
+
+/// The CamelCase reasons returned by the runtime's `reason` functions (a condition's or an
+/// Event's reason, and the `reason` label of the load-failure metric).
+fn reasons_the_host_reports() -> BTreeSet<String> {
+    let mut reasons = BTreeSet::new();
+    let mut files = vec![common::repo_root().join("runtime/src")];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(
+                std::fs::read_dir(&path)
+                    .expect("runtime/src")
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+            continue;
+        }
+        if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a source file");
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !(line.contains("fn reason(&self) -> &'static str")
+                || line.contains("fn module_reason("))
+            {
+                continue;
+            }
+            let mut depth = 0i32;
+            for body in &lines[i..] {
+                depth += body.matches('{').count() as i32 - body.matches('}').count() as i32;
+                for quoted in body.split('"').skip(1).step_by(2) {
+                    let camel = quoted.len() > 2
+                        && quoted.starts_with(|c: char| c.is_ascii_uppercase())
+                        && quoted.chars().all(|c| c.is_ascii_alphabetic())
+                        && quoted.chars().skip(1).any(|c| c.is_ascii_uppercase());
+                    if camel {
+                        reasons.insert(quoted.to_string());
+                    }
+                }
+                if depth <= 0 && body.contains('}') {
+                    break;
+                }
+            }
+        }
+    }
+    reasons
+}
+
+#[test]
+fn every_reason_the_host_reports_says_what_to_do() {
+    let page = std::fs::read_to_string(common::repo_root().join("docs/operating/conditions.md"))
+        .expect("docs/operating/conditions.md");
+    let reasons = reasons_the_host_reports();
+    // The premise: the reasons were found (worker, reconcile, load, module and consent ones).
+    for known in [
+        "WorkerTrapped",
+        "ApplyFailed",
+        "OutputCycle",
+        "ModuleDigestMismatch",
+        "GrantMissing",
+    ] {
+        assert!(reasons.contains(known), "{known} among {reasons:?}");
+    }
+    let missing: Vec<&String> = reasons
+        .iter()
+        .filter(|r| !page.contains(&format!("`{r}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "reasons the host reports that docs/operating/conditions.md does not explain: {missing:?}"
+    );
+}
