@@ -1,7 +1,7 @@
 //! The install path a user takes, on the local cluster's node: `kubectl apply -k deploy/` runs
 //! the host image (built from deploy/Containerfile by deploy/local/image.sh, loaded into the node
 //! under the name deploy/deployment.yaml uses) as three sharded pods — Running and Ready by the
-//! manifest's probes, each a member Lease, the host's log in `kubectl logs`. Then, as the README
+//! manifest's probes, each a member Lease, the host's log in `kubectl logs`. Then, as docs/operating/install.md
 //! says: `wasmpilot deploy` + `wasmpilot rbac | kubectl apply -f -` → an AutoRoute Ready,
 //! reconciled in the pod holding its bucket; 600 routes in 30 namespaces shared by the three pods
 //! (each writes 20–47 % of them, by the audit log); a pod deleted with `--grace-period=0 --force`
@@ -222,13 +222,9 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     let step = |what: &str| eprintln!("[{:>5.1?}] {what}", started.elapsed());
 
-    // The commands below are the README's "Install in a cluster", as written there.
-    let readme = std::fs::read_to_string(common::repo_root().join("README.md"))?;
-    let section = readme
-        .split("## Install in a cluster")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .context("README.md has an \"Install in a cluster\" section")?;
+    // The commands below are the documentation's install page, as written there.
+    let section = std::fs::read_to_string(common::repo_root().join("docs/operating/install.md"))
+        .context("reading docs/operating/install.md")?;
     for command in [
         "deploy/local/image.sh",
         "kubectl apply -k deploy/",
@@ -238,11 +234,11 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     ] {
         ensure!(
             section.contains(command),
-            "README's install section no longer says `{command}`, which this test runs"
+            "docs/operating/install.md no longer says `{command}`, which this test runs"
         );
     }
 
-    // 1. The install command, as the README gives it (the image was loaded by test.sh).
+    // 1. The install command, as the install page gives it (the image was loaded by test.sh).
     // (deploy/local/install.sh: the same, with the PodDisruptionBudget as policy/v1beta1 on
     // this 1.20 API server, which serves no policy/v1.)
     run(
@@ -276,7 +272,7 @@ async fn scenario(client: &Client, ns: &str) -> anyhow::Result<()> {
     );
     step("kubectl apply -k deploy/: 3 sharded replicas Ready, a member Lease each");
 
-    // 2. An operator, as the README says, reconciled by the pod holding the route's bucket.
+    // 2. An operator, as the install page says, reconciled by the pod holding the route's bucket.
     run(
         env!("CARGO_BIN_EXE_wasmpilot"),
         &["deploy", "--no-build", "examples/autoroute"],
