@@ -430,8 +430,9 @@ struct Handover {
 /// replica on one watch per kind, each at its own lag, so a resource's status can arrive
 /// before the outputs it records and a decision then reads them as missing (AutoRoute's Ready
 /// went back to Syncing during a rolling update). A bucket whose holder expired long ago, or
-/// one never held, is decided at once.
-pub const HANDOVER_SETTLE: Duration = Duration::from_secs(3);
+/// one never held, is decided at once. 3 s was too short on a loaded 2-core cluster during a
+/// rolling update (a bucket acquired 3.8 s after its release still read a Gateway as missing).
+pub const HANDOVER_SETTLE: Duration = Duration::from_secs(5);
 
 /// A reconcile in progress in a bucket; the bucket's release waits for it.
 pub struct BucketGuard {
