@@ -82,12 +82,7 @@ fn collect(path: &str, schema: &Value, required: bool, out: &mut Vec<Field>) {
             .map(one_paragraph)
             .unwrap_or_default(),
     });
-    let required_here: Vec<&str> = schema["required"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let required_here = required_of(schema);
     if let Some(properties) = schema["properties"].as_object() {
         for (name, child) in properties {
             collect(
@@ -110,12 +105,7 @@ fn collect(path: &str, schema: &Value, required: bool, out: &mut Vec<Field>) {
     for key in ["oneOf", "anyOf"] {
         for variant in schema[key].as_array().into_iter().flatten() {
             if let Some(properties) = variant["properties"].as_object() {
-                let variant_required: Vec<&str> = variant["required"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
+                let variant_required = required_of(variant);
                 for (name, child) in properties {
                     if out.iter().any(|f| f.path == format!("{path}.{name}")) {
                         continue;
@@ -130,6 +120,16 @@ fn collect(path: &str, schema: &Value, required: bool, out: &mut Vec<Field>) {
             }
         }
     }
+}
+
+/// The names `schema` lists as required.
+fn required_of(schema: &Value) -> Vec<&str> {
+    schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
 }
 
 fn type_of(schema: &Value) -> String {

@@ -9,17 +9,11 @@ mod common;
 
 use std::collections::BTreeSet;
 
+/// The CLI's standard output (the runner the cluster tests share).
 fn cli(args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmpilot"))
-        .args(args)
-        .output()
-        .expect("running wasmpilot");
-    assert!(
-        out.status.success(),
-        "wasmpilot {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
+    common::cluster::wasmpilot_cli(args)
+        .expect("running wasmpilot")
+        .0
 }
 
 #[test]
