@@ -44,6 +44,11 @@ pub const MAX_DESCRIPTION_BYTES: usize = 4096;
 pub struct WasmOperatorSpec {
     /// The top-level custom resource this operator reconciles.
     pub resource: KindRef,
+    /// Only the resources whose labels match this selector are this operator's, e.g.
+    /// `matchLabels: {version: v1}`: the host watches only those (a resource relabelled out
+    /// of it is left as it is). Unset: every resource of the kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     /// The phases the resource moves through. Exactly one must be `initial`.
     #[schemars(length(min = 1, max = MAX_PHASES))]
     pub phases: Vec<PhaseSpec>,
@@ -149,7 +154,8 @@ pub struct WasmOperatorGrantSpec {
     #[serde(default, skip_serializing_if = "ModuleSourcesGrant::is_empty")]
     pub modules: ModuleSourcesGrant,
     /// Namespaces a cluster-scoped resource's namespaced outputs may go to (a namespaced
-    /// resource's outputs stay in its own namespace). Empty: none.
+    /// resource's outputs stay in its own namespace); `"*"`: every namespace but the host's
+    /// own (which no output ever reaches). Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_GRANT_ENTRIES), inner(length(min = 1, max = 63)))]
     pub output_namespaces: Vec<String>,
@@ -335,8 +341,9 @@ pub struct WorkerLimits {
     pub max_status_kib: Option<u32>,
 }
 
-/// A named input: every object of a kind in the resource's namespace, optionally filtered by labels.
-#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+/// A named input: every object of a kind in the resource's namespace (or every namespace),
+/// optionally narrowed by labels, namespace and name — declared, or read from the resource.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct InputSpec {
     /// The name the worker reads it by, e.g. `deployments`.
@@ -365,6 +372,28 @@ pub struct InputSpec {
     /// the controlling resource, not the whole namespace.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub owned: bool,
+    /// Objects in every namespace the operator may read, not only the resource's own (a
+    /// cluster-scoped resource reads every namespace anyway); narrowed per resource by
+    /// `namespaceFrom`. What the operator's account may list still bounds it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_namespaces: bool,
+    /// Only objects in the namespace named at this field path of the resource, e.g.
+    /// `spec.sourceNamespace` (a string; where the resource does not set it, the input's
+    /// namespaces as they are: the resource's own, or every one with `allNamespaces`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_NAME_BYTES))]
+    pub namespace_from: Option<String>,
+    /// Only the object named at this field path of the resource, e.g. `spec.sourceName` (a
+    /// string; missing or not a name is an `InvalidSelector` Condition naming the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_NAME_BYTES))]
+    pub name_from: Option<String>,
+    /// Only objects carrying every label of the map at this field path of the resource, e.g.
+    /// `spec.sourceLabels: {app: web}` (a plain label map, as a Service's `spec.selector`; an
+    /// empty map selects every object; missing or invalid is an `InvalidSelector` Condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_NAME_BYTES))]
+    pub match_labels_from: Option<String>,
     /// Only these field paths of each object reach the worker, and the host's cache keeps only
     /// them, besides `apiVersion`, `kind`, `metadata.name` and `metadata.namespace`: e.g.
     /// `spec.selector`, `spec.template.spec.containers.ports` (a path through a list applies to

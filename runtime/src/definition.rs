@@ -236,6 +236,30 @@ fn sensitive_kinds_not_allowed(spec: &WasmOperatorSpec) -> Vec<DefinitionError> 
         .collect()
 }
 
+/// `spec.resourceSelector`, checked as Kubernetes checks a selector. With a finalizer it is
+/// refused: a resource relabelled out of it would keep the host's finalizer, which no one
+/// would remove (the host no longer watches it), and its deletion would hang.
+fn resource_selector(
+    spec: &WasmOperatorSpec,
+) -> Result<Option<wasmpilot_selection::LabelSelector>, DefinitionError> {
+    let Some(selector) = &spec.resource_selector else {
+        return Ok(None);
+    };
+    if spec.finalizer.is_some() {
+        return Err(invalid(
+            "spec.resourceSelector",
+            "cannot be combined with spec.finalizer: a resource relabelled out of the selector would keep the finalizer with no one to remove it",
+        ));
+    }
+    wasmpilot_selection::LabelSelector::from_parts(
+        &selector.match_labels.clone().unwrap_or_default(),
+        selector.match_expressions.as_deref().unwrap_or_default(),
+        "spec.resourceSelector",
+    )
+    .map(Some)
+    .map_err(|e| invalid(e.field, e.problem))
+}
+
 fn invalid(field: impl Into<String>, problem: impl Into<String>) -> DefinitionError {
     DefinitionError {
         field: field.into(),
@@ -449,6 +473,8 @@ impl PhaseDefinition {
 pub struct OperatorDefinition {
     pub name: String,
     pub resource: KindRef,
+    /// Only the resources matching it are the operator's (`spec.resourceSelector`).
+    pub resource_selector: Option<wasmpilot_selection::LabelSelector>,
     pub phases: Vec<PhaseDefinition>,
     pub initial_phase: String,
     pub finalizer: Option<ModuleRef>,
@@ -613,6 +639,7 @@ impl OperatorDefinition {
             ),
         );
         let finalizer_pending_timeout = gathered(&mut problems, finalizer_pending_timeout(spec));
+        let resource_selector = gathered(&mut problems, resource_selector(spec));
         let prometheus = prometheus(spec, &mut problems);
         if let Some(egress) = egress {
             problems.extend(refused_addresses(spec, egress));
@@ -629,6 +656,7 @@ impl OperatorDefinition {
         Ok(OperatorDefinition {
             name: name.to_string(),
             resource: spec.resource.clone(),
+            resource_selector: resource_selector.flatten(),
             phases,
             initial_phase,
             finalizer: spec.finalizer.as_ref().map(|f| f.module.clone()),
@@ -811,19 +839,34 @@ fn check_input<'a>(
         wasmpilot_selection::Projection::new(&input.fields)
             .map_err(|e| invalid(format!("{f}.fields[{}]", e.index), e.problem))?;
     }
-    if let Some(path) = &input.selector_from {
+    for (key, path) in [
+        ("selectorFrom", &input.selector_from),
+        ("matchLabelsFrom", &input.match_labels_from),
+        ("nameFrom", &input.name_from),
+        ("namespaceFrom", &input.namespace_from),
+    ] {
+        let Some(path) = path else { continue };
         if path.len() > MAX_NAME_BYTES {
             return Err(invalid(
-                format!("{f}.selectorFrom"),
+                format!("{f}.{key}"),
                 format!("is {} bytes, more than {MAX_NAME_BYTES}", path.len()),
             ));
         }
         if path.is_empty() || path.split('.').any(str::is_empty) {
             return Err(invalid(
-                format!("{f}.selectorFrom"),
-                format!("{path:?} is not a field path like spec.deploymentSelector"),
+                format!("{f}.{key}"),
+                format!(
+                    "{:?} is not a field path like spec.source",
+                    crate::worker_text::bounded(path, 80)
+                ),
             ));
         }
+    }
+    if input.owned && (input.all_namespaces || input.namespace_from.is_some()) {
+        return Err(invalid(
+            format!("{f}.owned"),
+            "an owned input reads the resource's own outputs: allNamespaces and namespaceFrom do not apply",
+        ));
     }
     Ok(())
 }
@@ -1183,6 +1226,7 @@ mod tests {
     fn spec(phases: Vec<PhaseSpec>) -> WasmOperatorSpec {
         WasmOperatorSpec {
             resource: KindRef::new("examples.io/v1", "AutoRoute"),
+            resource_selector: None,
             phases,
             finalizer: None,
             resync_interval: Some("30s".into()),

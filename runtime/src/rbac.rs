@@ -669,9 +669,11 @@ mod tests {
             selector_from: None,
             owned: false,
             fields: Vec::new(),
+            ..Default::default()
         };
         WasmOperatorSpec {
             resource: KindRef::new("examples.io/v1", "AutoRoute"),
+            resource_selector: None,
             phases: vec![
                 phase(
                     "Syncing",

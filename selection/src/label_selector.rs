@@ -152,6 +152,23 @@ impl LabelSelector {
         Self::from_parts(&match_labels, &match_expressions, field)
     }
 
+    /// The selector as the API server's `labelSelector` parameter takes it
+    /// (`app=web,tier in (a,b),!legacy`); the empty selector is `""`. Keys and values were
+    /// checked as Kubernetes checks them, so nothing needs quoting.
+    pub fn to_query(&self) -> String {
+        self.requirements
+            .iter()
+            .map(|(key, op)| match op {
+                Operator::In(values) if values.len() == 1 => format!("{key}={}", values[0]),
+                Operator::In(values) => format!("{key} in ({})", values.join(",")),
+                Operator::NotIn(values) => format!("{key} notin ({})", values.join(",")),
+                Operator::Exists => key.clone(),
+                Operator::DoesNotExist => format!("!{key}"),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Both selectors' requirements.
     pub fn and(mut self, other: LabelSelector) -> Self {
         self.requirements.extend(other.requirements);
@@ -394,5 +411,27 @@ mod tests {
         assert!(field_at(&r, "spec.deploymentSelector").is_some());
         assert!(field_at(&r, "spec.missing").is_none());
         assert!(field_at(&r, "spec.n").is_none());
+    }
+
+    #[test]
+    fn a_selector_reads_back_as_the_api_servers_query() {
+        let selector = LabelSelector::from_json(
+            &serde_json::json!({
+                "matchLabels": {"version": "v1"},
+                "matchExpressions": [
+                    {"key": "tier", "operator": "In", "values": ["a", "b"]},
+                    {"key": "zone", "operator": "NotIn", "values": ["x"]},
+                    {"key": "owner", "operator": "Exists"},
+                    {"key": "legacy", "operator": "DoesNotExist"},
+                ],
+            }),
+            "spec.resourceSelector",
+        )
+        .expect("a selector");
+        assert_eq!(
+            selector.to_query(),
+            "version=v1,tier in (a,b),zone notin (x),owner,!legacy"
+        );
+        assert_eq!(LabelSelector::default().to_query(), "");
     }
 }

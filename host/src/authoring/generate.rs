@@ -422,8 +422,11 @@ fn render_input_view(w: &mut String, declared: &Declared<'_>) -> Result<(), Gene
 
 /// Which objects an input selects, in words, for its accessor's doc comment.
 pub(crate) fn selection(input: &InputSpec) -> String {
-    let mut parts =
-        vec!["visible to the resource (its namespace, for namespaced kinds)".to_owned()];
+    let mut parts = vec![if input.all_namespaces {
+        "in every namespace the operator may read".to_owned()
+    } else {
+        "visible to the resource (its namespace, for namespaced kinds)".to_owned()
+    }];
     if !input.match_labels.is_empty() {
         let labels: Vec<String> = input
             .match_labels
@@ -444,6 +447,17 @@ pub(crate) fn selection(input: &InputSpec) -> String {
         parts.push(format!(
             "matching the label selector at the resource's `{path}`"
         ));
+    }
+    if let Some(path) = &input.match_labels_from {
+        parts.push(format!("carrying the labels at the resource's `{path}`"));
+    }
+    if let Some(path) = &input.namespace_from {
+        parts.push(format!(
+            "in the namespace named at the resource's `{path}` (where set)"
+        ));
+    }
+    if let Some(path) = &input.name_from {
+        parts.push(format!("named as the resource's `{path}` says"));
     }
     if input.owned {
         parts.push("that this resource controls".into());

@@ -324,7 +324,9 @@ pub fn check(grant: Option<&WasmOperatorGrant>, op: &WasmOperator) -> Result<(),
         });
     }
     for ns in &grant.spec.output_namespaces {
-        if !crate::object_names::is_dns_label(ns) {
+        if ns != crate::controller::context::EVERY_OUTPUT_NAMESPACE
+            && !crate::object_names::is_dns_label(ns)
+        {
             return Err(ConsentError::Invalid {
                 operator,
                 field: "spec.outputNamespaces",

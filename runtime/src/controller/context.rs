@@ -10,7 +10,7 @@ use crate::controller::schedule::Backoff;
 use crate::crd::{InputSpec, KindRef};
 use crate::definition::OperatorDefinition;
 use crate::kinds::ResolvedKind;
-use crate::pipeline::inputs::{ObjectSource, Wanted, WorkerObject};
+use crate::pipeline::inputs::{self, ObjectSource, Wanted, WorkerObject};
 use crate::pipeline::outputs;
 use crate::pipeline::ReconcileError;
 use crate::sandbox::{FinalizerModule, PhaseModule, Sandbox};
@@ -101,54 +101,74 @@ pub struct MetricsSource {
 /// The shared informers of the operator's inputs: per kind, one per projection declared (the
 /// `fields` as written; inputs declaring the same fields, or none, share one).
 #[derive(Clone, Default)]
-pub struct InputCaches(HashMap<KindRef, Vec<ProjectedInformer>>);
+pub struct InputCaches {
+    informers: HashMap<KindRef, Vec<ProjectedInformer>>,
+    /// Whether the operator's resource kind is namespaced (see
+    /// [`inputs::reads_other_namespaces`]).
+    resource_namespaced: bool,
+}
 
-/// An informer and the `fields` (as declared) of the inputs reading it.
-type ProjectedInformer = (Vec<String>, Arc<ObjectInformer>);
+/// An informer, the `fields` (as declared) of the inputs reading it, and whether it caches
+/// every namespace (also on a sharded replica).
+type ProjectedInformer = (Vec<String>, bool, Arc<ObjectInformer>);
 
 impl InputCaches {
-    /// Adds the informer of inputs of `kind` declaring `fields`, unless there is one.
+    /// No caches yet, for an operator whose resource kind is `resource_namespaced` or not.
+    pub fn new(resource_namespaced: bool) -> Self {
+        InputCaches {
+            informers: HashMap::new(),
+            resource_namespaced,
+        }
+    }
+
+    /// Adds the informer of inputs of `kind` declaring `fields`, caching `every_namespace` or
+    /// not, unless there is one.
     pub fn add(
         &mut self,
         kind: KindRef,
         fields: &[String],
+        every_namespace: bool,
         informer: impl FnOnce() -> Arc<ObjectInformer>,
     ) {
-        let slot = self.0.entry(kind).or_default();
-        if !slot.iter().any(|(f, _)| f == fields) {
-            slot.push((fields.to_vec(), informer()));
+        let slot = self.informers.entry(kind).or_default();
+        if !slot
+            .iter()
+            .any(|(f, every, _)| f == fields && *every == every_namespace)
+        {
+            slot.push((fields.to_vec(), every_namespace, informer()));
         }
     }
 
     /// Each informer of these caches (its address, to count a shared one once) and the objects
     /// it holds.
     pub fn held(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.0
+        self.informers
             .values()
             .flatten()
-            .map(|(_, i)| (Arc::as_ptr(i) as usize, i.cache.len()))
+            .map(|(_, _, i)| (Arc::as_ptr(i) as usize, i.cache.len()))
     }
 
     /// The informer `input` reads.
     pub fn informer(&self, input: &InputSpec) -> Option<&Arc<ObjectInformer>> {
         let kind = KindRef::new(&input.api_version, &input.kind);
-        let slot = self.0.get(&kind)?;
+        let slot = self.informers.get(&kind)?;
+        let every_namespace = inputs::reads_other_namespaces(input, self.resource_namespaced);
         slot.iter()
-            .find(|(f, _)| *f == input.fields)
-            .map(|(_, i)| i)
+            .find(|(f, every, _)| *f == input.fields && *every == every_namespace)
+            .map(|(_, _, i)| i)
     }
 
     /// Caches an object this host just wrote in every informer of its kind (see
     /// [`ObjectInformer::wrote`]).
     pub fn wrote(&self, kind: &KindRef, object: &DynamicObject) {
-        for (_, informer) in self.0.get(kind).into_iter().flatten() {
+        for (_, _, informer) in self.informers.get(kind).into_iter().flatten() {
             informer.wrote(object);
         }
     }
 
     /// Drops an object this host just deleted from every informer of its kind.
     pub fn deleted(&self, kind: &KindRef, namespace: Option<&str>, name: &str) {
-        for (_, informer) in self.0.get(kind).into_iter().flatten() {
+        for (_, _, informer) in self.informers.get(kind).into_iter().flatten() {
             informer.deleted(namespace, name);
         }
     }
@@ -161,19 +181,19 @@ impl InputCaches {
         namespace: Option<&str>,
         name: &str,
     ) -> Vec<WriteInFlight> {
-        self.0
+        self.informers
             .get(kind)
             .into_iter()
             .flatten()
-            .map(|(_, informer)| informer.writing(namespace, name))
+            .map(|(_, _, informer)| informer.writing(namespace, name))
             .collect()
     }
 
     /// Every distinct informer, with its kind (two projections of a kind may share one).
     pub fn all(&self) -> Vec<(&KindRef, &Arc<ObjectInformer>)> {
         let mut all: Vec<(&KindRef, &Arc<ObjectInformer>)> = Vec::new();
-        for (kind, slot) in &self.0 {
-            for (_, informer) in slot {
+        for (kind, slot) in &self.informers {
+            for (_, _, informer) in slot {
                 if !all.iter().any(|(_, i)| Arc::ptr_eq(i, informer)) {
                     all.push((kind, informer));
                 }
@@ -184,7 +204,7 @@ impl InputCaches {
 
     /// The kinds read.
     pub fn kinds(&self) -> impl Iterator<Item = &KindRef> {
-        self.0.keys()
+        self.informers.keys()
     }
 }
 
@@ -274,6 +294,9 @@ impl outputs::ExistingObjects for OutputCaches {
     }
 }
 
+/// A grant's `outputNamespaces` entry allowing every namespace but the host's own.
+pub const EVERY_OUTPUT_NAMESPACE: &str = "*";
+
 /// The namespaces that are the host's own — its replicas and their Leases, the operators'
 /// ServiceAccounts: an output there could act as the host (a pod with its ServiceAccount's
 /// token acts as every operator) or stop it (a Lease labelled like a replica's member Lease).
@@ -317,7 +340,8 @@ impl OperatorContext {
 
     /// Whether an output of a resource in `resource_namespace` may go to `namespace`: its own
     /// namespace (or none: cluster-scoped) always; another only where the grant, if the host
-    /// requires one, lists it.
+    /// requires one, lists it or [`EVERY_OUTPUT_NAMESPACE`] (the host's own namespaces are
+    /// refused before this, whatever the grant says).
     pub fn output_namespace_granted(
         &self,
         resource_namespace: Option<&str>,
@@ -326,7 +350,11 @@ impl OperatorContext {
         match (namespace, &self.grant) {
             (None, _) | (_, None) => true,
             (Some(ns), Some(grant)) => {
-                resource_namespace == Some(ns) || grant.output_namespaces.iter().any(|g| g == ns)
+                resource_namespace == Some(ns)
+                    || grant
+                        .output_namespaces
+                        .iter()
+                        .any(|g| g == ns || g == EVERY_OUTPUT_NAMESPACE)
             }
         }
     }

@@ -852,7 +852,8 @@ pub(crate) fn is_newer(incoming: &ObjectMeta, cached: &ObjectMeta) -> bool {
 }
 
 /// What tells input watches apart: the kind, and the projection its objects are cut to.
-type InputWatch = (KindRef, Option<Projection>);
+/// An input watch: its kind, projection, and whether it caches every namespace.
+type InputWatch = (KindRef, Option<Projection>, bool);
 
 /// The host's informers, by kind (and projection, for inputs); operators share them while any
 /// of them runs.
@@ -896,26 +897,28 @@ impl Informers {
     }
 
     /// The informer of an input kind cut to `projection` (objects as workers see them),
-    /// started if no operator holds one yet.
+    /// started if no operator holds one yet; caching only the sharded replica's namespaces
+    /// unless `every_namespace` (inputs read across namespaces).
     pub fn objects(
         &self,
         kind: &ResolvedKind,
         projection: Option<Projection>,
+        every_namespace: bool,
     ) -> Arc<ObjectInformer> {
         let kind_ref = kind.kind.clone();
-        let key = (kind.kind.clone(), projection.clone());
+        let key = (kind.kind.clone(), projection.clone(), every_namespace);
+        let scope = if every_namespace {
+            None
+        } else {
+            self.scope.clone()
+        };
         let view: KeepWritten<WorkerObject> =
             Arc::new(move |o: &DynamicObject| WorkerObject::new(o, &kind_ref, projection.as_ref()));
         shared(&self.objects, key, kind, || {
             let keep = view.clone();
             let (client, stream) = self.connections.take();
-            let mut informer = Informer::start(
-                &client,
-                kind,
-                move |o: DynamicObject| keep(&o),
-                view,
-                self.scope.clone(),
-            );
+            let mut informer =
+                Informer::start(&client, kind, move |o: DynamicObject| keep(&o), view, scope);
             informer.stream = Some(stream);
             informer
         })

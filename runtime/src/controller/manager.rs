@@ -1350,7 +1350,7 @@ impl ManagerContext {
                     }
                 }
             }
-            let caches = self.watch(&definition, &kinds.resolved);
+            let caches = self.watch(&definition, &kinds.resolved, kinds.resource.namespaced);
             // Fail here, naming verb and resource, rather than at the first write of a reconcile:
             // the host must be able to read what the operator reads, and the operator's own
             // account to do what it does (asked as that account).
@@ -1494,18 +1494,26 @@ impl ManagerContext {
 
     /// The informers of the operator's inputs (objects as workers see them) and outputs
     /// (metadata), started now unless another operator watches the same already.
+    /// Inputs read across namespaces (`allNamespaces`, or a cluster-scoped resource's) get
+    /// caches of every namespace, also on a sharded replica.
     fn watch(
         &self,
         definition: &OperatorDefinition,
         resolved: &HashMap<KindRef, ResolvedKind>,
+        resource_namespaced: bool,
     ) -> (InputCaches, OutputCaches) {
-        let mut input_caches = InputCaches::default();
+        let mut input_caches = InputCaches::new(resource_namespaced);
         for input in definition.all_inputs() {
             let kind = KindRef::new(&input.api_version, &input.kind);
             if let Some(resolved) = resolved.get(&kind) {
-                input_caches.add(kind, &input.fields, || {
-                    self.informers
-                        .objects(resolved, crate::pipeline::inputs::projection(input))
+                let every_namespace =
+                    crate::pipeline::inputs::reads_other_namespaces(input, resource_namespaced);
+                input_caches.add(kind, &input.fields, every_namespace, || {
+                    self.informers.objects(
+                        resolved,
+                        crate::pipeline::inputs::projection(input),
+                        every_namespace,
+                    )
                 });
             }
         }

@@ -103,8 +103,17 @@ impl FinalizeOnRemoval<'_> {
             let Ok(resolved) = kinds::resolve(client, &kind, "spec.finalizer.inputs").await else {
                 continue;
             };
-            let api: Api<DynamicObject> =
-                resolved.api(as_operator, resource.namespace().as_deref());
+            // Every namespace when an input of the kind reads across them (the gathering
+            // narrows the listing as the caches' would be).
+            let namespaced = resource.namespace().is_some();
+            let across = self
+                .definition
+                .finalizer_inputs
+                .iter()
+                .filter(|i| i.api_version == input.api_version && i.kind == input.kind)
+                .any(|i| crate::pipeline::inputs::reads_other_namespaces(i, namespaced));
+            let namespace = resource.namespace().filter(|_| !across);
+            let api: Api<DynamicObject> = resolved.api(as_operator, namespace.as_deref());
             match api.list(&ListParams::default()).await {
                 Ok(list) => {
                     listed.insert(kind, list.items.into_iter().map(Arc::new).collect());

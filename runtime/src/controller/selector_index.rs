@@ -3,7 +3,7 @@
 //! so an input change costs what it may match rather than the number of resources.
 
 use crate::crd::InputSpec;
-use crate::pipeline::inputs::{self, Reader};
+use crate::pipeline::inputs::{self, Reader, Selection};
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::ObjectRef;
@@ -11,7 +11,7 @@ use kube::runtime::watcher;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use wasmpilot_selection::{field_at, LabelSelector};
+use wasmpilot_selection::field_at;
 
 /// A resource of the operator's kind: its namespace (`None`: cluster-scoped) and name.
 type ResourceKey = Arc<(Option<String>, String)>;
@@ -50,42 +50,73 @@ struct Filed {
     always: HashSet<ResourceKey>,
 }
 
-/// One resource's selectors, and what they were parsed from.
+/// One resource's selections, and what they were read from.
 struct Entry {
-    /// Per input, the value at its `selectorFrom` (`None`: the input declares its selector).
-    sources: Vec<Option<Value>>,
-    /// Per input, its selector for this resource (`None`: it cannot be evaluated; the resource
-    /// is requeued to report why).
-    selectors: Vec<Option<LabelSelector>>,
+    /// Per input, the values at the fields it reads its selection from (`selectorFrom`, …).
+    sources: Vec<Vec<Option<Value>>>,
+    /// Per input, what it selects for this resource (`None`: it cannot be evaluated; the
+    /// resource is requeued to report why).
+    selections: Vec<Option<Selection>>,
+    /// The namespace it is filed under: the one every selection narrows to, else `""`
+    /// (looked at for changes in every namespace).
+    filed_in: String,
 }
 
 impl Entry {
-    fn of(specs: &[InputSpec], obj: &DynamicObject, sources: Vec<Option<Value>>) -> Self {
+    fn of(specs: &[InputSpec], obj: &DynamicObject, sources: Vec<Vec<Option<Value>>>) -> Self {
         let reader = Reader::of(obj);
-        let selectors = specs
+        let selections: Vec<Option<Selection>> = specs
             .iter()
-            .map(|spec| inputs::input_selector(spec, reader).ok())
+            .map(|spec| inputs::input_selection(spec, reader).ok())
             .collect();
-        Entry { sources, selectors }
+        let mut namespaces = selections
+            .iter()
+            .map(|s| s.as_ref().and_then(|s| s.namespace.as_deref()));
+        let first = namespaces.next().flatten();
+        let filed_in = match first {
+            Some(ns) if !ns.is_empty() && namespaces.all(|n| n == Some(ns)) => ns.to_string(),
+            _ => String::new(),
+        };
+        Entry {
+            sources,
+            selections,
+            filed_in,
+        }
     }
 
     /// Where the resource is filed: each label value its selectors all require one of, or
     /// `None` (always looked at).
     fn filing(&self) -> Option<Vec<(&str, &str)>> {
         let mut filed = Vec::new();
-        for selector in &self.selectors {
-            let (key, values) = selector.as_ref()?.required_values()?;
+        for selection in &self.selections {
+            let (key, values) = selection.as_ref()?.selector.required_values()?;
             filed.extend(values.iter().map(|v| (key, v.as_str())));
         }
         Some(filed)
     }
 
-    fn matches(&self, new: Option<&Labels>, old: Option<Option<&Labels>>) -> bool {
-        self.selectors.iter().any(|s| match s {
-            Some(selector) => selector.matches(new) || old.is_some_and(|old| selector.matches(old)),
+    fn matches(&self, object: &ObjectAt<'_>) -> bool {
+        self.selections.iter().any(|s| match s {
+            Some(selection) => {
+                selection.selects_at(object.namespace, object.name, object.labels)
+                    || object
+                        .labels_before
+                        .is_some_and(|old| selection.selects_at(object.namespace, object.name, old))
+            }
             None => true,
         })
     }
+}
+
+/// An input object that changed, as the index reads it: where it is, its name, its labels now
+/// and before the change (`None`: not seen before; a `Some(None)` object had no labels).
+#[derive(Clone, Copy, Debug)]
+pub struct ObjectAt<'a> {
+    /// `None`: cluster-scoped.
+    pub namespace: Option<&'a str>,
+    pub name: Option<&'a str>,
+    pub labels: Option<&'a Labels>,
+    pub labels_before: Option<Option<&'a Labels>>,
 }
 
 impl SelectorIndex {
@@ -135,12 +166,13 @@ impl SelectorIndex {
 
     /// Files `obj` (again, if its selectors' sources changed); its key.
     fn file(&self, state: &mut State, obj: &DynamicObject) -> ResourceKey {
-        let sources: Vec<Option<Value>> = self
+        let sources: Vec<Vec<Option<Value>>> = self
             .specs
             .iter()
             .map(|spec| {
-                let path = spec.selector_from.as_deref()?;
-                field_at(&obj.data, path).cloned()
+                inputs::selection_paths(spec)
+                    .map(|path| field_at(&obj.data, path).cloned())
+                    .collect()
             })
             .collect();
         let key = key_of(obj);
@@ -151,10 +183,7 @@ impl SelectorIndex {
         }
         state.forget(&key);
         let entry = Entry::of(&self.specs, obj, sources);
-        let filed = state
-            .namespaces
-            .entry(key.0.clone().unwrap_or_default())
-            .or_default();
+        let filed = state.namespaces.entry(entry.filed_in.clone()).or_default();
         match entry.filing() {
             Some(values) => {
                 for (label, value) in values {
@@ -175,31 +204,28 @@ impl SelectorIndex {
         key
     }
 
-    /// The resources whose selector for an object in `namespace` (`None`: cluster-scoped)
-    /// matches its labels `new` or, before the change, `old` (`None`: not seen before; a
-    /// `Some(None)` object had no labels) — or cannot be evaluated, so the
-    /// resource reports why. Costs the resources filed under the object's labels (and those
-    /// always looked at), not the namespace's; a cluster-scoped object looks at every resource.
-    pub fn selecting(
-        &self,
-        namespace: Option<&str>,
-        new: Option<&Labels>,
-        old: Option<Option<&Labels>>,
-    ) -> Vec<ObjectRef<DynamicObject>> {
+    /// The resources whose selection matches `object` now or before its change — or cannot be
+    /// evaluated, so the resource reports why. Costs the resources filed under the object's
+    /// namespace and labels (and those always looked at), not the namespace's; a cluster-scoped
+    /// object looks at every resource.
+    pub fn selecting(&self, object: &ObjectAt<'_>) -> Vec<ObjectRef<DynamicObject>> {
         let state = self.lock();
         let matching = |key: &&ResourceKey| {
             state
                 .entries
                 .get(*key)
-                .is_some_and(|entry| entry.matches(new, old))
+                .is_some_and(|entry| entry.matches(object))
         };
-        let found: Vec<&ResourceKey> = match namespace {
+        let found: Vec<&ResourceKey> = match object.namespace {
             None => state.entries.keys().filter(matching).collect(),
             Some(ns) => {
                 let mut candidates: HashSet<&ResourceKey> = HashSet::new();
                 for filed in [ns, ""].iter().filter_map(|n| state.namespaces.get(*n)) {
                     candidates.extend(filed.always.iter());
-                    for labels in [new, old.flatten()].into_iter().flatten() {
+                    for labels in [object.labels, object.labels_before.flatten()]
+                        .into_iter()
+                        .flatten()
+                    {
                         for (label, value) in labels {
                             if let Some(keys) = filed.by_label.get(label).and_then(|v| v.get(value))
                             {
@@ -239,7 +265,7 @@ impl State {
         let Some(entry) = self.entries.remove(key) else {
             return;
         };
-        let ns = key.0.clone().unwrap_or_default();
+        let ns = entry.filed_in.clone();
         let Some(filed) = self.namespaces.get_mut(&ns) else {
             return;
         };
@@ -288,6 +314,89 @@ mod tests {
             "matchLabels": match_labels.iter().cloned().collect::<BTreeMap<_, _>>(),
         }))
         .expect("an input")
+    }
+
+    /// The resources `index` requeues for a change of an object in `namespace` (named `x`).
+    fn selecting(
+        index: &SelectorIndex,
+        namespace: Option<&str>,
+        new: Option<&Labels>,
+        old: Option<Option<&Labels>>,
+    ) -> Vec<ObjectRef<DynamicObject>> {
+        index.selecting(&ObjectAt {
+            namespace,
+            name: Some("x"),
+            labels: new,
+            labels_before: old,
+        })
+    }
+
+    /// Inputs narrowed by the resource's fields to another namespace, a name and a label map:
+    /// a resource is filed where it reads, and only a change there, to that name, with those
+    /// labels, requeues it.
+    #[test]
+    fn a_narrowed_input_requeues_only_the_resources_reading_that_object() {
+        let spec: InputSpec = serde_json::from_value(json!({
+            "name": "sources", "apiVersion": "v1", "kind": "ConfigMap", "allNamespaces": true,
+            "namespaceFrom": "spec.sourceNamespace", "nameFrom": "spec.sourceName",
+            "matchLabelsFrom": "spec.sourceLabels",
+        }))
+        .expect("an input");
+        let resource = ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("examples.io", "v1", "List"),
+            "lists",
+        );
+        let index = SelectorIndex::new(resource, vec![spec]);
+        let list = |ns: &str, name: &str, spec: Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "examples.io/v1", "kind": "List",
+                "metadata": {"name": name, "namespace": ns}, "spec": spec,
+            }))
+            .expect("a resource")
+        };
+        let source = json!({"sourceNamespace": "src", "sourceName": "settings", "sourceLabels": {"app": "web"}});
+        index.observe(&watcher::Event::Apply(list(
+            "a",
+            "reads-src",
+            source.clone(),
+        )));
+        index.observe(&watcher::Event::Apply(list(
+            "b",
+            "reads-other",
+            json!({"sourceNamespace": "other", "sourceName": "settings", "sourceLabels": {}}),
+        )));
+        index.observe(&watcher::Event::Apply(list("c", "broken", json!({}))));
+        fn at<'a>(namespace: &'a str, name: &'a str, labels: &'a Labels) -> ObjectAt<'a> {
+            ObjectAt {
+                namespace: Some(namespace),
+                name: Some(name),
+                labels: Some(labels),
+                labels_before: None,
+            }
+        }
+        let (web, none) = (&labels(&[("app", "web")]), &Labels::new());
+        assert_eq!(
+            names(index.selecting(&at("src", "settings", web))),
+            ["a/reads-src", "c/broken"],
+            "the one reading src/settings, and the one that cannot be evaluated"
+        );
+        assert_eq!(
+            names(index.selecting(&at("src", "settings", none))),
+            ["c/broken"]
+        );
+        assert_eq!(
+            names(index.selecting(&at("src", "other", web))),
+            ["c/broken"]
+        );
+        assert_eq!(
+            names(index.selecting(&at("other", "settings", none))),
+            ["b/reads-other", "c/broken"],
+            "filed in the namespace it reads, not its own"
+        );
+        assert_eq!(
+            names(index.selecting(&at("a", "settings", web))),
+            ["c/broken"]
+        );
     }
 
     fn route(ns: &str, name: &str, selector: Value) -> DynamicObject {
@@ -348,21 +457,26 @@ mod tests {
         let web = labels(&[("app", "web")]);
         let api = labels(&[("app", "api"), ("tier", "be")]);
         assert_eq!(
-            names(index.selecting(Some("a"), Some(&web), None)),
+            names(selecting(&index, Some("a"), Some(&web), None)),
             ["a/broken", "a/either", "a/not-db", "a/web"],
             "matching in its namespace, the NotIn one, and the one that cannot be evaluated"
         );
         assert_eq!(
-            names(index.selecting(Some("a"), Some(&api), Some(Some(&web)))),
+            names(selecting(&index, Some("a"), Some(&api), Some(Some(&web)))),
             ["a/api", "a/broken", "a/either", "a/not-db", "a/web"],
             "the labels before the change count too"
         );
         assert_eq!(
-            names(index.selecting(Some("a"), Some(&labels(&[("app", "db")])), None)),
+            names(selecting(
+                &index,
+                Some("a"),
+                Some(&labels(&[("app", "db")])),
+                None
+            )),
             ["a/broken"]
         );
         assert_eq!(
-            names(index.selecting(None, Some(&web), None)),
+            names(selecting(&index, None, Some(&web), None)),
             ["a/broken", "a/either", "a/not-db", "a/web", "b/web"],
             "a cluster-scoped object: every namespace"
         );
@@ -378,14 +492,20 @@ mod tests {
         )));
         let web = labels(&[("app", "web")]);
         let api = labels(&[("app", "api")]);
-        assert_eq!(names(index.selecting(Some("a"), Some(&web), None)), ["a/r"]);
+        assert_eq!(
+            names(selecting(&index, Some("a"), Some(&web), None)),
+            ["a/r"]
+        );
         index.observe(&watcher::Event::Apply(route(
             "a",
             "r",
             json!({"matchLabels": {"app": "api"}}),
         )));
-        assert!(index.selecting(Some("a"), Some(&web), None).is_empty());
-        assert_eq!(names(index.selecting(Some("a"), Some(&api), None)), ["a/r"]);
+        assert!(selecting(&index, Some("a"), Some(&web), None).is_empty());
+        assert_eq!(
+            names(selecting(&index, Some("a"), Some(&api), None)),
+            ["a/r"]
+        );
         // A relist that no longer lists it forgets it.
         index.observe(&watcher::Event::Init);
         index.observe(&watcher::Event::InitApply(route(
@@ -395,7 +515,10 @@ mod tests {
         )));
         assert_eq!(index.len(), 2, "the old state stays until the relist ends");
         index.observe(&watcher::Event::InitDone);
-        assert_eq!(names(index.selecting(Some("a"), Some(&api), None)), ["a/s"]);
+        assert_eq!(
+            names(selecting(&index, Some("a"), Some(&api), None)),
+            ["a/s"]
+        );
         index.observe(&watcher::Event::Delete(route("a", "s", json!({}))));
         assert!(index.is_empty());
         assert!(index.lock().namespaces.is_empty(), "nothing left filed");

@@ -47,8 +47,8 @@ pub fn operator_context(
 ) -> OperatorContext {
     let configmaps = configmaps();
     let kind = configmaps.kind.clone();
-    let mut inputs = InputCaches::default();
-    inputs.add(kind.clone(), &[], || {
+    let mut inputs = InputCaches::new(true);
+    inputs.add(kind.clone(), &[], false, || {
         let view = {
             let kind = kind.clone();
             move |o: &DynamicObject| WorkerObject::new(o, &kind, None)

@@ -5,7 +5,7 @@
 
 use crate::controller::context::{InputRequeue, OperatorContext};
 use crate::controller::reconcile;
-use crate::controller::selector_index::SelectorIndex;
+use crate::controller::selector_index::{ObjectAt, SelectorIndex};
 use crate::crd::{InputSpec, KindRef};
 use crate::pipeline::inputs;
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -53,7 +53,13 @@ pub async fn run(
         };
     let filing: Vec<Arc<SelectorIndex>> = indexes.values().cloned().collect();
     let health = ctx.resource_watch.clone();
-    let events = watcher(main_api, watcher::Config::default())
+    // Only the resources the operator's `resourceSelector` selects: the API server filters, and
+    // a resource relabelled out of it arrives as deleted.
+    let mut config = watcher::Config::default();
+    if let Some(selector) = &ctx.definition.resource_selector {
+        config = config.labels(&selector.to_query());
+    }
+    let events = watcher(main_api, config)
         .inspect(move |event| match event {
             Ok(_) => health.works(),
             Err(e) => health.failed(&crate::error_report::Brief(e)),
@@ -112,7 +118,10 @@ pub async fn run(
                 controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
             } else {
                 let changes = informer.subscribe().map(|c| c.object.meta.clone());
-                let mapper = requeue_namespace(owners.clone(), resource.clone());
+                let every_namespace = not_owned_inputs(&ctx.definition, kind)
+                    .iter()
+                    .any(|i| i.all_namespaces);
+                let mapper = requeue_namespace(owners.clone(), resource.clone(), every_namespace);
                 controller.watches_shared_stream_with(changes, mapper, informer.api.clone())
             }
         };
@@ -180,11 +189,13 @@ fn only_owned(def: &crate::definition::OperatorDefinition, kind: &KindRef) -> bo
         .all(|i| i.owned)
 }
 
-/// An input object changed: requeue every resource of the operator in its namespace
-/// (all of them for a cluster-scoped input).
+/// An input object changed: requeue every resource of the operator that reads its namespace:
+/// those in it, the cluster-scoped ones (they read every namespace), and all of them for a
+/// cluster-scoped object or when an input of its kind reads `every_namespace`.
 fn requeue_namespace(
     owners: Store<DynamicObject>,
     resource: ApiResource,
+    every_namespace: bool,
 ) -> impl Fn(Arc<PartialObjectMeta<DynamicObject>>) -> Vec<ObjectRef<DynamicObject>>
        + Send
        + Sync
@@ -194,7 +205,9 @@ fn requeue_namespace(
         owners
             .state()
             .iter()
-            .filter(|o| ns.is_none() || o.namespace() == ns)
+            .filter(|o| {
+                every_namespace || ns.is_none() || o.namespace().is_none() || o.namespace() == ns
+            })
             .map(|o| ObjectRef::from_obj_with(o.as_ref(), resource.clone()))
             .collect()
     }
@@ -267,11 +280,12 @@ fn requeue_selected(
 ) -> impl Fn(Arc<InputChange>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
     move |change: Arc<InputChange>| {
         let meta = &change.metadata;
-        let mut selected = index.selecting(
-            meta.namespace.as_deref(),
-            meta.labels.as_ref(),
-            change.labels_before.as_ref().map(Option::as_ref),
-        );
+        let mut selected = index.selecting(&ObjectAt {
+            namespace: meta.namespace.as_deref(),
+            name: meta.name.as_deref(),
+            labels: meta.labels.as_ref(),
+            labels_before: change.labels_before.as_ref().map(Option::as_ref),
+        });
         if let Some(writer) = change
             .own_write
             .then(|| controller_ref(meta, &resource, namespaced))

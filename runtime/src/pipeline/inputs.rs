@@ -1,5 +1,6 @@
-//! Gathers a phase's declared inputs: objects of each input kind in the resource's namespace,
-//! filtered by the input's label selector (declared, or read from the resource), stripped of
+//! Gathers a phase's declared inputs: objects of each input kind in the resource's namespace
+//! (or every namespace), narrowed by the input's label selector, namespace and name (declared,
+//! or read from the resource), stripped of
 //! bookkeeping (managedFields, kubectl's last-applied annotation), cut to the input's declared
 //! `fields` if any, and serialized as JSON.
 
@@ -7,6 +8,7 @@ use crate::crd::{InputSpec, KindRef};
 use crate::sandbox::NamedObjects;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, PartialObjectMeta, TypeMeta};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use wasmpilot_selection::Projection;
 use wasmpilot_selection::{field_at, LabelSelector, SelectorError};
@@ -166,28 +168,157 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// What an input selects for one resource: a label selector, and where narrowed, one
+/// namespace and one name. Built from the input's declaration and the resource's fields
+/// ([`input_selection`]); the same for the gathering and for the requeue index.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Selection {
+    pub selector: LabelSelector,
+    /// The only namespace it reads (`None`: every namespace it may read).
+    pub namespace: Option<String>,
+    /// The only object name it reads.
+    pub name: Option<String>,
+    /// Only objects the resource controls (`owned`).
+    pub controller: Option<String>,
+}
+
+impl Selection {
+    /// Whether the object with metadata `o` is selected (cluster-scoped objects have no
+    /// namespace: a namespace narrows only namespaced ones).
+    pub fn selects(&self, o: &ObjectMeta) -> bool {
+        self.selects_at(o.namespace.as_deref(), o.name.as_deref(), o.labels.as_ref())
+            && self
+                .controller
+                .as_deref()
+                .is_none_or(|uid| controlled_by(o, uid))
+    }
+
+    /// Whether an object at `namespace`/`name` with `labels` is selected, its controller aside.
+    pub fn selects_at(
+        &self,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        if let (Some(ns), Some(ons)) = (self.namespace.as_deref(), namespace) {
+            if ns != ons {
+                return false;
+            }
+        }
+        if let Some(wanted) = self.name.as_deref() {
+            if name != Some(wanted) {
+                return false;
+            }
+        }
+        self.selector.matches(labels)
+    }
+}
+
 /// The label selector of an input for the resource `reader`: its `matchLabels` and
-/// `matchExpressions`, and the selector at its `selectorFrom` field of the resource.
+/// `matchExpressions`, the selector at its `selectorFrom` field and the label map at its
+/// `matchLabelsFrom` field of the resource.
 pub fn input_selector(
     input: &InputSpec,
     reader: Reader<'_>,
 ) -> Result<LabelSelector, SelectorError> {
-    let declared = LabelSelector::from_parts(&input.match_labels, &input.match_expressions, "")?;
-    let Some(path) = &input.selector_from else {
-        return Ok(declared);
+    let mut selector =
+        LabelSelector::from_parts(&input.match_labels, &input.match_expressions, "")?;
+    if let Some(path) = &input.selector_from {
+        let value = required_field(input, reader, path, "selects by the label selector there")?;
+        selector = selector.and(LabelSelector::from_json(value, path)?);
+    }
+    if let Some(path) = &input.match_labels_from {
+        let value = required_field(input, reader, path, "selects by the labels there")?;
+        let labels: BTreeMap<String, String> =
+            serde_json::from_value(value.clone()).map_err(|_| SelectorError {
+                field: path.clone(),
+                problem: "is not a map of label names to values".to_string(),
+            })?;
+        selector = selector.and(LabelSelector::from_parts(&labels, &[], path)?);
+    }
+    Ok(selector)
+}
+
+/// The field at `path` of the resource, which `input` needs.
+fn required_field<'r>(
+    input: &InputSpec,
+    reader: Reader<'r>,
+    path: &str,
+    why: &str,
+) -> Result<&'r serde_json::Value, SelectorError> {
+    field_at(reader.data, path).ok_or_else(|| SelectorError {
+        field: path.to_string(),
+        problem: format!("is not set: input {} {why}", input.name),
+    })
+}
+
+/// A name or namespace the resource holds at `path`: a string that is a Kubernetes object name.
+fn name_at(
+    input: &InputSpec,
+    reader: Reader<'_>,
+    path: &str,
+    why: &str,
+) -> Result<Option<String>, SelectorError> {
+    let Some(value) = field_at(reader.data, path) else {
+        return Ok(None);
     };
-    let value = field_at(reader.data, path).ok_or_else(|| SelectorError {
-        field: path.clone(),
-        problem: format!(
-            "is not set: input {} selects by the label selector there",
-            input.name
+    match value.as_str() {
+        Some(name) if crate::object_names::is_dns_subdomain(name) => Ok(Some(name.to_string())),
+        _ => Err(SelectorError {
+            field: path.to_string(),
+            problem: format!(
+                "holds {}, not an object name: input {} {why}",
+                crate::worker_text::bounded(&value.to_string(), 80),
+                input.name
+            ),
+        }),
+    }
+}
+
+/// What `input` selects for the resource `reader`; fails when a field it reads there
+/// (`selectorFrom`, `matchLabelsFrom`, `nameFrom`; `namespaceFrom` when set) is missing or
+/// invalid.
+pub fn input_selection(input: &InputSpec, reader: Reader<'_>) -> Result<Selection, SelectorError> {
+    let selector = input_selector(input, reader)?;
+    let scope = if input.all_namespaces {
+        None
+    } else {
+        reader.namespace.map(str::to_string)
+    };
+    let from = match &input.namespace_from {
+        Some(path) => name_at(input, reader, path, "reads the namespace named there")?,
+        None => None,
+    };
+    let namespace = match (scope, from) {
+        // Narrowed to another namespace than the only one it may read: a name no namespace
+        // has, so only cluster-scoped objects (which a namespace does not narrow) remain.
+        (Some(own), Some(other)) if own != other => Some(String::new()),
+        (scope, from) => from.or(scope),
+    };
+    let name = match &input.name_from {
+        Some(path) => Some(
+            name_at(input, reader, path, "reads the object named there")?.ok_or_else(|| {
+                SelectorError {
+                    field: path.clone(),
+                    problem: format!(
+                        "is not set: input {} reads the object named there",
+                        input.name
+                    ),
+                }
+            })?,
         ),
-    })?;
-    Ok(declared.and(LabelSelector::from_json(value, path)?))
+        None => None,
+    };
+    Ok(Selection {
+        selector,
+        namespace,
+        name,
+        controller: input.owned.then(|| reader.uid.to_string()),
+    })
 }
 
 /// The declared `inputs` (a phase's or the finalizer's) for the resource `reader`; fails when
-/// a selector the resource holds (`selectorFrom`) is missing or invalid.
+/// a field the resource holds for them (`selectorFrom`, …) is missing or invalid.
 pub fn gather(
     inputs: &[InputSpec],
     reader: Reader<'_>,
@@ -215,16 +346,16 @@ fn selected_objects(
     reader: Reader<'_>,
     source: &impl ObjectSource,
 ) -> Result<Vec<Arc<WorkerObject>>, SelectorError> {
-    let selector = input_selector(input, reader)?;
+    let selection = input_selection(input, reader)?;
     let wanted = Wanted {
-        namespace: reader.namespace,
-        controller: input.owned.then_some(reader.uid),
-        selector: Some(&selector),
+        namespace: selection.namespace.as_deref(),
+        controller: selection.controller.as_deref(),
+        selector: Some(&selection.selector),
     };
     Ok(source
         .worker_objects(input, &wanted)
         .into_iter()
-        .filter(|o| visible(o.metadata(), input, reader, &selector))
+        .filter(|o| selection.selects(o.metadata()))
         .collect())
 }
 
@@ -256,28 +387,33 @@ pub fn selected_changed_after(
         })
 }
 
-fn visible(
-    o: &ObjectMeta,
-    input: &InputSpec,
-    reader: Reader<'_>,
-    selector: &LabelSelector,
-) -> bool {
-    if let (Some(ns), Some(ons)) = (reader.namespace, o.namespace.as_deref()) {
-        if ns != ons {
-            return false;
-        }
-    }
-    if input.owned && !controlled_by(o, reader.uid) {
-        return false;
-    }
-    selector.matches(o.labels.as_ref())
-}
-
-/// Whether an input selects by labels at all (else it takes every object of its kind).
+/// Whether an input narrows what it reads by labels, name or namespace read from the
+/// resource (else it takes every object of its kind in its namespaces).
 pub fn selects(input: &InputSpec) -> bool {
     !input.match_labels.is_empty()
         || !input.match_expressions.is_empty()
         || input.selector_from.is_some()
+        || input.match_labels_from.is_some()
+        || input.name_from.is_some()
+        || input.namespace_from.is_some()
+}
+
+/// Whether `input` reads namespaces besides its resource's (`allNamespaces`, or any input of a
+/// cluster-scoped resource): its cache must then hold every namespace.
+pub fn reads_other_namespaces(input: &InputSpec, resource_namespaced: bool) -> bool {
+    input.all_namespaces || !resource_namespaced
+}
+
+/// Every field path of the resource an input reads its selection from.
+pub fn selection_paths(input: &InputSpec) -> impl Iterator<Item = &str> {
+    [
+        &input.selector_from,
+        &input.match_labels_from,
+        &input.name_from,
+        &input.namespace_from,
+    ]
+    .into_iter()
+    .filter_map(|p| p.as_deref())
 }
 
 /// Whether the object's controller is the resource with `uid`.
@@ -360,6 +496,7 @@ mod tests {
             selector_from: None,
             owned: false,
             fields: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -561,6 +698,7 @@ mod tests {
                 selector_from: None,
                 owned: true,
                 fields: Vec::new(),
+                ..Default::default()
             }],
             outputs: vec![],
             next: vec![],
@@ -592,5 +730,79 @@ mod tests {
             "{}",
             got[0].objects[0]
         );
+    }
+
+    /// Related objects chosen per resource: in every namespace, narrowed to the namespace, name
+    /// and labels its fields hold; without `allNamespaces` another namespace gives nothing; a
+    /// missing name is an error naming the field.
+    #[test]
+    fn inputs_narrowed_by_the_resources_fields() {
+        let related: InputSpec = serde_json::from_value(serde_json::json!({
+            "name": "sources", "apiVersion": "apps/v1", "kind": "Deployment",
+            "allNamespaces": true, "namespaceFrom": "spec.sourceNamespace",
+            "matchLabelsFrom": "spec.sourceLabels",
+        }))
+        .unwrap();
+        let source = Fixed(vec![
+            deployment("src", "a", &[("app", "web")]),
+            deployment("src", "b", &[("app", "db")]),
+            deployment("other", "c", &[("app", "web")]),
+            deployment("own", "d", &[("app", "web")]),
+        ]);
+        let names = |inputs: &[InputSpec], data: &serde_json::Value| -> Vec<String> {
+            let reader = Reader {
+                namespace: Some("own"),
+                uid: "u-1",
+                data,
+            };
+            gather(inputs, reader, &source).unwrap()[0]
+                .objects
+                .iter()
+                .map(|o| {
+                    let o: serde_json::Value = serde_json::from_str(o).unwrap();
+                    format!(
+                        "{}/{}",
+                        o["metadata"]["namespace"].as_str().unwrap(),
+                        o["metadata"]["name"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        let data =
+            serde_json::json!({"spec": {"sourceNamespace": "src", "sourceLabels": {"app": "web"}}});
+        assert_eq!(names(std::slice::from_ref(&related), &data), ["src/a"]);
+        let unset = serde_json::json!({"spec": {"sourceLabels": {"app": "web"}}});
+        assert_eq!(
+            names(std::slice::from_ref(&related), &unset),
+            ["other/c", "own/d", "src/a"],
+            "no namespace named: every namespace"
+        );
+        let own_only = InputSpec {
+            all_namespaces: false,
+            ..related.clone()
+        };
+        assert!(names(std::slice::from_ref(&own_only), &data).is_empty());
+        assert_eq!(names(std::slice::from_ref(&own_only), &unset), ["own/d"]);
+        let by_name = InputSpec {
+            name_from: Some("spec.sourceName".into()),
+            ..related.clone()
+        };
+        let named = serde_json::json!({"spec": {"sourceNamespace": "src", "sourceName": "a", "sourceLabels": {}}});
+        assert_eq!(names(std::slice::from_ref(&by_name), &named), ["src/a"]);
+        let reader = Reader {
+            namespace: Some("own"),
+            uid: "u-1",
+            data: &data,
+        };
+        let e = gather(std::slice::from_ref(&by_name), reader, &source).unwrap_err();
+        assert_eq!(e.field, "spec.sourceName");
+        let bad = serde_json::json!({"spec": {"sourceNamespace": "src", "sourceName": "a", "sourceLabels": "app=web"}});
+        let reader = Reader {
+            namespace: Some("own"),
+            uid: "u-1",
+            data: &bad,
+        };
+        let e = gather(std::slice::from_ref(&by_name), reader, &source).unwrap_err();
+        assert_eq!(e.field, "spec.sourceLabels");
     }
 }
