@@ -41,13 +41,20 @@ if [ "$run_tests" = 1 ]; then
   step "native tests: guest-sdk-python, examples/autoroute-python (pytest)"
   (cd guest-sdk-python && guest_pytest -q)
   (cd examples/autoroute-python && guest_pytest -q)
+  for example in examples/metacontroller/*/; do
+    if [ -f "$example/pyproject.toml" ]; then
+      step "native tests: $example (pytest)"
+      (cd "$example" && guest_pytest -q)
+    fi
+  done
   step "native tests: guest-sdk-js, examples/autoroute-js, the componentize-js glue rewrite (node --test)"
   (cd guest-sdk-js && node --test --test-reporter=dot test/)
   (cd examples/autoroute-js && node --test --test-reporter=dot test/)
   node --test --test-reporter=dot deploy/local/guest-toolchains/
 fi
 
-for example in examples/autoroute-python examples/autoroute-js; do
+for example in examples/autoroute-python examples/autoroute-js examples/metacontroller/*/; do
+  [ -f "$example/operator.yaml" ] || continue
   step "components of $example (wasmpilot build)"
   "$WASMPILOT_BIN" build "$example"
 done

@@ -106,6 +106,9 @@ pub struct InputCaches {
     /// Whether the operator's resource kind is namespaced (see
     /// [`inputs::reads_other_namespaces`]).
     resource_namespaced: bool,
+    /// The host's own namespaces: their objects, and their Namespace objects, are no worker's
+    /// input (another operator's module ConfigMaps live there; no output may go there).
+    hidden: ReservedNamespaces,
 }
 
 /// An informer, the `fields` (as declared) of the inputs reading it, and whether it caches
@@ -113,11 +116,13 @@ pub struct InputCaches {
 type ProjectedInformer = (Vec<String>, bool, Arc<ObjectInformer>);
 
 impl InputCaches {
-    /// No caches yet, for an operator whose resource kind is `resource_namespaced` or not.
-    pub fn new(resource_namespaced: bool) -> Self {
+    /// No caches yet, for an operator whose resource kind is `resource_namespaced` or not,
+    /// hiding the `hidden` namespaces from its workers.
+    pub fn new(resource_namespaced: bool, hidden: ReservedNamespaces) -> Self {
         InputCaches {
             informers: HashMap::new(),
             resource_namespaced,
+            hidden,
         }
     }
 
@@ -220,6 +225,14 @@ impl ObjectSource for InputCaches {
                 namespace: Some(""),
                 ..*wanted
             }));
+        }
+        if self.hidden.iter().next().is_some() {
+            let namespaces = input.api_version == "v1" && input.kind == "Namespace";
+            objects.retain(|o| {
+                let meta = o.metadata();
+                !self.hidden.holds(meta.namespace.as_deref())
+                    && !(namespaces && self.hidden.holds(meta.name.as_deref()))
+            });
         }
         objects
     }

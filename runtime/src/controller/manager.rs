@@ -1502,7 +1502,8 @@ impl ManagerContext {
         resolved: &HashMap<KindRef, ResolvedKind>,
         resource_namespaced: bool,
     ) -> (InputCaches, OutputCaches) {
-        let mut input_caches = InputCaches::new(resource_namespaced);
+        let mut input_caches =
+            InputCaches::new(resource_namespaced, self.reserved_namespaces.clone());
         for input in definition.all_inputs() {
             let kind = KindRef::new(&input.api_version, &input.kind);
             if let Some(resolved) = resolved.get(&kind) {

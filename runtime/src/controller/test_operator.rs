@@ -47,7 +47,7 @@ pub fn operator_context(
 ) -> OperatorContext {
     let configmaps = configmaps();
     let kind = configmaps.kind.clone();
-    let mut inputs = InputCaches::new(true);
+    let mut inputs = InputCaches::new(true, Default::default());
     inputs.add(kind.clone(), &[], false, || {
         let view = {
             let kind = kind.clone();
