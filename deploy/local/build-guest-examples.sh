@@ -53,8 +53,7 @@ if [ "$run_tests" = 1 ]; then
   node --test --test-reporter=dot deploy/local/guest-toolchains/
 fi
 
-for example in examples/autoroute-python examples/autoroute-js examples/metacontroller/*/; do
-  [ -f "$example/operator.yaml" ] || continue
+for example in examples/autoroute-python examples/autoroute-js $(dirname $(find examples/metacontroller -name operator.yaml | sort)); do
   step "components of $example (wasmpilot build)"
   "$WASMPILOT_BIN" build "$example"
 done

@@ -32,8 +32,8 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let kind = wasmpilot::kinds::resolve(client, &KindRef::new("v1", "ConfigMap"), "test").await?;
     let informers = Informers::new(client.clone());
 
-    let first = informers.objects(&kind, None);
-    let second = informers.objects(&kind, None);
+    let first = informers.objects(&kind, None, false);
+    let second = informers.objects(&kind, None, false);
     assert!(Arc::ptr_eq(&first, &second), "one informer per kind");
     let metadata = informers.metadata(&kind);
     assert_eq!(informers.watched(), (1, 1));
@@ -132,7 +132,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     assert_eq!(informers.watched(), (0, 1));
     drop(metadata);
     assert_eq!(informers.watched(), (0, 0));
-    let again = informers.objects(&kind, None);
+    let again = informers.objects(&kind, None, false);
     // Several tasks waiting for the same first list all get it (kube-runtime's own
     // Store::wait_until_ready wakes only the last waiter).
     let waiters: Vec<_> = (0..3)
@@ -172,9 +172,13 @@ async fn projected_scenario(client: &kube::Client, ns: &str) -> anyhow::Result<(
     use wasmpilot_selection::Projection;
     let kind = wasmpilot::kinds::resolve(client, &KindRef::new("v1", "ConfigMap"), "test").await?;
     let informers = Informers::new(client.clone());
-    let whole = informers.objects(&kind, None);
-    let projected = informers.objects(&kind, Some(Projection::new(&["data.read"])?));
-    let same = informers.objects(&kind, Some(Projection::new(&["data.read", "data.read"])?));
+    let whole = informers.objects(&kind, None, false);
+    let projected = informers.objects(&kind, Some(Projection::new(&["data.read"])?), false);
+    let same = informers.objects(
+        &kind,
+        Some(Projection::new(&["data.read", "data.read"])?),
+        false,
+    );
     assert!(
         !Arc::ptr_eq(&whole, &projected),
         "another projection, another cache"

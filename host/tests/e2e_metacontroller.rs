@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 const BUDGET: Duration = Duration::from_secs(300);
 
 /// The ported examples whose checks need no pods.
-const EXAMPLES: [&str; 5] = [
+const EXAMPLES: [&str; 6] = [
+    "update-strategy",
     "configmap-list-v2",
     "namespace-list-v2",
     "configmappropagation",

@@ -20,7 +20,7 @@ use kube::runtime::watcher;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use wasmpilot_runtime::controller::selector_index::SelectorIndex;
+use wasmpilot_runtime::controller::selector_index::{ObjectAt, SelectorIndex};
 use wasmpilot_runtime::crd::InputSpec;
 use wasmpilot_runtime::pipeline::inputs;
 
@@ -103,7 +103,13 @@ fn main() {
                 "each change concerns two routes",
                 |i| {
                     let (new, old) = pair(i);
-                    black_box(index.selecting(Some("bench"), Some(&new), Some(Some(&old)))).len()
+                    black_box(index.selecting(&ObjectAt {
+                        namespace: Some("bench"),
+                        name: Some("changed"),
+                        labels: Some(&new),
+                        labels_before: Some(Some(&old)),
+                    }))
+                    .len()
                 },
             ));
             let changes = if smoke {

@@ -253,6 +253,41 @@ pub struct KindRef {
     pub kind: String,
 }
 
+/// An output kind a phase may return, and how the host changes an object of it that exists.
+#[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputSpec {
+    #[serde(flatten)]
+    pub kind: KindRef,
+    /// How an existing object of this kind is changed when the worker returns it changed:
+    /// `InPlace` (default: server-side applied), `OnDelete` (left as it is; created again as
+    /// returned once someone deletes it) or `Recreate` (deleted and created as returned, when
+    /// a field the operator sets differs; fields other managers set count for nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_strategy: Option<UpdateStrategy>,
+}
+
+impl From<KindRef> for OutputSpec {
+    fn from(kind: KindRef) -> Self {
+        OutputSpec {
+            kind,
+            update_strategy: None,
+        }
+    }
+}
+
+/// How the host changes an existing output object (see [`OutputSpec::update_strategy`]).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, JsonSchema, PartialEq, Eq, Default, Hash)]
+pub enum UpdateStrategy {
+    /// Server-side applied: the fields the operator sets converge, others' stay.
+    #[default]
+    InPlace,
+    /// Left as it is once it exists; created as returned after it is deleted.
+    OnDelete,
+    /// Deleted, then created as returned, when a field the operator sets differs.
+    Recreate,
+}
+
 /// One phase: the component that decides it and what it reads and writes.
 #[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -282,10 +317,11 @@ pub struct PhaseSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_PER_PHASE))]
     pub inputs: Vec<InputSpec>,
-    /// Kinds the worker may return as outputs; the host watches them and applies them owned by the resource.
+    /// Kinds the worker may return as outputs; the host watches them and applies them owned by
+    /// the resource, each kind as its `updateStrategy` says.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_PER_PHASE))]
-    pub outputs: Vec<KindRef>,
+    pub outputs: Vec<OutputSpec>,
     /// Phases this phase's worker may move to (besides staying). Empty: any declared phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_PHASES))]

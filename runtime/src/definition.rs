@@ -166,8 +166,8 @@ pub fn declared_kinds(spec: &WasmOperatorSpec) -> Vec<(KindRef, String)> {
             let k = KindRef::new(&input.api_version, &input.kind);
             kinds.push((k, format!("spec.phases[{i}].inputs[{j}]")));
         }
-        for (j, k) in p.outputs.iter().enumerate() {
-            kinds.push((k.clone(), format!("spec.phases[{i}].outputs[{j}]")));
+        for (j, o) in p.outputs.iter().enumerate() {
+            kinds.push((o.kind.clone(), format!("spec.phases[{i}].outputs[{j}]")));
         }
     }
     for (j, input) in spec.finalizer.iter().flat_map(|f| &f.inputs).enumerate() {
@@ -198,7 +198,7 @@ pub fn sensitive_uses(spec: &WasmOperatorSpec) -> Vec<(KindRef, String, &'static
         .map(|(kind, field)| (kind, field, "is a sensitive kind"))
         .collect();
     for (i, p) in spec.phases.iter().enumerate() {
-        for (j, kind) in p.outputs.iter().enumerate() {
+        for (j, kind) in p.outputs.iter().map(|o| &o.kind).enumerate() {
             if is_sensitive_output(kind) && !is_sensitive(kind) {
                 uses.push((
                     kind.clone(),
@@ -451,6 +451,8 @@ pub struct PhaseDefinition {
     pub module: Option<ModuleRef>,
     pub inputs: Vec<InputSpec>,
     pub outputs: Vec<KindRef>,
+    /// The output kinds not changed in place (`outputs[].updateStrategy`).
+    pub update_strategies: std::collections::BTreeMap<KindRef, crate::crd::UpdateStrategy>,
     /// Phases the worker may move to besides staying; empty: any declared phase.
     pub next: Vec<String>,
     pub limits: LimitOverride,
@@ -939,7 +941,9 @@ fn check_phase(
         p.outputs
             .iter()
             .enumerate()
-            .filter_map(|(j, output)| check_kind(output, &format!("{field}.outputs[{j}]")).err())
+            .filter_map(|(j, output)| {
+                check_kind(&output.kind, &format!("{field}.outputs[{j}]")).err()
+            })
             .collect()
     };
     let shadow = || -> Result<(), DefinitionError> {
@@ -984,7 +988,13 @@ fn check_phase(
             ready: p.is_final || p.ready,
             module: p.module.clone(),
             inputs: p.inputs.clone(),
-            outputs: p.outputs.clone(),
+            outputs: p.outputs.iter().map(|o| o.kind.clone()).collect(),
+            update_strategies: p
+                .outputs
+                .iter()
+                .filter_map(|o| Some((o.kind.clone(), o.update_strategy?)))
+                .filter(|(_, s)| *s != crate::crd::UpdateStrategy::InPlace)
+                .collect(),
             next: p.next.clone(),
             queries: p.queries.clone(),
             limits,
@@ -1310,7 +1320,7 @@ mod tests {
         assert_eq!(e.field, "spec.resyncInterval");
 
         let mut p = phase("A", true, false);
-        p.outputs.push(KindRef::new("", "Service"));
+        p.outputs.push(KindRef::new("", "Service").into());
         let e = OperatorDefinition::validate("a", &spec(vec![p])).unwrap_err();
         assert_eq!(e.field, "spec.phases[0].outputs[0].apiVersion");
         // A kind and a group as Kubernetes names them (and no 40 KB of either in a message).
@@ -1414,7 +1424,8 @@ mod tests {
     #[test]
     fn outputs_of_its_own_kind_are_the_admins_to_allow() {
         let mut p = phase("A", true, false);
-        p.outputs.push(KindRef::new("examples.io/v2", "AutoRoute"));
+        p.outputs
+            .push(KindRef::new("examples.io/v2", "AutoRoute").into());
         p.inputs.push(
             serde_json::from_value(serde_json::json!({
                 "name": "siblings", "apiVersion": "examples.io/v1", "kind": "AutoRoute",
@@ -1488,9 +1499,11 @@ mod tests {
         crowded.queries.push(
             serde_json::from_value(serde_json::json!({"name": "fine", "query": "up"})).unwrap(),
         );
-        crowded.outputs.push(KindRef::new("v1", "not-a-kind"));
-        crowded.outputs.push(KindRef::new("v1", "ConfigMap"));
-        crowded.outputs.push(KindRef::new("", "Widget"));
+        crowded
+            .outputs
+            .push(KindRef::new("v1", "not-a-kind").into());
+        crowded.outputs.push(KindRef::new("v1", "ConfigMap").into());
+        crowded.outputs.push(KindRef::new("", "Widget").into());
         crowded.shadow = Some(ModuleRef::default());
         crowded.limits = Some(WorkerLimits {
             deadline: Some("soon".into()),
@@ -1557,7 +1570,7 @@ mod tests {
             .unwrap(),
         );
         p.outputs
-            .push(KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole"));
+            .push(KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole").into());
         let mut s = spec(vec![p]);
         s.resource = KindRef::new("wasmpilot.io/v1alpha1", "WasmOperator");
         s.resync_interval = Some("soon".into());
@@ -1616,7 +1629,7 @@ mod tests {
         // Counts are bounded: the host keeps gauges, watches and a graph per entry.
         let mut wide = phase("A", true, false);
         wide.outputs = (0..=MAX_PER_PHASE)
-            .map(|i| KindRef::new("v1", format!("Kind{i}")))
+            .map(|i| KindRef::new("v1", format!("Kind{i}")).into())
             .collect();
         let many: Vec<PhaseSpec> = std::iter::once(wide)
             .chain((1..=MAX_PHASES).map(|i| phase(&format!("P{i}"), false, true)))

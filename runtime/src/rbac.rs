@@ -197,7 +197,7 @@ fn declared_kinds(spec: &WasmOperatorSpec) -> (Vec<KindRef>, Vec<KindRef>) {
                 .iter()
                 .map(|i| KindRef::new(&i.api_version, &i.kind)),
         );
-        writes.extend(p.outputs.iter().cloned());
+        writes.extend(p.outputs.iter().map(|o| o.kind.clone()));
     }
     reads.extend(
         spec.finalizer
@@ -653,7 +653,7 @@ mod tests {
             is_final: false,
             module: None,
             inputs,
-            outputs,
+            outputs: outputs.into_iter().map(Into::into).collect(),
             next: vec![],
             limits: None,
             queries: vec![],

@@ -10,7 +10,7 @@
 //! and the status patch is sent to the status subresource with `dryRun=All`. The answers are
 //! diffed field by field against the live objects.
 
-use crate::crd::{KindRef, WasmOperator};
+use crate::crd::{KindRef, UpdateStrategy, WasmOperator};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::diff::{diff, without_bookkeeping, Change};
 use crate::kinds::{self, ResolvedKind};
@@ -539,6 +539,13 @@ impl DryRun<'_> {
         } else if changes.is_empty() {
             self.summary.unchanged += 1;
             "= unchanged"
+        } else if o.update == UpdateStrategy::OnDelete {
+            // The host leaves it as it is: these changes wait until someone deletes it.
+            self.summary.unchanged += 1;
+            "= kept (updateStrategy OnDelete: these changes once it is deleted)"
+        } else if o.update == UpdateStrategy::Recreate && ours {
+            self.summary.update += 1;
+            "~ recreate (updateStrategy Recreate: deleted, then created as the worker returns it)"
         } else {
             self.summary.update += 1;
             "~ update"

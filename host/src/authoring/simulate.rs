@@ -22,7 +22,7 @@
 //! the initial phase, as the host does). The clock starts at `--now`, by default
 //! [`DEFAULT_NOW`], so the output is the same on every run: golden-file friendly.
 
-use crate::crd::KindRef;
+use crate::crd::{KindRef, UpdateStrategy};
 use crate::definition::{OperatorDefinition, PhaseDefinition};
 use crate::modules::{compile_cache_dir, ModuleCache};
 use crate::offline::{self, ObjectsByKind};
@@ -268,10 +268,21 @@ impl Effects for SimulatedCluster<'_> {
         for o in outputs {
             let mut object = o.object.clone();
             outputs::label(&mut object, self.operator, phase);
+            let existing = self.world.objects.get(&o.key());
+            if let (Some(kept), UpdateStrategy::OnDelete) = (existing, o.update) {
+                // Left as it is (updateStrategy OnDelete).
+                self.applied.push(kept.clone());
+                report.applied += 1;
+                continue;
+            }
             match self.world.objects.insert(o.key(), object.clone()) {
                 None => self.changes.push(format!("created {}", o.describe())),
                 Some(previous) if previous != object => {
-                    self.changes.push(format!("updated {}", o.describe()))
+                    let how = match o.update {
+                        UpdateStrategy::Recreate => "recreated",
+                        _ => "updated",
+                    };
+                    self.changes.push(format!("{how} {}", o.describe()))
                 }
                 Some(_) => {}
             }

@@ -363,7 +363,7 @@ async fn report_convergence(
     how: &outputs::Convergence,
 ) {
     let (reason, note) = match how {
-        outputs::Convergence::Applied => return,
+        outputs::Convergence::Applied | outputs::Convergence::Kept => return,
         outputs::Convergence::Replaced { lists, managers } => (
             "OutputReplaced",
             format!(

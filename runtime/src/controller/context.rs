@@ -230,8 +230,9 @@ impl ObjectSource for InputCaches {
             let namespaces = input.api_version == "v1" && input.kind == "Namespace";
             objects.retain(|o| {
                 let meta = o.metadata();
-                !self.hidden.holds(meta.namespace.as_deref())
-                    && !(namespaces && self.hidden.holds(meta.name.as_deref()))
+                let in_hidden = self.hidden.holds(meta.namespace.as_deref());
+                let is_hidden = namespaces && self.hidden.holds(meta.name.as_deref());
+                !(in_hidden || is_hidden)
             });
         }
         objects

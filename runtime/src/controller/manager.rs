@@ -1336,7 +1336,7 @@ impl ManagerContext {
             tracing::debug!(operator = %name, "kinds resolved");
             // A cluster-scoped output is the admin's to allow, like the sensitive kinds.
             for (i, p) in spec.phases.iter().enumerate() {
-                for (j, output) in p.outputs.iter().enumerate() {
+                for (j, output) in p.outputs.iter().map(|o| &o.kind).enumerate() {
                     let cluster_scoped = kinds.resolved.get(output).is_some_and(|k| !k.namespaced);
                     if cluster_scoped && !crate::definition::allows_sensitive(spec, output) {
                         return Err(LoadFailure::Invalid(crate::definition::DefinitionError {

@@ -65,6 +65,7 @@ fn service(name: &str) -> CheckedOutput {
                                     "ownerReferences": [{"apiVersion": "examples.io/v1", "kind": "AutoRoute",
                                                          "name": "r1", "uid": "route-uid", "controller": true}]},
                        "spec": {"ports": [{"port": 80}]}}),
+        update: Default::default(),
     }
 }
 

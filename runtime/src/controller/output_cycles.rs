@@ -63,7 +63,7 @@ fn group_of(kind: &KindRef) -> &str {
 fn edge(from: &WasmOperatorSpec, to: &WasmOperatorSpec) -> Option<KindRef> {
     from.phases
         .iter()
-        .flat_map(|p| &p.outputs)
+        .flat_map(|p| p.outputs.iter().map(|o| &o.kind))
         .find(|k| same_kind(k, &to.resource) && !allows_sensitive(from, k))
         .cloned()
 }
@@ -129,7 +129,7 @@ mod tests {
             "phases": [{"name": "Start", "initial": true, "module": {"file": {"path": "w.wasm"}}}],
         }))
         .expect("a definition");
-        spec.phases[0].outputs = outputs.iter().map(|k| kind(k)).collect();
+        spec.phases[0].outputs = outputs.iter().map(|k| kind(k).into()).collect();
         spec
     }
 

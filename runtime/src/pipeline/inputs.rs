@@ -566,6 +566,7 @@ mod tests {
             module: None,
             inputs: vec![web_deployments()],
             outputs: vec![],
+            update_strategies: Default::default(),
             next: vec![],
             limits: Default::default(),
             queries: vec![],
@@ -701,6 +702,7 @@ mod tests {
                 ..Default::default()
             }],
             outputs: vec![],
+            update_strategies: Default::default(),
             next: vec![],
             limits: Default::default(),
             queries: vec![],

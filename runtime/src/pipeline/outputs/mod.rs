@@ -4,7 +4,7 @@
 
 pub mod drift;
 
-use crate::crd::KindRef;
+use crate::crd::{KindRef, UpdateStrategy};
 use crate::definition::PhaseDefinition;
 use crate::kinds::ResolvedKind;
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -20,6 +20,8 @@ pub struct CheckedOutput {
     pub name: String,
     pub namespace: Option<String>,
     pub object: Value,
+    /// How an existing object is changed (its kind's `updateStrategy`).
+    pub update: UpdateStrategy,
 }
 
 /// Identifies an output object: kind, namespace, name.
@@ -275,11 +277,17 @@ pub fn check(
             "controller": true,
             "blockOwnerDeletion": true,
         }]);
+        let update = phase
+            .update_strategies
+            .get(&kind)
+            .copied()
+            .unwrap_or_default();
         checked.push(CheckedOutput {
             kind,
             name,
             namespace,
             object,
+            update,
         });
     }
     Ok(checked)
@@ -415,9 +423,12 @@ pub enum Convergence {
         lists: Vec<String>,
         managers: BTreeSet<String>,
     },
-    /// A field server-side apply may not change (immutable) differed: the object was deleted
-    /// and created again from the worker's decision.
+    /// A field server-side apply may not change (immutable) differed, or a field the operator
+    /// sets in an object of a `Recreate` kind: the object was deleted and created again from
+    /// the worker's decision.
     Recreated { reason: String },
+    /// An object of an `OnDelete` kind exists: left as it is.
+    Kept,
 }
 
 /// What applying one result did: per object, and what failed (each failure on its own object).
@@ -479,7 +490,7 @@ pub async fn apply_outputs(
                 tracing::debug!(object = %out.describe(), ?how, "applied output");
                 report.applied += 1;
                 report.written.push((out.kind.clone(), written));
-                if how != Convergence::Applied {
+                if !matches!(how, Convergence::Applied | Convergence::Kept) {
                     report.converged.push((out.describe(), how));
                 }
             }
@@ -504,6 +515,19 @@ async fn apply_one(
         object: out.describe(),
         source,
     };
+    match out.update {
+        UpdateStrategy::InPlace => {}
+        UpdateStrategy::OnDelete => {
+            if let Some(live) = api.get_opt(&out.name).await.map_err(failed)? {
+                return Ok((Convergence::Kept, live));
+            }
+        }
+        UpdateStrategy::Recreate => {
+            if let Some(changed) = recreate_if_changed(api, out, manager, owner_uid).await? {
+                return Ok(changed);
+            }
+        }
+    }
     let live = match server_side_apply(api, out, manager).await {
         Ok(applied) => applied,
         Err(kube::Error::Api(s)) if s.code == 422 => {
@@ -588,6 +612,77 @@ async fn replace_lists(
     Ok((Convergence::Replaced { lists, managers }, written))
 }
 
+/// For an output of a `Recreate` kind: when the object exists, is the resource's, and a
+/// server-side apply would change it (a dry run, so fields other managers set count for
+/// nothing), it is deleted and created from the worker's decision; `None` otherwise (applied
+/// as usual).
+async fn recreate_if_changed(
+    api: &Api<DynamicObject>,
+    out: &CheckedOutput,
+    manager: &str,
+    owner_uid: &str,
+) -> Result<Option<(Convergence, DynamicObject)>, OutputError> {
+    let failed = |source| OutputError::ApplyFailed {
+        object: out.describe(),
+        source,
+    };
+    let Some(live) = api.get_opt(&out.name).await.map_err(failed)? else {
+        return Ok(None);
+    };
+    let live = serde_json::to_value(&live).map_err(|e| failed(kube::Error::SerdeError(e)))?;
+    if !controlled_by(&live, owner_uid) {
+        return Ok(None);
+    }
+    let params = PatchParams::apply(manager).force().dry_run();
+    let planned = match api
+        .patch(&out.name, &params, &Patch::Apply(&out.object))
+        .await
+    {
+        Ok(planned) => {
+            serde_json::to_value(&planned).map_err(|e| failed(kube::Error::SerdeError(e)))?
+        }
+        // Refused (an immutable field, say): recreating is what converges it.
+        Err(kube::Error::Api(s)) if s.code == 422 => Value::Null,
+        Err(source) => return Err(failed(source)),
+    };
+    let changed = changed_fields(&live, &planned);
+    if changed.is_empty() {
+        return Ok(None);
+    }
+    let refused = kube::Error::Service(
+        format!(
+            "updateStrategy Recreate: {} would change",
+            changed.join(", ")
+        )
+        .into(),
+    );
+    recreate(api, out, manager, &live, &refused).await.map(Some)
+}
+
+/// The top-level fields (and `metadata.labels`, `metadata.annotations`) in which `planned`
+/// differs from `live`, bookkeeping aside; every field when nothing was planned.
+pub fn changed_fields(live: &Value, planned: &Value) -> Vec<String> {
+    let Some(planned) = planned.as_object() else {
+        return vec!["the object".to_string()];
+    };
+    let mut changed: Vec<String> = planned
+        .iter()
+        .chain(live.as_object().into_iter().flatten())
+        .map(|(key, _)| key.as_str())
+        .filter(|key| !matches!(*key, "metadata" | "status"))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter(|key| live.get(*key) != planned.get(*key))
+        .map(str::to_string)
+        .collect();
+    for key in ["labels", "annotations"] {
+        if live["metadata"].get(key) != planned.get("metadata").and_then(|m| m.get(key)) {
+            changed.push(format!("metadata.{key}"));
+        }
+    }
+    changed
+}
+
 /// Deletes the object (only this one: uid precondition) and creates it from the worker's decision.
 async fn recreate(
     api: &Api<DynamicObject>,
@@ -618,7 +713,7 @@ async fn recreate(
         .map_err(|e| converge_failed("creating it again", e))?;
     let reason = match refused {
         kube::Error::Api(s) => crate::worker_text::bound_owned(s.message.clone(), 512),
-        other => other.to_string(),
+        other => crate::worker_text::bound_owned(other.to_string(), 512),
     };
     Ok((Convergence::Recreated { reason }, written))
 }
@@ -750,6 +845,7 @@ mod tests {
                 KindRef::new("v1", "Service"),
                 KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole"),
             ],
+            update_strategies: Default::default(),
             next: vec![],
             limits: Default::default(),
             queries: vec![],
