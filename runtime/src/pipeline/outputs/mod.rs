@@ -990,4 +990,22 @@ mod tests {
             "{msg}"
         );
     }
+
+    /// What a `Recreate` kind compares: the live object and the dry run of the worker's, other
+    /// managers' fields being in both; bookkeeping and status aside.
+    #[test]
+    fn changed_fields_are_the_operators_own() {
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "resourceVersion": "7", "labels": {"a": "1"}},
+            "data": {"value": "v1", "side-effect": "injected"}});
+        let mut same = live.clone();
+        same["metadata"]["resourceVersion"] = json!("8");
+        same["metadata"]["managedFields"] = json!([{"manager": "wasmpilot-x"}]);
+        assert!(changed_fields(&live, &same).is_empty());
+        let mut changed = live.clone();
+        changed["data"]["value"] = json!("v2");
+        changed["metadata"]["labels"]["a"] = json!("2");
+        assert_eq!(changed_fields(&live, &changed), ["data", "metadata.labels"]);
+        assert_eq!(changed_fields(&live, &Value::Null), ["the object"]);
+    }
 }
