@@ -113,6 +113,9 @@ enum Command {
     },
     /// Scaffold an operator project: types crate, one worker crate per phase, operator.yaml.
     Init(wasmpilot::authoring::init::InitArgs),
+    /// Turn another framework's controller into an operator directory.
+    #[command(subcommand)]
+    Import(ImportCommand),
     /// Write the typed API of an operator's phases into its types crate (types/src/phases.rs)
     /// from operator.yaml, and regenerate its CRD from the types crate.
     Generate(wasmpilot::authoring::generate::GenerateArgs),
@@ -313,6 +316,29 @@ impl Cli {
                 Ok(())
             }
             Command::Init(args) => wasmpilot::authoring::init::init(&args).map(|_| ()),
+            Command::Import(ImportCommand::Metacontroller(args)) => {
+                let imported = wasmpilot::authoring::import_metacontroller::import(&args)?;
+                eprintln!(
+                    "wrote {} ({} files): WasmOperator {} for {}, the hook run unchanged",
+                    args.out.display(),
+                    imported.files.len(),
+                    imported
+                        .operator
+                        .metadata
+                        .name
+                        .as_deref()
+                        .unwrap_or_default(),
+                    imported.operator.spec.resource
+                );
+                for note in &imported.notes {
+                    eprintln!("note: {note}");
+                }
+                eprintln!(
+                    "\nnext:\n  wasmpilot build {0}\n  wasmpilot simulate {0} --resource <parent.yaml>\n  wasmpilot deploy --no-build {0}",
+                    args.out.display()
+                );
+                Ok(())
+            }
             Command::Generate(args) => wasmpilot::authoring::generate::run(&args),
             Command::Build { dir } => {
                 print!("{}", wasmpilot::authoring::build::build_command(&dir)?);
@@ -565,4 +591,13 @@ fn operator_rbac_yaml(
         out.push_str(&serde_yaml::to_string(&doc)?);
     }
     Ok(out)
+}
+
+/// `wasmpilot import <framework>`.
+#[derive(clap::Subcommand, Debug)]
+pub enum ImportCommand {
+    /// A Metacontroller CompositeController and its hook file (Python or JavaScript): writes
+    /// operator.yaml and the workers running the hook unchanged, and notes what is done
+    /// otherwise (the customize hook, generateSelector, rolling update strategies).
+    Metacontroller(wasmpilot::authoring::import_metacontroller::ImportMetacontrollerArgs),
 }

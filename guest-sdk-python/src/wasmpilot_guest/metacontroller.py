@@ -5,10 +5,11 @@ A Metacontroller CompositeController hook takes the sync request (`controller`, 
 (its finalize hook also `finalized`). Wrap the function that maps one to the other:
 
     # workers/sync/app.py
+    import wasmpilot_guest as guest
     import wasmpilot_guest.metacontroller as metacontroller
     from hook import sync            # your hook: def sync(request: dict) -> dict
 
-    PhaseWorker = metacontroller.sync_worker(sync)
+    PhaseWorker = guest.export_phase(metacontroller.sync_worker(sync))
 
 The WasmOperator declares what Metacontroller's controller did, in inputs named after the
 request's maps (`wasmpilot import metacontroller` writes them):
@@ -111,7 +112,7 @@ def _resync(answer: Mapping[str, Any]) -> Optional[timedelta]:
 
 
 def sync_worker(hook: Hook, version: str = "v1") -> type[PhaseWorker]:
-    """A phase worker (export it as `PhaseWorker`) running the Metacontroller sync hook `hook`:
+    """A phase worker class (export it: `PhaseWorker = export_phase(sync_worker(hook))`) running the Metacontroller sync hook `hook`:
     it stays in its phase, its children the outputs, its status the status patch."""
 
     class MetacontrollerSync(PhaseWorker):
@@ -130,7 +131,8 @@ def sync_worker(hook: Hook, version: str = "v1") -> type[PhaseWorker]:
 
 
 def finalize_worker(hook: Hook, version: str = "v1") -> type[FinalizerWorker]:
-    """A finalizer worker (export it as `FinalizerWorker`) running the Metacontroller finalize
+    """A finalizer worker class (export it: `FinalizerWorker =
+    export_finalizer(finalize_worker(hook))`) running the Metacontroller finalize
     hook `hook` with `finalizing: true`: done when it answers `finalized: true`, else asked
     again after `resyncAfterSeconds` (or on the next change). The children it answers are not
     applied: the resource's outputs carry its controller reference and go with it."""

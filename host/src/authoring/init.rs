@@ -134,7 +134,11 @@ fn is_language_sdk(lang: Lang, dir: &Path) -> bool {
 /// The guest SDK directory of a Python or JavaScript project (`guest-sdk-python`,
 /// `guest-sdk-js`): `--sdk-path` (that directory, or a wasmpilot checkout holding it), else an
 /// enclosing wasmpilot checkout's, else the one of the checkout this binary was built from.
-fn guest_sdk_dir(dir: &Path, lang: Lang, sdk_path: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub(crate) fn guest_sdk_dir(
+    dir: &Path,
+    lang: Lang,
+    sdk_path: Option<&Path>,
+) -> anyhow::Result<PathBuf> {
     let name = match lang {
         Lang::Python => "guest-sdk-python",
         _ => "guest-sdk-js",
