@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the documentation site's Python and TypeScript SDK reference pages from the SDKs' own
 sources: docs/sdk/python-api.md from the docstrings and signatures of `wasmpilot_guest` (its
-`__all__`, and `wasmpilot_guest.testing`), docs/sdk/typescript-api.md from the declarations the
-npm package ships (`index.d.ts`, `testing.d.ts`, with their doc comments).
+`__all__`, `wasmpilot_guest.testing` and `wasmpilot_guest.metacontroller`),
+docs/sdk/typescript-api.md from the declarations the npm package ships (`index.d.ts`,
+`testing.d.ts`, `metacontroller.d.ts`, with their doc comments).
 
     sdk_api_pages.py           write the pages
     sdk_api_pages.py --check   fail when a committed page differs from the sources (the test command)
@@ -34,6 +35,7 @@ def signature(obj: object) -> str:
 def python_page() -> str:
     sys.path.insert(0, str(REPO / "guest-sdk-python" / "src"))
     import wasmpilot_guest
+    import wasmpilot_guest.metacontroller as metacontroller
     import wasmpilot_guest.testing as testing
 
     out = ["# Python SDK reference (`wasmpilot_guest`)", "", HEADER, doc(wasmpilot_guest), ""]
@@ -60,6 +62,8 @@ def python_page() -> str:
                 out.append("")
             elif callable(obj):
                 out.extend([f"### `{name}{signature(obj)}`", "", doc(obj), ""])
+            elif isinstance(obj, (str, int, float)):
+                out.extend([f"### `{name} = {obj!r}`", ""])
             else:
                 out.extend([f"### `{name}`", "", doc(obj), ""])
 
@@ -68,6 +72,9 @@ def python_page() -> str:
                                                   and getattr(vars(testing)[n], "__module__", "") == testing.__name__]))
     out.extend([doc(testing), ""])
     members(testing, public, "`wasmpilot_guest.testing`")
+    out.extend([doc(metacontroller), ""])
+    members(metacontroller, ["CHILDREN", "RELATED", "request", "sync_worker", "finalize_worker"],
+            "`wasmpilot_guest.metacontroller`")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -76,7 +83,8 @@ def typescript_page() -> str:
     out = ["# TypeScript and JavaScript SDK reference (`@wasmpilot/guest`)", "", HEADER,
            "The declarations the npm package ships, with their doc comments: what an editor and",
            "`tsc` check a worker against.", ""]
-    for name, title in (("index.d.ts", "`@wasmpilot/guest`"), ("testing.d.ts", "`@wasmpilot/guest/testing`")):
+    for name, title in (("index.d.ts", "`@wasmpilot/guest`"), ("testing.d.ts", "`@wasmpilot/guest/testing`"),
+                        ("metacontroller.d.ts", "`@wasmpilot/guest/metacontroller`")):
         out.extend([f"## {title}", "", "```ts", (sdk / name).read_text().rstrip(), "```", ""])
     return "\n".join(out).rstrip() + "\n"
 
