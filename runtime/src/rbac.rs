@@ -208,12 +208,26 @@ fn declared_kinds(spec: &WasmOperatorSpec) -> (Vec<KindRef>, Vec<KindRef>) {
     (reads, writes)
 }
 
-/// What the operator's account needs wherever its resources live to report on them: read its
-/// resource kind and merge-patch their status (a resource in a namespace the operator is not
-/// granted still gets the Condition saying so).
+/// What the operator's account needs cluster-wide whatever namespaces it is granted in: read its
+/// resource kind and merge-patch their status, to report on them (a resource in a namespace
+/// the operator is not granted still gets the Condition saying so); and read every kind it
+/// reads across namespaces (an `allNamespaces` input, any input of a cluster-scoped resource):
+/// the host's caches hold every namespace of those, so granted in some namespaces only, its
+/// workers would be handed the others' objects. Without these an operator does not load.
 pub fn reporting_rules(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, KnownKind>) -> Vec<Rule> {
     let mut set = RuleSet::default();
     add_reporting(&mut set, spec, known);
+    let (_, _, resource_namespaced) = group_plural(&spec.resource, known);
+    let inputs = spec
+        .phases
+        .iter()
+        .flat_map(|p| &p.inputs)
+        .chain(spec.finalizer.iter().flat_map(|f| &f.inputs));
+    for input in inputs {
+        if crate::pipeline::inputs::reads_other_namespaces(input, resource_namespaced) {
+            set.kind(&KindRef::new(&input.api_version, &input.kind), known, &READ);
+        }
+    }
     set.rules()
 }
 
@@ -770,6 +784,30 @@ mod tests {
                 ("autoroutes", vec!["get", "list", "watch"]),
                 ("autoroutes/status", vec!["patch"])
             ]
+        );
+    }
+
+    /// An input read across namespaces needs its read rule cluster-wide (the caches hold every
+    /// namespace of it): a grant in some namespaces only would hand the worker the others'.
+    #[test]
+    fn reads_across_namespaces_are_needed_cluster_wide() {
+        let mut s = spec();
+        let all: InputSpec = serde_json::from_value(serde_json::json!({
+            "name": "settings", "apiVersion": "v1", "kind": "ConfigMap", "allNamespaces": true,
+        }))
+        .unwrap();
+        s.phases[0].inputs.push(all);
+        let resources: Vec<String> = reporting_rules(&s, &BTreeMap::new())
+            .iter()
+            .map(|r| r.resource.clone())
+            .collect();
+        assert!(
+            resources.contains(&"configmaps".to_string()),
+            "{resources:?}"
+        );
+        assert!(
+            !resources.contains(&"deployments".to_string()),
+            "an input of the resource's own namespace is granted per namespace: {resources:?}"
         );
     }
 
