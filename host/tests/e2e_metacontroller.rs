@@ -49,16 +49,34 @@ async fn metacontroller_examples_pass_their_own_checks() {
     if let Err(e) = &imported {
         failures.push(format!("the imported hook: {e:#}"));
     }
-    // Later tests' hosts would load these operators: they go with this host's release.
-    for name in operators_of_the_examples() {
-        let _ = delete(
-            &client,
-            "wasmpilot.io/v1alpha1",
-            "WasmOperator",
-            None,
-            &name,
-        )
-        .await;
+    // Later tests' hosts would load these operators, and the RBAC `wasmpilot deploy` made for
+    // them (the host's right to read Secrets for secret-propagation, say) would widen what later
+    // tests' hosts may do: both go, the operators first, released by this host.
+    let operators = operators_of_the_examples();
+    for name in &operators {
+        let _ = delete(&client, "wasmpilot.io/v1alpha1", "WasmOperator", None, name).await;
+    }
+    let _ = wait_for(
+        "the examples' operators released",
+        Duration::from_secs(60),
+        || async {
+            let mut left = 0;
+            for name in &operators {
+                if get(&client, "wasmpilot.io/v1alpha1", "WasmOperator", None, name)
+                    .await?
+                    .is_some()
+                {
+                    left += 1;
+                }
+            }
+            Ok((left == 0).then_some(()))
+        },
+    )
+    .await;
+    for name in &operators {
+        if let Err(e) = revoke_operator(&client, name).await {
+            failures.push(format!("revoking {name}'s RBAC: {e:#}"));
+        }
     }
     let alive = host.is_alive();
     host.kill();

@@ -440,6 +440,15 @@ pub struct InputSpec {
     pub fields: Vec<String>,
 }
 
+impl InputSpec {
+    /// Whether this input reads namespaces besides its resource's (`allNamespaces`, or any
+    /// input of a cluster-scoped resource): its cache must then hold every namespace, and the
+    /// operator's account must be granted reading it cluster-wide.
+    pub fn reads_other_namespaces(&self, resource_namespaced: bool) -> bool {
+        self.all_namespaces || !resource_namespaced
+    }
+}
+
 /// The finalizer worker.
 #[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]

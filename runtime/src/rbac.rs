@@ -224,7 +224,7 @@ pub fn reporting_rules(spec: &WasmOperatorSpec, known: &BTreeMap<KindRef, KnownK
         .flat_map(|p| &p.inputs)
         .chain(spec.finalizer.iter().flat_map(|f| &f.inputs));
     for input in inputs {
-        if crate::pipeline::inputs::reads_other_namespaces(input, resource_namespaced) {
+        if input.reads_other_namespaces(resource_namespaced) {
             set.kind(&KindRef::new(&input.api_version, &input.kind), known, &READ);
         }
     }

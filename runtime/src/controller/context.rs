@@ -10,7 +10,7 @@ use crate::controller::schedule::Backoff;
 use crate::crd::{InputSpec, KindRef};
 use crate::definition::OperatorDefinition;
 use crate::kinds::ResolvedKind;
-use crate::pipeline::inputs::{self, ObjectSource, Wanted, WorkerObject};
+use crate::pipeline::inputs::{ObjectSource, Wanted, WorkerObject};
 use crate::pipeline::outputs;
 use crate::pipeline::ReconcileError;
 use crate::sandbox::{FinalizerModule, PhaseModule, Sandbox};
@@ -104,7 +104,7 @@ pub struct MetricsSource {
 pub struct InputCaches {
     informers: HashMap<KindRef, Vec<ProjectedInformer>>,
     /// Whether the operator's resource kind is namespaced (see
-    /// [`inputs::reads_other_namespaces`]).
+    /// [`InputSpec::reads_other_namespaces`]).
     resource_namespaced: bool,
     /// The host's own namespaces: their objects, and their Namespace objects, are no worker's
     /// input (another operator's module ConfigMaps live there; no output may go there).
@@ -157,7 +157,7 @@ impl InputCaches {
     pub fn informer(&self, input: &InputSpec) -> Option<&Arc<ObjectInformer>> {
         let kind = KindRef::new(&input.api_version, &input.kind);
         let slot = self.informers.get(&kind)?;
-        let every_namespace = inputs::reads_other_namespaces(input, self.resource_namespaced);
+        let every_namespace = input.reads_other_namespaces(self.resource_namespaced);
         slot.iter()
             .find(|(f, every, _)| *f == input.fields && *every == every_namespace)
             .map(|(_, _, i)| i)

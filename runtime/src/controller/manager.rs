@@ -1507,8 +1507,7 @@ impl ManagerContext {
         for input in definition.all_inputs() {
             let kind = KindRef::new(&input.api_version, &input.kind);
             if let Some(resolved) = resolved.get(&kind) {
-                let every_namespace =
-                    crate::pipeline::inputs::reads_other_namespaces(input, resource_namespaced);
+                let every_namespace = input.reads_other_namespaces(resource_namespaced);
                 input_caches.add(kind, &input.fields, every_namespace, || {
                     self.informers.objects(
                         resolved,

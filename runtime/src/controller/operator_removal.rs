@@ -111,7 +111,7 @@ impl FinalizeOnRemoval<'_> {
                 .finalizer_inputs
                 .iter()
                 .filter(|i| i.api_version == input.api_version && i.kind == input.kind)
-                .any(|i| crate::pipeline::inputs::reads_other_namespaces(i, namespaced));
+                .any(|i| i.reads_other_namespaces(namespaced));
             let namespace = resource.namespace().filter(|_| !across);
             let api: Api<DynamicObject> = resolved.api(as_operator, namespace.as_deref());
             match api.list(&ListParams::default()).await {

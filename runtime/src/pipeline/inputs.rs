@@ -398,12 +398,6 @@ pub fn selects(input: &InputSpec) -> bool {
         || input.namespace_from.is_some()
 }
 
-/// Whether `input` reads namespaces besides its resource's (`allNamespaces`, or any input of a
-/// cluster-scoped resource): its cache must then hold every namespace.
-pub fn reads_other_namespaces(input: &InputSpec, resource_namespaced: bool) -> bool {
-    input.all_namespaces || !resource_namespaced
-}
-
 /// Every field path of the resource an input reads its selection from.
 pub fn selection_paths(input: &InputSpec) -> impl Iterator<Item = &str> {
     [
